@@ -13,40 +13,21 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+from soba_nb.messages import ChatMessage, ToolCall, ToolSchema
+
 Operation = Literal["inference", "compaction"]
 
-
-class ToolCall(BaseModel):
-    """One tool call the model asked for."""
-
-    id: str
-    """Provider call id; tool results refer to it."""
-    name: str
-    arguments: str = "{}"
-    """The JSON text of the arguments, exactly as the model produced it."""
-
-
-class ChatMessage(BaseModel):
-    """One message of model input, in a provider-neutral shape."""
-
-    role: Literal["user", "assistant", "tool"]
-    content: str = ""
-    tool_calls: list[ToolCall] = Field(default_factory=list)
-    """Only on assistant messages."""
-    tool_call_id: str | None = None
-    """Only on tool messages: the call this result answers."""
-    name: str | None = None
-    """Only on tool messages: the tool's name."""
-    is_error: bool = False
-    """Only on tool messages: the tool failed."""
-
-
-class ToolSchema(BaseModel):
-    """A tool the model may call: name, description and JSON schema of its parameters."""
-
-    name: str
-    description: str
-    parameters: dict[str, object]
+__all__ = [
+    "ChatMessage",
+    "ModelRequest",
+    "ModelResponse",
+    "Operation",
+    "Provider",
+    "TextCallback",
+    "ToolCall",
+    "ToolSchema",
+    "Usage",
+]
 
 
 class Usage(BaseModel):
