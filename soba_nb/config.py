@@ -48,6 +48,10 @@ class _Section(BaseModel):
     )
 
 
+# Numeric fields are strict: in lax mode pydantic reads JSON `true` as 1 and "65000" as
+# 65000, so `"timeoutMs": true` would silently become a 1 ms deadline.
+
+
 class ModelSettings(_Section):
     """The active model definition."""
 
@@ -59,9 +63,9 @@ class ModelSettings(_Section):
     """Server URL; null means the provider's public default."""
     api_key_env: str = "OPENAI_API_KEY"
     """Name of the environment variable holding the API key (the key itself is never stored)."""
-    context_window: int = Field(128000, gt=0)
+    context_window: int = Field(128000, gt=0, strict=True)
     """The model's context window in tokens."""
-    max_output_tokens: int = Field(8000, gt=0)
+    max_output_tokens: int = Field(8000, gt=0, strict=True)
     """Tokens reserved for the answer."""
 
 
@@ -72,13 +76,13 @@ class CompactionSettings(_Section):
     """Soft triggers on; `hard_limit` and `context_overflow` ignore this."""
     compact_on_turn_complete: bool = True
     compact_on_milestone: bool = True
-    min_tokens_for_auto_compact: int = Field(32000, ge=0)
-    min_reclaimable_tokens: int = Field(12000, ge=0)
-    min_savings_ratio: float = Field(0.25, gt=0, le=1)
-    keep_recent_tokens: int = Field(20000, ge=0)
-    safety_reserve_tokens: int = Field(8192, ge=0)
-    auto_compact_threshold_ratio: float = Field(0.8, gt=0, le=1)
-    timeout_ms: int = Field(15000, gt=0)
+    min_tokens_for_auto_compact: int = Field(32000, ge=0, strict=True)
+    min_reclaimable_tokens: int = Field(12000, ge=0, strict=True)
+    min_savings_ratio: float = Field(0.25, gt=0, le=1, strict=True)
+    keep_recent_tokens: int = Field(20000, ge=0, strict=True)
+    safety_reserve_tokens: int = Field(8192, ge=0, strict=True)
+    auto_compact_threshold_ratio: float = Field(0.8, gt=0, le=1, strict=True)
+    timeout_ms: int = Field(15000, gt=0, strict=True)
     """Deadline for the model summary; after it the deterministic capsule is used."""
 
 
@@ -249,10 +253,12 @@ def _one_line(exc: ValidationError, merged: Mapping[str, Any]) -> str:
         value = value.get(part) if isinstance(value, Mapping) else None
     rule = err["msg"]
     if err["type"] == "extra_forbidden":
-        return f"{key}: unknown key (value {json.dumps(value)}); known keys are those of SPEC §3"
+        return f"{key}: unknown key (value {json.dumps(value, default=str)}); known keys are those of SPEC §3"
     if err["type"] == "value_error":
         return rule.removeprefix("Value error, ")
-    return f"{key} = {json.dumps(value)}: {rule.lower()}"
+    if err["type"] in ("model_type", "model_attributes_type", "dict_type"):
+        return f"{key} = {json.dumps(value, default=str)}: must be a JSON object"
+    return f"{key} = {json.dumps(value, default=str)}: {rule.lower()}"
 
 
 def build_config(layers: list[tuple[str, Mapping[str, Any]]]) -> SobaConfig:

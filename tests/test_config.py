@@ -1,0 +1,323 @@
+"""SPEC §3: configuration keys, layering, the deprecated alias and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from soba_nb.config import (
+    ConfigDeprecationWarning,
+    ConfigError,
+    SobaConfig,
+    build_config,
+    env_layer,
+    load_config,
+)
+
+SPEC_DEFAULTS = {
+    "model": {
+        "provider": "openai",
+        "name": "gpt-4o-mini",
+        "baseUrl": None,
+        "apiKeyEnv": "OPENAI_API_KEY",
+        "contextWindow": 128000,
+        "maxOutputTokens": 8000,
+    },
+    "compaction": {
+        "auto": True,
+        "compactOnTurnComplete": True,
+        "compactOnMilestone": True,
+        "minTokensForAutoCompact": 32000,
+        "minReclaimableTokens": 12000,
+        "minSavingsRatio": 0.25,
+        "keepRecentTokens": 20000,
+        "safetyReserveTokens": 8192,
+        "autoCompactThresholdRatio": 0.8,
+        "timeoutMs": 15000,
+    },
+}
+
+
+def write_json(path: Path, data: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def isolated(tmp_path: Path) -> dict[str, Any]:
+    """load_config keyword arguments that ignore the real home folder and environment."""
+    return {"environ": {}, "user_config": tmp_path / "home" / ".soba" / "config.json"}
+
+
+def refused(layer: dict[str, Any]) -> str:
+    """The one-line message a bad layer is refused with."""
+    with pytest.raises(ConfigError) as info:
+        build_config([("test", layer)])
+    message = str(info.value)
+    assert "\n" not in message
+    assert "validation error" not in message
+    assert "For further information" not in message
+    assert "pydantic" not in message.lower()
+    return message
+
+
+# -- defaults and key names ------------------------------------------------------------
+
+
+def test_defaults_equal_the_spec_table() -> None:
+    assert SobaConfig().to_json() == SPEC_DEFAULTS
+
+
+def test_default_limits() -> None:
+    config = SobaConfig()
+    assert config.hard_limit == 128000 - 8000 - 8192
+    assert config.soft_limit == int(config.hard_limit * 0.8)
+
+
+def test_keys_are_camel_case_and_round_trip(tmp_path: Path, isolated: dict[str, Any]) -> None:
+    project = tmp_path / "project"
+    write_json(project / "soba.json", SPEC_DEFAULTS)
+    assert load_config(project, **isolated).to_json() == SPEC_DEFAULTS
+
+
+# -- layering: defaults → user → project → environment → overrides ---------------------
+
+
+def test_each_layer_overrides_the_one_before(tmp_path: Path) -> None:
+    user = write_json(
+        tmp_path / "home" / ".soba" / "config.json",
+        {"model": {"name": "from-user", "contextWindow": 100000}, "compaction": {"timeoutMs": 1}},
+    )
+    write_json(
+        tmp_path / "project" / "soba.json",
+        {"model": {"contextWindow": 90000}, "compaction": {"timeoutMs": 2, "keepRecentTokens": 1000}},
+    )
+    notebook_dir = tmp_path / "project" / "analysis" / "deep"
+    notebook_dir.mkdir(parents=True)
+    environ = {"SOBA_COMPACTION_TIMEOUT_MS": "3", "SOBA_COMPACTION_KEEP_RECENT_TOKENS": "2000"}
+    config = load_config(
+        notebook_dir, {"compaction": {"timeoutMs": 4}}, environ=environ, user_config=user
+    )
+    assert config.model.name == "from-user"  # user layer, untouched later
+    assert config.model.context_window == 90000  # project beats user
+    assert config.compaction.keep_recent_tokens == 2000  # environment beats project
+    assert config.compaction.timeout_ms == 4  # overrides beat everything
+    assert config.compaction.min_savings_ratio == 0.25  # default where nobody spoke
+
+
+def test_nearest_soba_json_wins(tmp_path: Path, isolated: dict[str, Any]) -> None:
+    write_json(tmp_path / "outer" / "soba.json", {"model": {"name": "outer"}})
+    write_json(tmp_path / "outer" / "inner" / "soba.json", {"model": {"name": "inner"}})
+    notebook_dir = tmp_path / "outer" / "inner" / "nb"
+    notebook_dir.mkdir()
+    assert load_config(notebook_dir, **isolated).model.name == "inner"
+    assert load_config(tmp_path / "outer", **isolated).model.name == "outer"
+
+
+def test_missing_user_config_is_fine(tmp_path: Path, isolated: dict[str, Any]) -> None:
+    assert load_config(tmp_path, **isolated).to_json() == SPEC_DEFAULTS
+
+
+def test_environment_values_are_parsed() -> None:
+    layer = env_layer(
+        {
+            "SOBA_MODEL": "llama3",
+            "SOBA_BASE_URL": "http://localhost:11434/v1",
+            "SOBA_COMPACTION_AUTO": "false",
+            "SOBA_MODEL_CONTEXT_WINDOW": "65000",
+            "UNRELATED": "1",
+        }
+    )
+    assert layer == {
+        "model": {"name": "llama3", "baseUrl": "http://localhost:11434/v1", "contextWindow": 65000},
+        "compaction": {"auto": False},
+    }
+
+
+def test_environment_layer_through_load_config(tmp_path: Path, isolated: dict[str, Any]) -> None:
+    isolated["environ"] = {"SOBA_PROVIDER": "anthropic", "SOBA_COMPACTION_AUTO": "false"}
+    config = load_config(tmp_path, **isolated)
+    assert config.model.provider == "anthropic"
+    assert config.model.api_key_env == "ANTHROPIC_API_KEY"
+    assert config.compaction.auto is False
+
+
+# -- the deprecated alias ----------------------------------------------------------------
+
+
+def test_background_timeout_alias_warns_naming_the_new_key() -> None:
+    with pytest.warns(ConfigDeprecationWarning, match="timeoutMs") as record:
+        config = build_config([("soba.json", {"compaction": {"backgroundTimeoutMs": 7000}})])
+    assert config.compaction.timeout_ms == 7000
+    assert "backgroundTimeoutMs" in str(record[0].message)
+
+
+def test_timeout_ms_wins_over_the_alias() -> None:
+    with pytest.warns(ConfigDeprecationWarning):
+        config = build_config(
+            [("soba.json", {"compaction": {"backgroundTimeoutMs": 7000, "timeoutMs": 9000}})]
+        )
+    assert config.compaction.timeout_ms == 9000
+
+
+def test_alias_from_a_file_and_from_the_environment(tmp_path: Path, isolated: dict[str, Any]) -> None:
+    write_json(tmp_path / "soba.json", {"compaction": {"backgroundTimeoutMs": 5000}})
+    with pytest.warns(ConfigDeprecationWarning, match="timeoutMs"):
+        assert load_config(tmp_path, **isolated).compaction.timeout_ms == 5000
+    isolated["environ"] = {"SOBA_COMPACTION_BACKGROUND_TIMEOUT_MS": "6000"}
+    with pytest.warns(ConfigDeprecationWarning, match="timeoutMs"):
+        assert load_config(tmp_path, **isolated).compaction.timeout_ms == 6000
+
+
+def test_no_warning_without_the_alias() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        build_config([("soba.json", {"compaction": {"timeoutMs": 9000}})])
+
+
+# -- bad values: one line naming key, value and rule ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("layer", "key", "value", "rule"),
+    [
+        ({"compaction": {"keepRecentTokens": -5}}, "compaction.keepRecentTokens", "-5", ">= 0"),
+        ({"compaction": {"minReclaimableTokens": -1}}, "compaction.minReclaimableTokens", "-1", ">= 0"),
+        ({"compaction": {"safetyReserveTokens": -1}}, "compaction.safetyReserveTokens", "-1", ">= 0"),
+        ({"model": {"maxOutputTokens": -1}}, "model.maxOutputTokens", "-1", "> 0"),
+        ({"model": {"contextWindow": 0}}, "model.contextWindow", "0", "> 0"),
+        ({"compaction": {"autoCompactThresholdRatio": 0}}, "autoCompactThresholdRatio", "0", "> 0"),
+        ({"compaction": {"autoCompactThresholdRatio": 1.5}}, "autoCompactThresholdRatio", "1.5", "<= 1"),
+        ({"compaction": {"minSavingsRatio": 0}}, "compaction.minSavingsRatio", "0", "> 0"),
+        ({"compaction": {"minSavingsRatio": 1.01}}, "compaction.minSavingsRatio", "1.01", "<= 1"),
+    ],
+)
+def test_out_of_range_values(layer: dict[str, Any], key: str, value: str, rule: str) -> None:
+    message = refused(layer)
+    assert key in message
+    assert f"= {value}:" in message
+    words = {">= 0": "greater than or equal to 0", "> 0": "greater than 0", "<= 1": "less than or equal to 1"}
+    assert words[rule] in message
+
+
+def test_hard_limit_must_be_positive() -> None:
+    message = refused({"model": {"contextWindow": 16000, "maxOutputTokens": 8000}})
+    assert "hardLimit" in message
+    assert "-192" in message  # 16000 - 8000 - 8192
+    assert "> 0" in message
+
+
+def test_hard_limit_of_exactly_zero_is_refused() -> None:
+    message = refused({"model": {"contextWindow": 16192, "maxOutputTokens": 8000}})
+    assert "hardLimit" in message
+    assert "= 0;" in message
+
+
+def test_keep_recent_tokens_must_be_below_hard_limit() -> None:
+    hard = 65000 - 8000 - 8192
+    message = refused({"model": {"contextWindow": 65000}, "compaction": {"keepRecentTokens": hard}})
+    assert "compaction.keepRecentTokens" in message
+    assert str(hard) in message
+    assert "< hardLimit" in message
+    # One token below is fine.
+    build_config([("t", {"model": {"contextWindow": 65000}, "compaction": {"keepRecentTokens": hard - 1}})])
+
+
+@pytest.mark.parametrize(
+    ("layer", "key"),
+    [
+        ({"compaction": {"keepRecentTokenz": 1}}, "compaction.keepRecentTokenz"),
+        ({"model": {"apiKey": "sk-xyz"}}, "model.apiKey"),
+        ({"telemetry": True}, "telemetry"),
+    ],
+)
+def test_unknown_keys(layer: dict[str, Any], key: str) -> None:
+    message = refused(layer)
+    assert key in message
+    assert "unknown key" in message
+
+
+@pytest.mark.parametrize(
+    ("layer", "key", "shown"),
+    [
+        ({"model": {"contextWindow": "big"}}, "model.contextWindow", '"big"'),
+        ({"model": {"contextWindow": "65000"}}, "model.contextWindow", '"65000"'),
+        ({"model": {"contextWindow": 65000.5}}, "model.contextWindow", "65000.5"),
+        ({"compaction": {"timeoutMs": True}}, "compaction.timeoutMs", "true"),
+        ({"compaction": {"autoCompactThresholdRatio": "0.5"}}, "autoCompactThresholdRatio", '"0.5"'),
+        ({"compaction": {"auto": "maybe"}}, "compaction.auto", '"maybe"'),
+        ({"model": {"provider": "mystery"}}, "model.provider", '"mystery"'),
+        ({"model": {"name": None}}, "model.name", "null"),
+        ({"model": "gpt-4o"}, "model", '"gpt-4o"'),
+    ],
+)
+def test_wrong_types(layer: dict[str, Any], key: str, shown: str) -> None:
+    message = refused(layer)
+    assert f"{key} = {shown}:" in message
+
+
+def test_invalid_json_file_names_the_file_and_line(tmp_path: Path, isolated: dict[str, Any]) -> None:
+    bad = tmp_path / "soba.json"
+    bad.write_text('{\n  "model": {\n    "name": "x",\n  }\n}\n', encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path, **isolated)
+    message = str(info.value)
+    assert str(bad) in message
+    assert "line 4" in message
+    assert "\n" not in message
+
+
+def test_invalid_user_config_is_refused_too(tmp_path: Path, isolated: dict[str, Any]) -> None:
+    user = isolated["user_config"]
+    user.parent.mkdir(parents=True)
+    user.write_text("[1, 2]", encoding="utf-8")
+    with pytest.raises(ConfigError, match="JSON object"):
+        load_config(tmp_path, **isolated)
+
+
+def test_bad_value_in_a_file_names_the_key(tmp_path: Path, isolated: dict[str, Any]) -> None:
+    write_json(tmp_path / "soba.json", {"compaction": {"keepRecentTokens": -1}})
+    with pytest.raises(ConfigError, match=r"compaction\.keepRecentTokens = -1"):
+        load_config(tmp_path, **isolated)
+
+
+def test_bad_environment_value_is_refused(tmp_path: Path, isolated: dict[str, Any]) -> None:
+    isolated["environ"] = {"SOBA_COMPACTION_TIMEOUT_MS": "soon"}
+    with pytest.raises(ConfigError, match=r'compaction\.timeoutMs = "soon"'):
+        load_config(tmp_path, **isolated)
+
+
+def test_config_error_has_no_chained_pydantic_error() -> None:
+    with pytest.raises(ConfigError) as info:
+        build_config([("t", {"compaction": {"keepRecentTokens": -1}})])
+    assert info.value.__cause__ is None
+    assert info.value.__suppress_context__
+
+
+# -- provider profiles -------------------------------------------------------------------
+
+
+def test_local_provider_profile_gives_a_valid_config() -> None:
+    config = build_config([("arguments", {"model": {"provider": "local"}})])
+    assert config.model.provider == "local"
+    assert 0 < config.compaction.keep_recent_tokens < config.hard_limit
+    assert 0 < config.soft_limit < config.hard_limit
+    assert config.model.context_window < SPEC_DEFAULTS["model"]["contextWindow"]  # type: ignore[index]
+
+
+def test_user_keys_beat_the_provider_profile() -> None:
+    config = build_config(
+        [("arguments", {"model": {"provider": "local", "contextWindow": 16384}})]
+    )
+    assert config.model.context_window == 16384
+
+
+def test_api_keys_are_not_in_the_config() -> None:
+    dumped = json.dumps(SobaConfig().to_json())
+    assert "apiKeyEnv" in dumped
+    assert "sk-" not in dumped
