@@ -1,0 +1,306 @@
+"""Anthropic Messages API.
+
+Differences from Chat Completions that shape this module: the system prompt is a
+top-level field; tool calls are `tool_use` content blocks of the assistant message and
+their results `tool_result` blocks of a *user* message (results of one batch go in one
+user message, and messages of the same role are merged, since the API wants roles to
+alternate); streams are named events, and the usage figures arrive in two parts
+(input tokens in `message_start`, output tokens in `message_delta`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from soba_nb.providers.base import ChatMessage, ModelRequest, ModelResponse, ToolCall, Usage
+from soba_nb.providers.classify import classify_stream_error, one_line
+from soba_nb.providers.errors import BadResponseError, IncompleteResponseError
+from soba_nb.providers.http import HttpProvider, TextSink
+from soba_nb.providers.sse import ServerSentEvent
+
+DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"
+ANTHROPIC_VERSION = "2023-06-01"
+API_PREFIX = "/v1"
+
+STOP_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+}
+
+# Prompt-cache figures are part of the prompt: effective tokens count all of them.
+INPUT_TOKEN_FIELDS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+
+
+def normalise_stop_reason(reason: str) -> str:
+    """end_turn → "stop", tool_use → "tool_calls", max_tokens → "length"; others unchanged."""
+    return STOP_REASONS.get(reason, reason)
+
+
+def input_tokens_from_wire(usage: Any) -> int | None:
+    """The whole prompt size: uncached plus cache-written plus cache-read tokens."""
+    if not isinstance(usage, dict) or not isinstance(usage.get("input_tokens"), int):
+        return None
+    figures: list[int] = [
+        usage[name] for name in INPUT_TOKEN_FIELDS if isinstance(usage.get(name), int)
+    ]
+    return sum(figures)
+
+
+def tool_input(arguments: str) -> dict[str, Any]:
+    """A call's JSON arguments as the object `tool_use.input` must be.
+
+    Arguments the model produced that are not a JSON object are kept under "arguments"
+    rather than dropped, so the model can see what it sent.
+    """
+    try:
+        parsed = json.loads(arguments) if arguments.strip() else {}
+    except json.JSONDecodeError:
+        return {"arguments": arguments}
+    return parsed if isinstance(parsed, dict) else {"arguments": parsed}
+
+
+def message_blocks(message: ChatMessage) -> list[dict[str, Any]]:
+    """The content blocks of one neutral message (empty text blocks are refused by the API)."""
+    if message.role == "tool":
+        block: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": message.tool_call_id or "",
+            "content": message.content,
+        }
+        if message.is_error:
+            block["is_error"] = True
+        return [block]
+    blocks: list[dict[str, Any]] = []
+    if message.content:
+        blocks.append({"type": "text", "text": message.content})
+    for call in message.tool_calls:
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": call.id,
+                "name": call.name,
+                "input": tool_input(call.arguments),
+            }
+        )
+    return blocks
+
+
+def messages_to_wire(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """Neutral messages → alternating user/assistant messages with content blocks.
+
+    Tool results become user messages, so consecutive results (and a user message that
+    follows them) merge into one user message, results first as the API requires.
+    """
+    wire: list[dict[str, Any]] = []
+    for message in messages:
+        role = "assistant" if message.role == "assistant" else "user"
+        blocks = message_blocks(message)
+        if not blocks:
+            continue
+        if wire and wire[-1]["role"] == role:
+            wire[-1]["content"].extend(blocks)
+        else:
+            wire.append({"role": role, "content": blocks})
+    return wire
+
+
+@dataclass
+class _Block:
+    kind: str
+    text: list[str] = field(default_factory=list)
+    tool_id: str = ""
+    tool_name: str = ""
+    initial_input: Any = None
+
+
+@dataclass
+class _StreamState:
+    blocks: dict[int, _Block] = field(default_factory=dict)
+    stop_reason: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int = 0
+    model: str | None = None
+
+
+class AnthropicProvider(HttpProvider):
+    """Messages API over httpx; see `HttpProvider` for the constructor arguments."""
+
+    name = "anthropic"
+    default_base_url = DEFAULT_ANTHROPIC_BASE_URL
+
+    def endpoint(self) -> str:
+        # Accept a base URL given with or without the /v1 prefix.
+        prefix = "" if self.base_url.endswith(API_PREFIX) else API_PREFIX
+        return f"{self.base_url}{prefix}/messages"
+
+    def auth_headers(self, api_key: str | None) -> dict[str, str]:
+        headers = {"anthropic-version": ANTHROPIC_VERSION}
+        if api_key:
+            headers["x-api-key"] = api_key
+        return headers
+
+    def build_body(self, request: ModelRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": request.max_output_tokens,
+            "messages": messages_to_wire(request.messages),
+            "stream": request.stream,
+        }
+        if request.system:
+            body["system"] = request.system
+        if request.tools:
+            body["tools"] = [
+                {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "input_schema": tool.parameters,
+                }
+                for tool in request.tools
+            ]
+        return body
+
+    def _bad(self, what: str, data: Any) -> BadResponseError:
+        return BadResponseError(
+            f"{self.source}: unexpected answer ({what}): {one_line(json.dumps(data))}"
+        )
+
+    def parse_answer(self, data: dict[str, Any]) -> ModelResponse:
+        if data.get("type") == "error" or "error" in data:
+            raise classify_stream_error(self.source, data)
+        content = data.get("content")
+        if not isinstance(content, list):
+            raise self._bad("no content", data)
+        text: list[str] = []
+        calls: list[ToolCall] = []
+        for block in content:
+            if not isinstance(block, dict):
+                raise self._bad("content block is not an object", data)
+            if block.get("type") == "text":
+                text.append(str(block.get("text", "")))
+            elif block.get("type") == "tool_use":
+                calls.append(
+                    ToolCall(
+                        id=str(block.get("id", "")),
+                        name=str(block.get("name", "")),
+                        arguments=json.dumps(block.get("input") or {}),
+                    )
+                )
+        reason = data.get("stop_reason")
+        if not isinstance(reason, str):
+            raise IncompleteResponseError(f"{self.source}: answer has no stop reason")
+        usage = data.get("usage")
+        input_tokens = input_tokens_from_wire(usage)
+        output_tokens = usage.get("output_tokens") if isinstance(usage, dict) else None
+        return ModelResponse(
+            text="".join(text),
+            tool_calls=calls,
+            finish_reason=normalise_stop_reason(reason),
+            usage=None
+            if input_tokens is None
+            else Usage(
+                input_tokens=input_tokens,
+                output_tokens=output_tokens if isinstance(output_tokens, int) else 0,
+            ),
+            model=str(data.get("model") or self.model),
+            provider=self.name,
+        )
+
+    def parse_stream(self, events: Iterator[ServerSentEvent], emit: TextSink) -> ModelResponse:
+        state = _StreamState()
+        for event in events:
+            try:
+                payload = json.loads(event.data)
+            except json.JSONDecodeError:
+                raise BadResponseError(
+                    f"{self.source}: stream event is not valid JSON: {one_line(event.data)}"
+                ) from None
+            if not isinstance(payload, dict):
+                raise self._bad("stream event is not an object", payload)
+            kind = payload.get("type", event.event)
+            if kind == "message_stop":
+                break
+            try:
+                shown = self._apply_event(kind, payload, state)
+            except (AttributeError, TypeError, ValueError) as exc:
+                # A field of an unexpected type (a list where an object belongs, ...).
+                raise self._bad(f"malformed {kind} event: {exc}", payload) from None
+            emit(shown)
+        if state.stop_reason is None:
+            raise IncompleteResponseError(f"{self.source}: the stream ended without a stop reason")
+        return self._stream_result(state)
+
+    def _apply_event(self, kind: str, payload: dict[str, Any], state: _StreamState) -> str:
+        """Fold one event into the state; returns the answer text it adds (to show)."""
+        if kind == "error":
+            raise classify_stream_error(self.source, payload)
+        if kind == "message_start":
+            message = payload.get("message") or {}
+            state.model = message.get("model") if isinstance(message.get("model"), str) else None
+            state.input_tokens = input_tokens_from_wire(message.get("usage"))
+        elif kind == "content_block_start":
+            block = payload.get("content_block") or {}
+            state.blocks[int(payload.get("index", len(state.blocks)))] = _Block(
+                kind=str(block.get("type", "")),
+                text=[block["text"]]
+                if isinstance(block.get("text"), str) and block["text"]
+                else [],
+                tool_id=str(block.get("id", "")),
+                tool_name=str(block.get("name", "")),
+                initial_input=block.get("input"),
+            )
+        elif kind == "content_block_delta":
+            return self._apply_delta(payload, state)
+        elif kind == "message_delta":
+            delta = payload.get("delta") or {}
+            if isinstance(delta.get("stop_reason"), str):
+                state.stop_reason = delta["stop_reason"]
+            usage = payload.get("usage") or {}
+            if isinstance(usage.get("output_tokens"), int):
+                state.output_tokens = usage["output_tokens"]
+            # Newer API versions repeat the (cumulative) input figures here.
+            state.input_tokens = input_tokens_from_wire(usage) or state.input_tokens
+        return ""
+
+    def _apply_delta(self, payload: dict[str, Any], state: _StreamState) -> str:
+        block = state.blocks.get(int(payload.get("index", -1)))
+        delta = payload.get("delta") or {}
+        if block is None or not isinstance(delta, dict):
+            raise self._bad("delta for a block that was not started", payload)
+        if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
+            block.text.append(delta["text"])
+            return str(delta["text"])
+        if delta.get("type") == "input_json_delta" and isinstance(delta.get("partial_json"), str):
+            block.text.append(delta["partial_json"])
+        return ""
+
+    def _stream_result(self, state: _StreamState) -> ModelResponse:
+        text: list[str] = []
+        calls: list[ToolCall] = []
+        for _index, block in sorted(state.blocks.items()):
+            if block.kind == "text":
+                text.extend(block.text)
+            elif block.kind == "tool_use":
+                streamed = "".join(block.text)
+                arguments = streamed or (
+                    json.dumps(block.initial_input) if block.initial_input else "{}"
+                )
+                calls.append(ToolCall(id=block.tool_id, name=block.tool_name, arguments=arguments))
+        usage = (
+            None
+            if state.input_tokens is None
+            else Usage(input_tokens=state.input_tokens, output_tokens=state.output_tokens)
+        )
+        return ModelResponse(
+            text="".join(text),
+            tool_calls=calls,
+            finish_reason=normalise_stop_reason(state.stop_reason or ""),
+            usage=usage,
+            model=state.model or self.model,
+            provider=self.name,
+        )

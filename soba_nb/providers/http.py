@@ -1,0 +1,333 @@
+"""What the HTTP providers share: keys, headers, deadlines, retries, streaming guards.
+
+`HttpProvider.complete` is the whole request life cycle; a wire format (OpenAI-style,
+Anthropic) only says how to build the body and how to read an answer or a stream.
+
+- The API key is read from the environment variable that `ModelSettings.api_key_env`
+  names, at each call (so a key exported after loading works), and never appears in an
+  error message: anything the server echoes back is redacted.
+- Every request carries `X-Soba-Operation` and `X-Soba-Operation-Id` (SPEC §9), retries too.
+- Every network wait is bounded: httpx timeouts per read, never longer than what is left
+  of the overall deadline, which is also checked between stream chunks.
+- Cancellation is checked between stream chunks and during backoff waits; leaving the
+  stream closes the connection.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import random
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from soba_nb.config import ModelSettings
+from soba_nb.providers.base import ModelRequest, ModelResponse, TextCallback
+from soba_nb.providers.classify import (
+    classify_http_error,
+    classify_stream_error,
+    parse_json_answer,
+)
+from soba_nb.providers.errors import MissingApiKeyError, ProviderError, ServerError
+from soba_nb.providers.retry import (
+    DEFAULT_BACKOFF_BASE_S,
+    DEFAULT_BACKOFF_MAX_S,
+    DEFAULT_JITTER_RATIO,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_RETRY_AFTER_CAP_S,
+    Deadline,
+    RetryPolicy,
+    call_with_retries,
+    check_cancel,
+)
+from soba_nb.providers.sse import ServerSentEvent, iter_sse_events
+
+OPERATION_HEADER = "X-Soba-Operation"
+OPERATION_ID_HEADER = "X-Soba-Operation-Id"
+
+DEFAULT_TIMEOUT_S = 600.0
+"""Overall deadline of a call whose caller gives none: no wait is ever unbounded."""
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+DEFAULT_READ_TIMEOUT_S = 120.0
+"""Longest silence allowed between two reads (a long prompt may take a while to start)."""
+HTTP_ERROR_MIN = 300
+REDACTED = "[redacted]"
+
+LOCAL_HOSTNAMES = frozenset({"localhost", "host.docker.internal"})
+LOCAL_HOST_SUFFIXES = (".localhost", ".local", ".internal", ".lan")
+
+
+def is_local_url(url: str) -> bool:
+    """True for loopback and private-network servers (Ollama, llama.cpp, vLLM, LM Studio),
+    which usually need no API key."""
+    host = (urlsplit(url).hostname or "").lower()
+    if host in LOCAL_HOSTNAMES or host.endswith(LOCAL_HOST_SUFFIXES):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return (
+        address.is_loopback or address.is_private or address.is_link_local or address.is_unspecified
+    )
+
+
+def read_api_key(env_name: str, base_url: str) -> str | None:
+    """The API key from the environment variable `env_name`.
+
+    A missing key is an error for a remote server and allowed (None) for a local one.
+    """
+    key = os.environ.get(env_name, "").strip() if env_name else ""
+    if key:
+        return key
+    if is_local_url(base_url):
+        return None
+    if not env_name:
+        raise MissingApiKeyError(
+            f"no API key for {base_url}: model.apiKeyEnv is empty; set it to the name of "
+            "the environment variable that holds the key"
+        )
+    raise MissingApiKeyError(
+        f"no API key for {base_url}: the environment variable {env_name} (model.apiKeyEnv) "
+        "is not set; export it before starting the kernel, or set os.environ in the notebook"
+    )
+
+
+def redact(error: BaseException, secret: str | None) -> None:
+    """Remove `secret` from the error's message (servers sometimes echo the key back)."""
+    if secret and any(secret in str(arg) for arg in error.args):
+        error.args = tuple(str(arg).replace(secret, REDACTED) for arg in error.args)
+
+
+class TextSink:
+    """Passes streamed text to the caller's callback and remembers that some was shown."""
+
+    def __init__(self, on_text: TextCallback | None):
+        self._on_text = on_text
+        self.delivered = False
+        """True once any text reached the callback: a failure after that is not retried,
+        or the user would see the start of the answer twice."""
+
+    def __call__(self, text: str) -> None:
+        if not text:
+            return
+        self.delivered = True
+        if self._on_text is not None:
+            self._on_text(text)
+
+
+class HttpProvider(ABC):
+    """A provider that talks to a model server over HTTP with httpx (sync)."""
+
+    name: str = ""
+    """Provider kind, set by each subclass."""
+    default_base_url: str = ""
+
+    def __init__(
+        self,
+        settings: ModelSettings,
+        *,
+        client: httpx.Client | None = None,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        backoff_base_s: float = DEFAULT_BACKOFF_BASE_S,
+        backoff_max_s: float = DEFAULT_BACKOFF_MAX_S,
+        retry_after_cap_s: float = DEFAULT_RETRY_AFTER_CAP_S,
+        jitter_ratio: float = DEFAULT_JITTER_RATIO,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+        default_timeout_s: float = DEFAULT_TIMEOUT_S,
+        rng: random.Random | None = None,
+    ):
+        self.settings = settings
+        self.model = settings.name
+        self.base_url = (settings.base_url or self.default_base_url).rstrip("/")
+        self.source = f"{self.name} ({urlsplit(self.base_url).netloc or self.base_url})"
+        """How error messages name this provider and server."""
+        self.policy = RetryPolicy(
+            max_retries=max_retries,
+            backoff_base_s=backoff_base_s,
+            backoff_max_s=backoff_max_s,
+            retry_after_cap_s=retry_after_cap_s,
+            jitter_ratio=jitter_ratio,
+        )
+        self.connect_timeout_s = connect_timeout_s
+        self.read_timeout_s = read_timeout_s
+        self.default_timeout_s = default_timeout_s
+        self._rng = rng or random.Random()
+        self._owns_client = client is None
+        self._client = client if client is not None else httpx.Client()
+
+    # -- what a wire format provides -------------------------------------------------
+
+    @abstractmethod
+    def endpoint(self) -> str:
+        """The URL requests are POSTed to."""
+
+    @abstractmethod
+    def auth_headers(self, api_key: str | None) -> dict[str, str]:
+        """Headers carrying the key (and any fixed headers of the API)."""
+
+    @abstractmethod
+    def build_body(self, request: ModelRequest) -> dict[str, Any]:
+        """The JSON body for `request`."""
+
+    @abstractmethod
+    def parse_answer(self, data: dict[str, Any]) -> ModelResponse:
+        """A non-streamed answer; a wrong shape is a `BadResponseError`."""
+
+    @abstractmethod
+    def parse_stream(self, events: Iterator[ServerSentEvent], emit: TextSink) -> ModelResponse:
+        """A streamed answer; a stream that ends without a finish reason is an
+        `IncompleteResponseError`."""
+
+    # -- the request life cycle ------------------------------------------------------
+
+    def complete(
+        self,
+        request: ModelRequest,
+        *,
+        on_text: TextCallback | None = None,
+        cancel: threading.Event | None = None,
+        timeout_s: float | None = None,
+    ) -> ModelResponse:
+        """Send the request (with retries) and return the finished answer (see `Provider`)."""
+        deadline = Deadline(timeout_s if timeout_s is not None else self.default_timeout_s)
+        api_key = read_api_key(self.settings.api_key_env, self.base_url)
+        headers = {
+            **self.auth_headers(api_key),
+            OPERATION_HEADER: request.operation,
+            OPERATION_ID_HEADER: request.operation_id,
+        }
+        body = self.build_body(request)
+        sink = TextSink(on_text)
+
+        def attempt(_index: int) -> ModelResponse:
+            try:
+                return self._send(request.stream, body, headers, sink, cancel, deadline)
+            except ProviderError as exc:
+                if exc.retryable and sink.delivered:
+                    exc.retryable = False
+                    exc.args = (f"{exc} (not retried: part of the answer was already shown)",)
+                raise
+
+        try:
+            return call_with_retries(
+                attempt,
+                policy=self.policy,
+                deadline=deadline,
+                source=self.source,
+                cancel=cancel,
+                rng=self._rng,
+            )
+        except ProviderError as exc:
+            redact(exc, api_key)
+            raise
+
+    def _timeout(self, deadline: Deadline) -> tuple[httpx.Timeout, bool]:
+        """httpx timeouts for one attempt, and whether the deadline is what bounds them."""
+        remaining = deadline.remaining()
+        read = min(self.read_timeout_s, remaining)
+        timeout = httpx.Timeout(read, connect=min(self.connect_timeout_s, remaining))
+        return timeout, remaining <= self.read_timeout_s
+
+    def _send(
+        self,
+        stream: bool,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        sink: TextSink,
+        cancel: threading.Event | None,
+        deadline: Deadline,
+    ) -> ModelResponse:
+        """One attempt: POST, check the status, read the answer. httpx errors become ours."""
+        timeout, bounded_by_deadline = self._timeout(deadline)
+        try:
+            if not stream:
+                response = self._client.post(
+                    self.endpoint(), json=body, headers=headers, timeout=timeout
+                )
+                self._raise_for_status(response)
+                result = self.parse_answer(parse_json_answer(self.source, response.text))
+            else:
+                with self._client.stream(
+                    "POST",
+                    self.endpoint(),
+                    json=body,
+                    headers={**headers, "Accept": "text/event-stream"},
+                    timeout=timeout,
+                ) as response:
+                    result = self._read_stream(response, sink, cancel, deadline)
+        except httpx.TimeoutException as exc:
+            if bounded_by_deadline or deadline.expired():
+                raise deadline.timeout_error(self.source) from None
+            raise ServerError(
+                f"{self.source}: timed out waiting for the server ({type(exc).__name__})"
+            ) from None
+        except httpx.TransportError as exc:
+            raise ServerError(
+                f"{self.source}: connection failed ({type(exc).__name__}: {exc})"
+            ) from None
+        # An answer that finished after the caller cancelled is dropped all the same.
+        check_cancel(cancel, self.source)
+        return result
+
+    def _raise_for_status(self, response: httpx.Response) -> None:
+        if response.status_code >= HTTP_ERROR_MIN:
+            response.read()
+            raise classify_http_error(
+                self.source, response.status_code, response.text, response.headers
+            )
+
+    def _read_stream(
+        self,
+        response: httpx.Response,
+        sink: TextSink,
+        cancel: threading.Event | None,
+        deadline: Deadline,
+    ) -> ModelResponse:
+        self._raise_for_status(response)
+        if response.headers.get("content-type", "").startswith("application/json"):
+            # Some servers answer a streamed request with one JSON object (often an error).
+            response.read()
+            data = parse_json_answer(self.source, response.text)
+            if "error" in data:
+                raise classify_stream_error(self.source, data)
+            result = self.parse_answer(data)
+            sink(result.text)
+            return result
+        lines = self._guarded_lines(response, cancel, deadline)
+        return self.parse_stream(iter_sse_events(lines), sink)
+
+    def _guarded_lines(
+        self, response: httpx.Response, cancel: threading.Event | None, deadline: Deadline
+    ) -> Iterator[str]:
+        """The stream's lines, stopping for cancel and the deadline between chunks."""
+        for line in response.iter_lines():
+            check_cancel(cancel, self.source)
+            deadline.check(self.source)
+            yield line
+        check_cancel(cancel, self.source)
+
+    # -- resources -------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the HTTP client if this provider created it."""
+        if self._owns_client:
+            self._client.close()
+
+    def __enter__(self) -> HttpProvider:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,296 @@
+"""OpenAI-compatible Chat Completions: OpenAI, Ollama, llama.cpp server, vLLM, LM Studio.
+
+One wire format, many servers, chosen by `ModelSettings.base_url` (default OpenAI's
+public API). Streams are requested with `stream_options.include_usage` so the final
+chunk carries the usage figures (SPEC §2 `provider_usage`); servers that ignore it
+simply give no usage. Tool-call arguments arrive as string fragments keyed by the
+call's `index` and are assembled here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from soba_nb.providers.base import ChatMessage, ModelRequest, ModelResponse, ToolCall, Usage
+from soba_nb.providers.classify import classify_stream_error, one_line
+from soba_nb.providers.errors import BadResponseError, IncompleteResponseError
+from soba_nb.providers.http import HttpProvider, TextSink
+from soba_nb.providers.sse import ServerSentEvent
+
+DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
+OPENAI_HOST = "api.openai.com"
+
+MAX_TOKENS_FIELD = "max_tokens"
+"""What OpenAI-compatible servers (Ollama, llama.cpp, vLLM, LM Studio) read."""
+MAX_COMPLETION_TOKENS_FIELD = "max_completion_tokens"
+"""What OpenAI's own API wants: its reasoning models refuse `max_tokens`."""
+
+FINISH_REASONS = {
+    "stop": "stop",
+    "eos": "stop",
+    "end_turn": "stop",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "length": "length",
+    "max_tokens": "length",
+}
+
+
+def normalise_finish_reason(reason: str, has_tool_calls: bool) -> str:
+    """Map a server's finish reason to "stop" / "tool_calls" / "length" (others unchanged).
+
+    Some servers (older Ollama, some llama.cpp templates) say "stop" after a tool call;
+    the calls are what matter, so that is "tool_calls".
+    """
+    normalised = FINISH_REASONS.get(reason, reason)
+    if normalised == "stop" and has_tool_calls:
+        return "tool_calls"
+    return normalised
+
+
+def message_to_wire(message: ChatMessage) -> dict[str, Any]:
+    """One neutral message in Chat Completions shape."""
+    if message.role == "tool":
+        return {
+            "role": "tool",
+            "tool_call_id": message.tool_call_id or "",
+            "content": message.content,
+        }
+    if message.role == "assistant" and message.tool_calls:
+        return {
+            "role": "assistant",
+            "content": message.content or None,
+            "tool_calls": [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                for call in message.tool_calls
+            ],
+        }
+    return {"role": message.role, "content": message.content}
+
+
+def usage_from_wire(usage: Any) -> Usage | None:
+    """`{"prompt_tokens", "completion_tokens"}` → `Usage`; None when absent or malformed."""
+    if not isinstance(usage, dict) or not isinstance(usage.get("prompt_tokens"), int):
+        return None
+    completion = usage.get("completion_tokens")
+    return Usage(
+        input_tokens=usage["prompt_tokens"],
+        output_tokens=completion if isinstance(completion, int) else 0,
+    )
+
+
+def arguments_text(arguments: Any) -> str:
+    """Arguments as JSON text; a few servers send an object instead of a string."""
+    if arguments is None:
+        return ""
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+def whole_tool_calls(raw: Any) -> list[ToolCall]:
+    """The `tool_calls` of a non-streamed message (each call complete, in order)."""
+    calls = []
+    for position, item in enumerate(raw if isinstance(raw, list) else []):
+        if not isinstance(item, dict):
+            continue
+        function = item.get("function") or {}
+        calls.append(
+            ToolCall(
+                id=str(item.get("id") or f"call_{position}"),
+                name=str(function.get("name") or ""),
+                arguments=arguments_text(function.get("arguments")) or "{}",
+            )
+        )
+    return calls
+
+
+@dataclass
+class _PartialCall:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _StreamState:
+    """What has arrived so far in a stream."""
+
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, _PartialCall] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    model: str | None = None
+
+    def add_tool_deltas(self, deltas: list[Any]) -> None:
+        for position, delta in enumerate(deltas):
+            if not isinstance(delta, dict):
+                continue
+            call = self.calls.setdefault(self._index_for(delta, position), _PartialCall())
+            call.id = call.id or str(delta.get("id") or "")
+            function = delta.get("function") or {}
+            call.name = call.name or str(function.get("name") or "")
+            call.arguments.append(arguments_text(function.get("arguments")))
+
+    def _index_for(self, delta: dict[str, Any], position: int) -> int:
+        """The call a delta belongs to: its `index`, else its id, else the latest call."""
+        index = delta.get("index")
+        if isinstance(index, int):
+            return index
+        call_id = delta.get("id")
+        if call_id:
+            known = [i for i, call in self.calls.items() if call.id == call_id]
+            return known[0] if known else len(self.calls)
+        return max(self.calls, default=position)
+
+    def tool_calls(self) -> list[ToolCall]:
+        return [
+            ToolCall(
+                id=call.id or f"call_{index}",
+                name=call.name,
+                arguments="".join(call.arguments) or "{}",
+            )
+            for index, call in sorted(self.calls.items())
+        ]
+
+
+class OpenAIProvider(HttpProvider):
+    """Chat Completions over httpx; see `HttpProvider` for the shared constructor arguments.
+
+    `max_tokens_field` overrides the name of the output-limit field; by default it is
+    `max_completion_tokens` for api.openai.com and `max_tokens` for other servers.
+    """
+
+    name = "openai"
+    default_base_url = DEFAULT_OPENAI_BASE_URL
+
+    def __init__(self, *args: Any, max_tokens_field: str | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        is_openai = urlsplit(self.base_url).hostname == OPENAI_HOST
+        self.max_tokens_field = max_tokens_field or (
+            MAX_COMPLETION_TOKENS_FIELD if is_openai else MAX_TOKENS_FIELD
+        )
+
+    def endpoint(self) -> str:
+        return f"{self.base_url}/chat/completions"
+
+    def auth_headers(self, api_key: str | None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def build_body(self, request: ModelRequest) -> dict[str, Any]:
+        messages = [{"role": "system", "content": request.system}] if request.system else []
+        messages += [message_to_wire(message) for message in request.messages]
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            self.max_tokens_field: request.max_output_tokens,
+            "stream": request.stream,
+        }
+        if request.stream:
+            body["stream_options"] = {"include_usage": True}
+        if request.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": tool.parameters,
+                    },
+                }
+                for tool in request.tools
+            ]
+        return body
+
+    def _bad(self, what: str, data: Any) -> BadResponseError:
+        return BadResponseError(
+            f"{self.source}: unexpected answer ({what}): {one_line(json.dumps(data))}"
+        )
+
+    def parse_answer(self, data: dict[str, Any]) -> ModelResponse:
+        if "error" in data:
+            raise classify_stream_error(self.source, data)
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise self._bad("no choices", data)
+        choice = choices[0]
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            raise self._bad("no message", data)
+        calls = whole_tool_calls(message.get("tool_calls"))
+        reason = choice.get("finish_reason")
+        if not isinstance(reason, str):
+            raise IncompleteResponseError(f"{self.source}: answer has no finish reason")
+        content = message.get("content")
+        return ModelResponse(
+            text=content if isinstance(content, str) else "",
+            tool_calls=calls,
+            finish_reason=normalise_finish_reason(reason, bool(calls)),
+            usage=usage_from_wire(data.get("usage")),
+            model=str(data.get("model") or self.model),
+            provider=self.name,
+        )
+
+    def parse_stream(self, events: Iterator[ServerSentEvent], emit: TextSink) -> ModelResponse:
+        state = _StreamState()
+        for event in events:
+            if event.is_done:
+                break
+            try:
+                chunk = json.loads(event.data)
+            except json.JSONDecodeError:
+                raise BadResponseError(
+                    f"{self.source}: stream chunk is not valid JSON: {one_line(event.data)}"
+                ) from None
+            if not isinstance(chunk, dict):
+                raise self._bad("stream chunk is not an object", chunk)
+            try:
+                shown = self._apply_chunk(chunk, state)
+            except (AttributeError, TypeError, ValueError) as exc:
+                # A field of an unexpected type (a list where an object belongs, ...).
+                raise self._bad(f"malformed chunk: {exc}", chunk) from None
+            emit(shown)
+        if state.finish_reason is None:
+            raise IncompleteResponseError(
+                f"{self.source}: the stream ended without a finish reason"
+            )
+        return ModelResponse(
+            text="".join(state.text),
+            tool_calls=state.tool_calls(),
+            finish_reason=normalise_finish_reason(state.finish_reason, bool(state.calls)),
+            usage=state.usage,
+            model=state.model or self.model,
+            provider=self.name,
+        )
+
+    def _apply_chunk(self, chunk: dict[str, Any], state: _StreamState) -> str:
+        """Fold one chunk into the state; returns the answer text it adds (to show)."""
+        if "error" in chunk:
+            # vLLM and llama.cpp report failures inside a 200 stream.
+            raise classify_stream_error(self.source, chunk)
+        state.model = state.model or (
+            chunk.get("model") if isinstance(chunk.get("model"), str) else None
+        )
+        # The usage chunk (choices: []) comes after the finish reason; llama.cpp puts it on the last choice chunk.
+        state.usage = usage_from_wire(chunk.get("usage")) or state.usage
+        shown: list[str] = []
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if not isinstance(delta, dict):
+                raise self._bad("delta is not an object", chunk)
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                state.text.append(content)
+                shown.append(content)
+            state.add_tool_deltas(delta.get("tool_calls") or [])
+            if isinstance(choice.get("finish_reason"), str):
+                state.finish_reason = choice["finish_reason"]
+        return "".join(shown)
