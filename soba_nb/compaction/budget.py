@@ -1,0 +1,147 @@
+"""Effective-token measurement (SPEC §2), incremental in what was appended.
+
+`provider_usage`: the input tokens the provider reported for the last request on this
+path, plus local counts of everything appended since. `estimated`: local counts only.
+The tracker remembers how much of the path it has seen; a preflight processes only the
+new entries, so its cost does not grow with the session (a rewind or a capsule rebuilds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from soba_nb.compaction.model_input import (
+    SKILLS_HEADING,
+    entry_tokens,
+    latest_capsule_index,
+)
+from soba_nb.tokens import TokenCounter
+from soba_nb.transcript.entries import (
+    CapsuleEntry,
+    Entry,
+    MessageEntry,
+    SkillEntry,
+    ToolCallEntry,
+    ToolResultEntry,
+    UsageEntry,
+)
+
+Source = Literal["provider_usage", "estimated"]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Effective tokens of the next request and how they were measured."""
+
+    effective: int
+    source: Source
+    estimated: int
+    """The purely local estimate, for comparison."""
+    reported_input_tokens: int | None
+    """The last provider usage figure on this path since the latest capsule, if any."""
+
+
+class BudgetTracker:
+    """Incremental effective-token measurement of one transcript path."""
+
+    def __init__(self, counter: TokenCounter, fixed: int):
+        self.counter = counter
+        self.fixed = fixed
+        """Tokens of the system prompt, tool schemas and reply priming."""
+        self._seen = 0
+        self._last_id: str | None = None
+        self._estimated = 0
+        self._before_last_assistant = 0
+        self._usage_input: int | None = None
+        self._usage_offset = 0
+        self._skills: set[str] = set()
+        self.rebuilds = 0
+        """How many full rebuilds happened (tests and benchmarks read it)."""
+
+    def set_fixed(self, fixed: int) -> None:
+        self._estimated += fixed - self.fixed
+        self._before_last_assistant += fixed - self.fixed
+        self._usage_offset += fixed - self.fixed
+        self.fixed = fixed
+
+    def measure(self, path: Sequence[Entry]) -> Measurement:
+        """Bring the tracker up to date with `path` and return the measurement."""
+        extends = (
+            self._last_id is not None
+            and len(path) >= self._seen
+            and path[self._seen - 1].id == self._last_id
+        )
+        if not extends:
+            self._rebuild(path)
+        else:
+            for entry in path[self._seen :]:
+                if isinstance(entry, CapsuleEntry):
+                    self._rebuild(path)
+                    break
+                self._add(entry)
+            else:
+                self._mark(path)
+        if self._usage_input is not None:
+            effective = self._usage_input + (self._estimated - self._usage_offset)
+            return Measurement(effective, "provider_usage", self._estimated, self._usage_input)
+        return Measurement(self._estimated, "estimated", self._estimated, None)
+
+    def _mark(self, path: Sequence[Entry]) -> None:
+        self._seen = len(path)
+        self._last_id = path[-1].id if path else None
+
+    def _rebuild(self, path: Sequence[Entry]) -> None:
+        self.rebuilds += 1
+        self._estimated = self.fixed
+        self._before_last_assistant = self.fixed
+        self._usage_input = None
+        self._usage_offset = 0
+        self._skills = set()
+        for entry in path:
+            if isinstance(entry, SkillEntry):
+                self._add(entry)
+        capsule_at = latest_capsule_index(path)
+        start = 0
+        if capsule_at is not None:
+            capsule = path[capsule_at]
+            assert isinstance(capsule, CapsuleEntry)
+            self._estimated += entry_tokens(capsule, self.counter)
+            start = capsule_at + 1
+            kept = capsule.first_kept_entry_id
+            if kept is not None:
+                for index in range(capsule_at - 1, -1, -1):
+                    if path[index].id == kept:
+                        start = index
+                        break
+        for entry in path[start:]:
+            if not isinstance(entry, CapsuleEntry | SkillEntry):
+                self._add(entry)
+        # A usage figure from before the latest capsule measured a different input.
+        if capsule_at is not None and self._usage_input is not None:
+            self._drop_usage_before(path, capsule_at)
+        self._mark(path)
+
+    def _drop_usage_before(self, path: Sequence[Entry], capsule_at: int) -> None:
+        if not any(isinstance(entry, UsageEntry) for entry in path[capsule_at + 1 :]):
+            self._usage_input = None
+            self._usage_offset = 0
+
+    def _add(self, entry: Entry) -> None:
+        if isinstance(entry, MessageEntry):
+            if entry.role == "assistant":
+                self._before_last_assistant = self._estimated
+            self._estimated += entry_tokens(entry, self.counter)
+        elif isinstance(entry, ToolCallEntry | ToolResultEntry):
+            self._estimated += entry_tokens(entry, self.counter)
+        elif isinstance(entry, UsageEntry):
+            # The figure measures the request that produced the preceding assistant message.
+            self._usage_input = entry.input_tokens
+            self._usage_offset = self._before_last_assistant
+        elif isinstance(entry, SkillEntry) and entry.name not in self._skills:
+            self._skills.add(entry.name)
+            self._estimated += self.counter.cached(
+                ("skill", entry.id),
+                lambda: self.counter.count_text(f"{SKILLS_HEADING}## Skill: {entry.name}\n\n{entry.content}"),
+            )

@@ -1,0 +1,129 @@
+"""Cut-point planning (SPEC §5): what is summarized and what is kept in full.
+
+The kept tail is about `keepRecentTokens`, larger when needed to keep a tool call with its
+results, smaller only when the hard limit or a provider overflow forces it. A cut is only
+ever placed at a message that starts a new group, with every earlier call answered, so the
+cut never separates a tool call from its result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from soba_nb.compaction.model_input import entry_tokens, latest_capsule_index
+from soba_nb.tokens import TokenCounter
+from soba_nb.transcript.entries import (
+    CapsuleEntry,
+    Entry,
+    MessageEntry,
+    ToolCallEntry,
+    ToolResultEntry,
+)
+
+
+@dataclass(frozen=True)
+class Cut:
+    """The outcome of planning: entries to summarize and the kept tail."""
+
+    summarize: tuple[Entry, ...]
+    """Entries folded into the new capsule (from the previous capsule's kept tail on)."""
+    kept: tuple[Entry, ...]
+    """Entries carried in full, from `first_kept_entry_id` to the leaf."""
+    first_kept_entry_id: str | None
+    kept_tokens: int
+    summarized_tokens: int
+    previous: CapsuleEntry | None
+    """The capsule this one rolls up, if any."""
+
+    @property
+    def empty(self) -> bool:
+        """Nothing the model sees would be summarized."""
+        return self.summarized_tokens == 0
+
+
+class NothingToCompact(ValueError):
+    """There is no safely compactable history before the kept window. The message says why."""
+
+
+def region(path: Sequence[Entry]) -> tuple[list[Entry], CapsuleEntry | None]:
+    """The part of the path a new compaction works on, and the capsule it rolls up.
+
+    A repeated compaction starts from the previous capsule's `firstKeptEntryId`, so what
+    the previous capsule kept is summarized now, not lost.
+    """
+    capsule_at = latest_capsule_index(path)
+    if capsule_at is None:
+        return list(path), None
+    previous = path[capsule_at]
+    assert isinstance(previous, CapsuleEntry)
+    start = capsule_at + 1
+    if previous.first_kept_entry_id is not None:
+        for index in range(capsule_at - 1, -1, -1):
+            if path[index].id == previous.first_kept_entry_id:
+                start = index
+                break
+    return [*path[start:capsule_at], *path[capsule_at + 1 :]], previous
+
+
+def valid_cuts(entries: Sequence[Entry]) -> list[int]:
+    """Indices where a cut may fall: a message with every earlier tool call answered."""
+    cuts: list[int] = []
+    open_calls: set[str] = set()
+    for index, entry in enumerate(entries):
+        if isinstance(entry, MessageEntry) and not open_calls:
+            cuts.append(index)
+        if isinstance(entry, ToolCallEntry):
+            open_calls.add(entry.call_id)
+        elif isinstance(entry, ToolResultEntry):
+            open_calls.discard(entry.call_id)
+    return cuts
+
+
+def plan_cut(
+    path: Sequence[Entry],
+    counter: TokenCounter,
+    *,
+    keep_recent_tokens: int,
+    max_kept_tokens: int | None = None,
+) -> Cut:
+    """Choose the cut. Raises `NothingToCompact` when nothing before the kept window.
+
+    `max_kept_tokens` (hard limit, overflow recovery) lets the kept tail shrink below
+    `keep_recent_tokens`, down to the last group (the current request or an unanswered
+    tool group), which is never dropped.
+    """
+    entries, previous = region(path)
+    costs = [entry_tokens(entry, counter) for entry in entries]
+    cuts = valid_cuts(entries)
+    if not cuts:
+        raise NothingToCompact("no message to cut at: the history is a single tool group")
+    suffix = [0] * (len(entries) + 1)
+    for index in range(len(entries) - 1, -1, -1):
+        suffix[index] = suffix[index + 1] + costs[index]
+    boundary = 0
+    for index in range(len(entries) - 1, -1, -1):
+        if suffix[index] >= keep_recent_tokens:
+            boundary = index
+            break
+    # Nearest valid cut at or before the budget boundary (never inside a tool group).
+    cut = max((c for c in cuts if c <= boundary), default=cuts[0])
+    if max_kept_tokens is not None and suffix[cut] > max_kept_tokens:
+        fitting = [c for c in cuts if suffix[c] <= max_kept_tokens]
+        cut = fitting[0] if fitting else cuts[-1]
+    summarized = suffix[0] - suffix[cut]
+    if summarized == 0:
+        kept_tokens = suffix[cut]
+        raise NothingToCompact(
+            f"nothing to compact: the history before the kept window is empty "
+            f"({kept_tokens} tokens, keepRecentTokens {keep_recent_tokens})"
+        )
+    first_kept = entries[cut].id if cut < len(entries) else None
+    return Cut(
+        summarize=tuple(entries[:cut]),
+        kept=tuple(entries[cut:]),
+        first_kept_entry_id=first_kept,
+        kept_tokens=suffix[cut],
+        summarized_tokens=summarized,
+        previous=previous,
+    )

@@ -1,0 +1,180 @@
+"""Triggers, pending intents, priority, the pre-generation ROI gate and the loop guard (SPEC §6)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from soba_nb.compaction.model_input import latest_capsule_index
+from soba_nb.transcript.entries import CheckpointEntry, CompactionEntry, Entry
+
+LOOP_GUARD_FAILURES = 3
+"""Consecutive soft compactions ending skipped/failed before soft triggers pause."""
+
+
+class Trigger(str, Enum):
+    HARD_LIMIT = "hard_limit"
+    AUTO_THRESHOLD = "auto_threshold"
+    TURN_COMPLETE = "turn_complete"
+    MILESTONE = "milestone"
+    PLAN_PIVOT = "plan_pivot"
+    USER = "user"
+    CONTEXT_OVERFLOW = "context_overflow"
+
+
+SOFT_TRIGGERS = frozenset({Trigger.AUTO_THRESHOLD, Trigger.TURN_COMPLETE, Trigger.MILESTONE, Trigger.PLAN_PIVOT})
+POST_GATE_EXEMPT = frozenset({Trigger.HARD_LIMIT, Trigger.CONTEXT_OVERFLOW, Trigger.USER})
+INTENT_KINDS = {"milestone": Trigger.MILESTONE, "plan_pivot": Trigger.PLAN_PIVOT, "turn": Trigger.TURN_COMPLETE}
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The configuration figures the trigger rules read."""
+
+    hard_limit: int
+    soft_limit: int
+    auto: bool
+    compact_on_turn_complete: bool
+    compact_on_milestone: bool
+    min_tokens_for_auto_compact: int
+    min_reclaimable_tokens: int
+    min_savings_ratio: float
+    keep_recent_tokens: int
+
+
+@dataclass(frozen=True)
+class RoiEstimate:
+    """Pre-generation ROI: reclaimable = effective - keepRecentTokens, ratio = reclaimable / effective."""
+
+    reclaimable: int
+    savings_ratio: float
+    passes: bool
+    reason: str
+
+
+def pre_generation_roi(effective: int, t: Thresholds) -> RoiEstimate:
+    reclaimable = effective - t.keep_recent_tokens
+    ratio = reclaimable / effective if effective > 0 else 0.0
+    if reclaimable < t.min_reclaimable_tokens:
+        return RoiEstimate(
+            reclaimable, ratio, False,
+            f"reclaimable {reclaimable} < minReclaimableTokens {t.min_reclaimable_tokens}",
+        )
+    if ratio < t.min_savings_ratio:
+        return RoiEstimate(reclaimable, ratio, False, f"savings ratio {ratio:.2f} < minSavingsRatio {t.min_savings_ratio}")
+    return RoiEstimate(reclaimable, ratio, True, "")
+
+
+def post_generation_roi(tokens_before: int, tokens_after: int, t: Thresholds) -> tuple[bool, str]:
+    """After generation: the real reclaimed tokens and ratio must both reach their floors."""
+    reclaimed = tokens_before - tokens_after
+    ratio = reclaimed / tokens_before if tokens_before > 0 else 0.0
+    if reclaimed < t.min_reclaimable_tokens:
+        return False, f"reclaimed {reclaimed} < minReclaimableTokens {t.min_reclaimable_tokens}"
+    if ratio < t.min_savings_ratio:
+        return False, f"reclaimed ratio {ratio:.2f} < minSavingsRatio {t.min_savings_ratio}"
+    return True, ""
+
+
+def pending_intents(path: Sequence[Entry]) -> list[CheckpointEntry]:
+    """Intent checkpoints not yet consumed: after the latest capsule or compaction record."""
+    start = 0
+    capsule_at = latest_capsule_index(path)
+    if capsule_at is not None:
+        start = capsule_at + 1
+    for index in range(len(path) - 1, start - 1, -1):
+        if isinstance(path[index], CompactionEntry):
+            start = index + 1
+            break
+    return [e for e in path[start:] if isinstance(e, CheckpointEntry) and e.intent and e.kind in INTENT_KINDS]
+
+
+@dataclass
+class LoopGuard:
+    """Pauses soft triggers after repeated fruitless attempts (the thrash guard)."""
+
+    failures: int = 0
+    tokens_at_last_attempt: int = 0
+    just_completed: bool = False
+    """A compaction just completed and nothing was appended since: never re-trigger."""
+
+    def record(self, outcome: str, effective: int, *, soft: bool) -> None:
+        self.just_completed = outcome == "completed"
+        if not soft:
+            if outcome == "completed":
+                self.failures = 0
+            return
+        self.tokens_at_last_attempt = effective
+        self.failures = 0 if outcome == "completed" else self.failures + 1
+
+    def paused(self, effective: int, min_reclaimable_tokens: int) -> bool:
+        if self.failures < LOOP_GUARD_FAILURES:
+            return False
+        return effective - self.tokens_at_last_attempt < min_reclaimable_tokens
+
+
+@dataclass
+class TurnState:
+    """Per agent turn: at most one soft compaction attempt."""
+
+    soft_attempted: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the preflight should do."""
+
+    trigger: Trigger | None
+    consumed: tuple[CheckpointEntry, ...] = ()
+    """Intents this decision consumes (recorded whatever the outcome)."""
+    skip_reason: str | None = None
+    """For consumed intents that fail their gates: why nothing runs."""
+
+
+def decide(
+    *,
+    effective: int,
+    t: Thresholds,
+    intents: Sequence[CheckpointEntry],
+    turn: TurnState,
+    guard: LoopGuard,
+) -> Decision:
+    """Choose at most one trigger: hard_limit > milestone/plan_pivot > turn_complete > auto_threshold."""
+    consumed = tuple(intents)
+    if effective > t.hard_limit:
+        return Decision(Trigger.HARD_LIMIT, consumed)
+    kinds = {intent.kind for intent in intents}
+    wanted: Trigger | None = None
+    if kinds & {"milestone", "plan_pivot"} and t.auto and t.compact_on_milestone:
+        wanted = Trigger.PLAN_PIVOT if "plan_pivot" in kinds else Trigger.MILESTONE
+    elif "turn" in kinds and t.auto and t.compact_on_turn_complete:
+        wanted = Trigger.TURN_COMPLETE
+    elif t.auto and effective >= t.soft_limit:
+        wanted = Trigger.AUTO_THRESHOLD
+    if wanted is None:
+        reason = "auto-compaction is off for this intent" if consumed else None
+        return Decision(None, consumed, reason)
+    reason = _soft_gate(effective, t, turn, guard)
+    if reason is not None:
+        return Decision(None, consumed, reason if consumed else None)
+    return Decision(wanted, consumed)
+
+
+def _soft_gate(effective: int, t: Thresholds, turn: TurnState, guard: LoopGuard) -> str | None:
+    if guard.just_completed:
+        return "a compaction just completed"
+    if turn.soft_attempted:
+        return "one soft compaction attempt per turn already made"
+    if effective < t.min_tokens_for_auto_compact:
+        return f"effective {effective} < minTokensForAutoCompact {t.min_tokens_for_auto_compact}"
+    if guard.paused(effective, t.min_reclaimable_tokens):
+        return (
+            f"paused after {guard.failures} fruitless attempts until effective grows by "
+            f"{t.min_reclaimable_tokens} tokens"
+        )
+    roi = pre_generation_roi(effective, t)
+    if not roi.passes:
+        return roi.reason
+    return None
