@@ -1,0 +1,395 @@
+"""The preflight barrier (SPEC §6): run one compaction operation to a terminal outcome.
+
+The plan is frozen before anything runs. The model summary runs in a worker thread with a
+deadline of `timeoutMs`; on expiry it is aborted and the deterministic capsule is used
+(`quality: degraded`). Before appending, the barrier re-checks the abort signal and that
+the leaf is still the plan's expected leaf: a late summary after cancel or a leaf change
+is dropped (`cancelled` / `stale`), even if the model answers afterwards.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from soba_nb.compaction.capsule import (
+    Capsule,
+    CapsuleFormatError,
+    InvalidSummary,
+    parse_capsule,
+    render_capsule,
+    validate_summary,
+)
+from soba_nb.compaction.deterministic import build_deterministic_capsule
+from soba_nb.compaction.flight import FlightRecord, FlightRecorder
+from soba_nb.compaction.model_input import VISIBLE_TYPES, ModelInput, VisibleContext, assemble
+from soba_nb.compaction.planner import Cut
+from soba_nb.compaction.summarizer import Summarizer, SummaryOutput
+from soba_nb.compaction.summary_prompt import build_summary_prompt
+from soba_nb.compaction.triggers import POST_GATE_EXEMPT, Thresholds, Trigger, post_generation_roi
+from soba_nb.messages import ToolSchema
+from soba_nb.tokens import TokenCounter
+from soba_nb.transcript.entries import CapsuleEntry, CompactionEntry, SkillEntry, new_checkpoint_id
+from soba_nb.transcript.store import Transcript
+
+PROGRESS_INTERVAL_S = 0.25
+"""Progress events are emitted at least this often while the summary runs (UI needs ≤ 0.5 s)."""
+PROGRESS_BEFORE_SUMMARY = 5
+PROGRESS_SUMMARY_DONE = 90
+PROGRESS_CAP_WHILE_RUNNING = 89
+CHARS_PER_SUMMARY_TOKEN = 4
+POLL_S = 0.05
+
+
+class Outcome(str, Enum):
+    COMPLETED = "completed"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+    STALE = "stale"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    """Immutable plan of one operation, built before `compaction_start`."""
+
+    operation_id: str
+    session_id: str
+    trigger: Trigger
+    expected_leaf: str | None
+    cut: Cut
+    hard_limit: int
+    soft_limit: int
+    tokens_before: int
+    measurement_source: str
+    summary_output_tokens: int
+    summary_input_tokens: int
+    focus: str | None = None
+    consumed: tuple[str, ...] = ()
+    """Checkpoint ids of pending intents this operation consumes."""
+    must_be_below: int | None = None
+    """Overflow recovery: the continuation must be strictly smaller than this."""
+
+
+@dataclass(frozen=True)
+class CompactionEvent:
+    """For the UI: `compaction_start`, `compaction_progress` (0–100) and `compaction_end`."""
+
+    kind: str
+    operation_id: str
+    trigger: str
+    percent: int = 0
+    result: CompactionResult | None = None
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    """The terminal outcome of one operation."""
+
+    operation_id: str
+    trigger: str
+    outcome: Outcome
+    reason: str
+    tokens_before: int
+    tokens_after: int | None
+    checkpoint_id: str | None
+    quality: str | None
+    duration_ms: int
+    entry: CapsuleEntry | None = None
+
+    @property
+    def reclaimed(self) -> int | None:
+        return None if self.tokens_after is None else self.tokens_before - self.tokens_after
+
+    def line(self) -> str:
+        """One result line: trigger, tokens before → after, reclaimed %, checkpoint (fallback)."""
+        if self.outcome is not Outcome.COMPLETED:
+            return f"compaction {self.outcome.value} ({self.trigger}): {self.reason}"
+        assert self.tokens_after is not None
+        percent = round(100 * (self.tokens_before - self.tokens_after) / max(self.tokens_before, 1))
+        text = (
+            f"Compacted ({self.trigger}) · {self.tokens_before:,} → {self.tokens_after:,} tokens · "
+            f"reclaimed {percent}% · {self.checkpoint_id}"
+        )
+        return text + " · fallback" if self.quality == "degraded" else text
+
+
+Emit = Callable[[CompactionEvent], None]
+
+
+@dataclass
+class BarrierContext:
+    """What a barrier run needs besides the plan."""
+
+    transcript: Transcript
+    counter: TokenCounter
+    thresholds: Thresholds
+    system: str
+    tools: Sequence[ToolSchema]
+    timeout_ms: int
+    summarizer: Summarizer | None
+    skills: Sequence[SkillEntry] = ()
+    kernel_state: Sequence[str] = ()
+    flight: FlightRecorder | None = None
+    emit: Emit | None = None
+
+
+class _SummaryRun:
+    """The model summary in a worker thread, abortable."""
+
+    def __init__(self, summarizer: Summarizer, plan: CompactionPlan, system: str, user: str, timeout_s: float):
+        self.timeout_s = timeout_s
+        self.abort = threading.Event()
+        self.done = threading.Event()
+        self.output: SummaryOutput | None = None
+        self.error: BaseException | None = None
+        self.chars = 0
+        self._thread = threading.Thread(
+            target=self._run, args=(summarizer, plan, system, user), daemon=True, name="soba-summary"
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self, summarizer: Summarizer, plan: CompactionPlan, system: str, user: str) -> None:
+        def progress(chars: int) -> None:
+            self.chars = chars
+
+        try:
+            self.output = summarizer.summarize(
+                system,
+                user,
+                max_output_tokens=plan.summary_output_tokens,
+                operation_id=plan.operation_id,
+                cancel=self.abort,
+                on_progress=progress,
+                timeout_s=self.timeout_s,
+            )
+        except BaseException as exc:  # reported to the barrier, never raised in a thread
+            self.error = exc
+        finally:
+            self.done.set()
+
+
+def run_barrier(plan: CompactionPlan, ctx: BarrierContext, cancel: threading.Event) -> CompactionResult:
+    """Run `plan` to a terminal outcome and return it (appending a capsule only on `completed`)."""
+    started = time.monotonic()
+    _emit(ctx, CompactionEvent("compaction_start", plan.operation_id, plan.trigger.value))
+    _emit(ctx, CompactionEvent("compaction_progress", plan.operation_id, plan.trigger.value, 0))
+    try:
+        result = _run(plan, ctx, cancel, started)
+    except KeyboardInterrupt:
+        cancel.set()
+        result = _result(plan, Outcome.CANCELLED, "interrupted", started)
+    if result.outcome in (Outcome.SKIPPED, Outcome.FAILED) and plan.consumed:
+        _record_consumed(plan, ctx, result)
+    if ctx.flight is not None:
+        ctx.flight.record(_flight(plan, result))
+    _emit(ctx, CompactionEvent("compaction_end", plan.operation_id, plan.trigger.value, 100, result))
+    return result
+
+
+def _run(plan: CompactionPlan, ctx: BarrierContext, cancel: threading.Event, started: float) -> CompactionResult:
+    previous = _previous_capsule(plan)
+    fallback = build_deterministic_capsule(
+        plan.cut.summarize, previous=previous, kept=plan.cut.kept, kernel_state=ctx.kernel_state
+    )
+    capsule, quality, model, provider, note = fallback, "degraded", None, None, "no summarizer model"
+    if ctx.summarizer is not None:
+        outcome = _summarize(plan, ctx, cancel, previous, started)
+        if isinstance(outcome, CompactionResult):
+            return outcome
+        if isinstance(outcome, Capsule):
+            capsule, quality = outcome, "full"
+            model, provider = ctx.summarizer.model, ctx.summarizer.provider
+        else:
+            note = outcome
+    entry = CapsuleEntry(
+        operation_id=plan.operation_id,
+        checkpoint_id=new_checkpoint_id(),
+        trigger=plan.trigger.value,
+        quality=quality,
+        tokens_before=plan.tokens_before,
+        tokens_after=0,
+        first_kept_entry_id=plan.cut.first_kept_entry_id,
+        rolls_up=plan.cut.previous.id if plan.cut.previous else None,
+        model=model,
+        provider=provider,
+        content=render_capsule(capsule),
+    )
+    continuation = measure_continuation(entry, plan, ctx)
+    entry = entry.model_copy(update={"tokens_after": continuation.tokens})
+    ctx.counter.forget(entry.id)
+    verdict = _gates(plan, continuation.tokens, ctx)
+    if verdict is not None:
+        return _result(plan, verdict[0], verdict[1], started, tokens_after=continuation.tokens)
+    _emit(ctx, CompactionEvent("compaction_progress", plan.operation_id, plan.trigger.value, 95))
+    # The last check before the append: abort signal, then the expected leaf.
+    if cancel.is_set():
+        return _result(plan, Outcome.CANCELLED, "cancelled before the capsule was appended", started)
+    if ctx.transcript.leaf != plan.expected_leaf:
+        return _result(plan, Outcome.STALE, "the session leaf changed while the summary ran", started)
+    written = ctx.transcript.append(entry)
+    assert isinstance(written, CapsuleEntry)
+    reason = "" if quality == "full" else f"fallback: {note}"
+    return _result(
+        plan, Outcome.COMPLETED, reason, started,
+        tokens_after=continuation.tokens, entry=written, quality=quality,
+    )
+
+
+def _summarize(
+    plan: CompactionPlan,
+    ctx: BarrierContext,
+    cancel: threading.Event,
+    previous: Capsule | None,
+    started: float,
+) -> Capsule | CompactionResult | str:
+    """The validated model capsule, a terminal result (cancel), or why the fallback is used."""
+    assert ctx.summarizer is not None
+    prompt = build_summary_prompt(
+        list(plan.cut.summarize),
+        previous=previous,
+        focus=plan.focus,
+        max_input_tokens=plan.summary_input_tokens,
+        count=ctx.counter.count_text,
+    )
+    timeout_s = ctx.timeout_ms / 1000
+    deadline = started + timeout_s
+    run = _SummaryRun(ctx.summarizer, plan, prompt.system, prompt.user, timeout_s)
+    run.start()
+    last_progress = 0.0
+    expected_chars = plan.summary_output_tokens * CHARS_PER_SUMMARY_TOKEN
+    try:
+        while not run.done.wait(POLL_S):
+            now = time.monotonic()
+            if cancel.is_set():
+                run.abort.set()
+                return _result(plan, Outcome.CANCELLED, "cancelled while the summary ran", started)
+            if now >= deadline:
+                run.abort.set()
+                return f"the model summary did not finish within timeoutMs={ctx.timeout_ms}"
+            if now - last_progress >= PROGRESS_INTERVAL_S:
+                last_progress = now
+                percent = _percent(now - started, timeout_s, run.chars, expected_chars)
+                _emit(ctx, CompactionEvent("compaction_progress", plan.operation_id, plan.trigger.value, percent))
+    except KeyboardInterrupt:
+        run.abort.set()
+        raise
+    if cancel.is_set():
+        return _result(plan, Outcome.CANCELLED, "cancelled while the summary ran", started)
+    _emit(ctx, CompactionEvent("compaction_progress", plan.operation_id, plan.trigger.value, PROGRESS_SUMMARY_DONE))
+    if run.error is not None:
+        return f"the model summary failed ({type(run.error).__name__}: {run.error})"
+    assert run.output is not None
+    try:
+        return validate_summary(
+            run.output.text, finish_reason=run.output.finish_reason, has_tool_calls=run.output.has_tool_calls
+        )
+    except InvalidSummary as exc:
+        return f"the model summary was rejected ({exc})"
+
+
+def _percent(elapsed: float, timeout: float, chars: int, expected_chars: int) -> int:
+    by_time = elapsed / timeout if timeout > 0 else 0.0
+    by_output = chars / expected_chars if expected_chars > 0 else 0.0
+    share = max(by_time, by_output)
+    span = PROGRESS_CAP_WHILE_RUNNING - PROGRESS_BEFORE_SUMMARY
+    return min(PROGRESS_CAP_WHILE_RUNNING, PROGRESS_BEFORE_SUMMARY + int(share * span))
+
+
+def measure_continuation(entry: CapsuleEntry, plan: CompactionPlan, ctx: BarrierContext) -> ModelInput:
+    """The whole continuation measured exactly: system/tools, serialized capsule, kept tail."""
+    kept = tuple(e for e in plan.cut.kept if isinstance(e, VISIBLE_TYPES))
+    context = VisibleContext(entry, kept, tuple(ctx.skills))
+    return assemble(context, system=ctx.system, tools=ctx.tools, counter=ctx.counter, fit_to=plan.hard_limit)
+
+
+def _gates(plan: CompactionPlan, tokens_after: int, ctx: BarrierContext) -> tuple[Outcome, str] | None:
+    if plan.trigger not in POST_GATE_EXEMPT:
+        passes, reason = post_generation_roi(plan.tokens_before, tokens_after, ctx.thresholds)
+        if not passes:
+            return Outcome.SKIPPED, reason
+    if tokens_after > plan.hard_limit:
+        return Outcome.FAILED, f"the continuation is still {tokens_after} tokens, above hardLimit {plan.hard_limit}"
+    if plan.must_be_below is not None and tokens_after >= plan.must_be_below:
+        return Outcome.FAILED, (
+            f"the continuation ({tokens_after} tokens) is not smaller than the request the provider "
+            f"refused ({plan.must_be_below})"
+        )
+    return None
+
+
+def _previous_capsule(plan: CompactionPlan) -> Capsule | None:
+    if plan.cut.previous is None:
+        return None
+    try:
+        return parse_capsule(plan.cut.previous.content)
+    except CapsuleFormatError:
+        return None
+
+
+def _record_consumed(plan: CompactionPlan, ctx: BarrierContext, result: CompactionResult) -> None:
+    if ctx.transcript.leaf != plan.expected_leaf:
+        return
+    outcome = "skipped" if result.outcome is Outcome.SKIPPED else "failed"
+    ctx.transcript.append(
+        CompactionEntry(
+            operation_id=plan.operation_id,
+            trigger=plan.trigger.value,
+            outcome=outcome,
+            reason=result.reason,
+            consumed=list(plan.consumed),
+        )
+    )
+
+
+def _result(
+    plan: CompactionPlan,
+    outcome: Outcome,
+    reason: str,
+    started: float,
+    *,
+    tokens_after: int | None = None,
+    entry: CapsuleEntry | None = None,
+    quality: str | None = None,
+) -> CompactionResult:
+    return CompactionResult(
+        operation_id=plan.operation_id,
+        trigger=plan.trigger.value,
+        outcome=outcome,
+        reason=reason,
+        tokens_before=plan.tokens_before,
+        tokens_after=tokens_after,
+        checkpoint_id=entry.checkpoint_id if entry else None,
+        quality=quality,
+        duration_ms=int((time.monotonic() - started) * 1000),
+        entry=entry,
+    )
+
+
+def _flight(plan: CompactionPlan, result: CompactionResult) -> FlightRecord:
+    return FlightRecord(
+        operation_id=plan.operation_id,
+        session_id=plan.session_id,
+        trigger=plan.trigger.value,
+        hard_limit=plan.hard_limit,
+        soft_limit=plan.soft_limit,
+        tokens_before=plan.tokens_before,
+        tokens_after=result.tokens_after,
+        reclaimed=result.reclaimed,
+        outcome=result.outcome.value,
+        reason=result.reason,
+        duration_ms=result.duration_ms,
+        checkpoint_id=result.checkpoint_id,
+        quality=result.quality,
+        measurement_source=plan.measurement_source,
+    )
+
+
+def _emit(ctx: BarrierContext, event: CompactionEvent) -> None:
+    if ctx.emit is not None:
+        ctx.emit(event)

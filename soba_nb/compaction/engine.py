@@ -1,0 +1,344 @@
+"""The compaction engine: one path for every trigger, parameterised by trigger.
+
+`Compactor` ties measurement, trigger rules, planning and the barrier to one transcript.
+The agent loop calls `preflight()` before every inference, `compact()` for `%compact`,
+`recover_overflow()` after a provider overflow, and `request_for_sending()` to get model
+input that is known to be under the hard limit (fail-closed).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from soba_nb.compaction.barrier import (
+    BarrierContext,
+    CompactionPlan,
+    CompactionResult,
+    Emit,
+    Outcome,
+    run_barrier,
+)
+from soba_nb.compaction.budget import BudgetTracker, Measurement
+from soba_nb.compaction.flight import FlightRecorder
+from soba_nb.compaction.model_input import (
+    ModelInput,
+    assemble,
+    fixed_tokens,
+    system_text,
+    visible_context,
+)
+from soba_nb.compaction.planner import NothingToCompact, plan_cut
+from soba_nb.compaction.summarizer import Summarizer
+from soba_nb.compaction.triggers import (
+    SOFT_TRIGGERS,
+    Decision,
+    LoopGuard,
+    Thresholds,
+    Trigger,
+    TurnState,
+    decide,
+    pending_intents,
+)
+from soba_nb.messages import ToolSchema
+from soba_nb.tokens import TokenCounter
+from soba_nb.transcript.entries import CheckpointEntry, CompactionEntry, SkillEntry
+from soba_nb.transcript.store import Transcript
+
+SUMMARY_OUTPUT_MIN = 256
+SUMMARY_OUTPUT_MAX = 4096
+SUMMARY_OUTPUT_SHARE = 8
+"""The summary may use up to hardLimit / 8 output tokens, within the bounds above."""
+OVERFLOW_MARGIN_TOKENS = 64
+
+
+class HardLimitExceeded(RuntimeError):
+    """The input cannot be brought under the hard limit: the request is not sent."""
+
+    def __init__(self, tokens: int, hard_limit: int, reason: str = ""):
+        detail = f" ({reason})" if reason else ""
+        super().__init__(
+            f"request not sent: the model input is {tokens:,} tokens, above hardLimit {hard_limit:,}{detail}"
+        )
+        self.tokens = tokens
+        self.hard_limit = hard_limit
+
+
+def summary_output_tokens(hard_limit: int) -> int:
+    return max(SUMMARY_OUTPUT_MIN, min(SUMMARY_OUTPUT_MAX, hard_limit // SUMMARY_OUTPUT_SHARE))
+
+
+@dataclass
+class EngineSettings:
+    """Everything the engine needs that is not the transcript."""
+
+    thresholds: Thresholds
+    timeout_ms: int
+    max_output_tokens: int
+    session_id: str
+
+
+class Compactor:
+    """Compaction for one session transcript."""
+
+    def __init__(
+        self,
+        transcript: Transcript,
+        counter: TokenCounter,
+        settings: EngineSettings,
+        *,
+        system: str,
+        tools: Sequence[ToolSchema],
+        summarizer: Summarizer | None = None,
+        flight: FlightRecorder | None = None,
+        kernel_state: Callable[[], Sequence[str]] | None = None,
+    ):
+        self.transcript = transcript
+        self.counter = counter
+        self.settings = settings
+        self.system = system
+        self.tools = tuple(tools)
+        self.summarizer = summarizer
+        self.flight = flight
+        self.kernel_state = kernel_state
+        self.guard = LoopGuard()
+        self.last_result: CompactionResult | None = None
+        self.listeners: list[Emit] = []
+        self.tracker = BudgetTracker(counter, fixed_tokens(system, self.tools, counter))
+
+    # -- measurement ---------------------------------------------------------------------
+
+    @property
+    def thresholds(self) -> Thresholds:
+        return self.settings.thresholds
+
+    def update_settings(self, settings: EngineSettings) -> None:
+        self.settings = settings
+
+    def measure(self) -> Measurement:
+        return self.tracker.measure(self.transcript.path_view())
+
+    def model_input(self, *, fit: bool = True) -> ModelInput:
+        """The model input of the current path (emergency clipping toward the hard limit)."""
+        context = visible_context(self.transcript.path_view())
+        fit_to = self.thresholds.hard_limit if fit else None
+        return assemble(context, system=self.system, tools=self.tools, counter=self.counter, fit_to=fit_to)
+
+    def request_for_sending(self) -> ModelInput:
+        """Model input known to be under the hard limit, or `HardLimitExceeded` (fail-closed)."""
+        built = self.model_input()
+        if built.tokens > self.thresholds.hard_limit:
+            raise HardLimitExceeded(built.tokens, self.thresholds.hard_limit)
+        return built
+
+    # -- intents -------------------------------------------------------------------------
+
+    def record_turn_complete(self, note: str = "") -> CheckpointEntry:
+        """A finished turn: a `turn` checkpoint, an intent only when the config asks for it."""
+        t = self.thresholds
+        intent = t.auto and t.compact_on_turn_complete
+        written = self.transcript.append(CheckpointEntry(kind="turn", note=note, intent=intent))
+        assert isinstance(written, CheckpointEntry)
+        return written
+
+    def record_checkpoint(self, kind: str, note: str) -> CheckpointEntry:
+        """A milestone / plan_pivot (pending intent) or a user checkpoint (no intent)."""
+        if kind not in ("milestone", "plan_pivot", "user"):
+            raise ValueError(f"checkpoint kind {kind!r}: must be milestone, plan_pivot or user")
+        written = self.transcript.append(
+            CheckpointEntry(kind=kind, note=note, intent=kind in ("milestone", "plan_pivot"))  # type: ignore[arg-type]
+        )
+        assert isinstance(written, CheckpointEntry)
+        return written
+
+    # -- operations ----------------------------------------------------------------------
+
+    def preflight(self, turn: TurnState, cancel: threading.Event | None = None) -> CompactionResult | None:
+        """Run before every inference: at most one compaction, to a terminal outcome."""
+        cancel = cancel or threading.Event()
+        measurement = self.measure()
+        path = self.transcript.path_view()
+        # "Never re-trigger immediately after a completed compaction": only until new entries.
+        self.guard.just_completed = self.guard.just_completed and not _appended_since_capsule(path)
+        intents = pending_intents(path)
+        decision = decide(
+            effective=measurement.effective, t=self.thresholds, intents=intents, turn=turn, guard=self.guard
+        )
+        if decision.trigger is None:
+            if decision.consumed:
+                self._consume_without_operation(decision)
+            return None
+        if decision.trigger in SOFT_TRIGGERS:
+            turn.soft_attempted = True
+        return self._operate(decision.trigger, measurement, cancel, consumed=decision.consumed)
+
+    def compact(self, *, focus: str | None = None, cancel: threading.Event | None = None) -> CompactionResult:
+        """Explicit `%compact`: trigger `user`, no soft ROI gate; skipped when nothing to compact."""
+        intents = pending_intents(self.transcript.path_view())
+        return self._operate(Trigger.USER, self.measure(), cancel or threading.Event(), focus=focus, consumed=tuple(intents))
+
+    def recover_overflow(
+        self,
+        refused_tokens: int,
+        stated_limit: int | None,
+        cancel: threading.Event | None = None,
+    ) -> CompactionResult:
+        """One forced compaction after a provider overflow: the retry must be strictly smaller."""
+        target = self.thresholds.hard_limit
+        if stated_limit is not None:
+            target = min(target, stated_limit - self.settings.max_output_tokens - OVERFLOW_MARGIN_TOKENS)
+        target = min(target, refused_tokens - 1)
+        return self._operate(
+            Trigger.CONTEXT_OVERFLOW,
+            self.measure(),
+            cancel or threading.Event(),
+            target=max(target, 1),
+            must_be_below=refused_tokens,
+        )
+
+    def _operate(
+        self,
+        trigger: Trigger,
+        measurement: Measurement,
+        cancel: threading.Event,
+        *,
+        focus: str | None = None,
+        consumed: Sequence[CheckpointEntry] = (),
+        target: int | None = None,
+        must_be_below: int | None = None,
+    ) -> CompactionResult:
+        plan = self._plan(trigger, measurement, focus, consumed, target, must_be_below)
+        if isinstance(plan, CompactionResult):
+            self._finish(plan, measurement)
+            return plan
+        ctx = BarrierContext(
+            transcript=self.transcript,
+            counter=self.counter,
+            thresholds=self.thresholds,
+            system=self.system,
+            tools=self.tools,
+            timeout_ms=self.settings.timeout_ms,
+            summarizer=self.summarizer,
+            skills=self._skills(),
+            kernel_state=tuple(self.kernel_state()) if self.kernel_state else (),
+            flight=self.flight,
+            emit=self._emit,
+        )
+        result = run_barrier(plan, ctx, cancel)
+        self._finish(result, measurement)
+        return result
+
+    def _plan(
+        self,
+        trigger: Trigger,
+        measurement: Measurement,
+        focus: str | None,
+        consumed: Sequence[CheckpointEntry],
+        target: int | None,
+        must_be_below: int | None,
+    ) -> CompactionPlan | CompactionResult:
+        t = self.thresholds
+        summary_tokens = summary_output_tokens(t.hard_limit)
+        max_kept: int | None = None
+        if trigger in (Trigger.HARD_LIMIT, Trigger.CONTEXT_OVERFLOW):
+            goal = target if target is not None else t.hard_limit
+            max_kept = max(goal - self.tracker.fixed - summary_tokens, 0)
+        operation_id = "op_" + uuid.uuid4().hex[:12]
+        try:
+            cut = plan_cut(
+                self.transcript.path_view(),
+                self.counter,
+                keep_recent_tokens=t.keep_recent_tokens,
+                max_kept_tokens=max_kept,
+            )
+        except NothingToCompact as exc:
+            outcome = Outcome.FAILED if trigger in (Trigger.HARD_LIMIT, Trigger.CONTEXT_OVERFLOW) else Outcome.SKIPPED
+            result = CompactionResult(operation_id, trigger.value, outcome, str(exc), measurement.effective, None, None, None, 0)
+            plan = self._bare_plan(operation_id, trigger, measurement, consumed)
+            return self._close_without_barrier(plan, result)
+        return CompactionPlan(
+            operation_id=operation_id,
+            session_id=self.settings.session_id,
+            trigger=trigger,
+            expected_leaf=self.transcript.leaf,
+            cut=cut,
+            hard_limit=t.hard_limit,
+            soft_limit=t.soft_limit,
+            tokens_before=measurement.effective,
+            measurement_source=measurement.source,
+            summary_output_tokens=summary_tokens,
+            summary_input_tokens=t.hard_limit,
+            focus=focus,
+            consumed=tuple(c.checkpoint_id for c in consumed),
+            must_be_below=must_be_below,
+        )
+
+    def _bare_plan(
+        self, operation_id: str, trigger: Trigger, measurement: Measurement, consumed: Sequence[CheckpointEntry]
+    ) -> CompactionPlan:
+        from soba_nb.compaction.planner import Cut
+
+        empty = Cut((), (), None, 0, 0, None)
+        t = self.thresholds
+        return CompactionPlan(
+            operation_id, self.settings.session_id, trigger, self.transcript.leaf, empty, t.hard_limit,
+            t.soft_limit, measurement.effective, measurement.source, 0, 0,
+            consumed=tuple(c.checkpoint_id for c in consumed),
+        )
+
+    def _close_without_barrier(self, plan: CompactionPlan, result: CompactionResult) -> CompactionResult:
+        """Nothing to compact: still a terminal outcome, a flight record and a consumed intent."""
+        from soba_nb.compaction.barrier import CompactionEvent, _flight, _record_consumed
+
+        self._emit(CompactionEvent("compaction_start", plan.operation_id, plan.trigger.value))
+        if plan.consumed:
+            ctx = BarrierContext(self.transcript, self.counter, self.thresholds, self.system, self.tools, 0, None)
+            _record_consumed(plan, ctx, result)
+        if self.flight is not None:
+            self.flight.record(_flight(plan, result))
+        self._emit(CompactionEvent("compaction_end", plan.operation_id, plan.trigger.value, 100, result))
+        return result
+
+    def _consume_without_operation(self, decision: Decision) -> None:
+        self.transcript.append(
+            CompactionEntry(
+                operation_id="op_" + uuid.uuid4().hex[:12],
+                trigger=_intent_trigger(decision).value,
+                outcome="skipped",
+                reason=decision.skip_reason or "gates not met",
+                consumed=[c.checkpoint_id for c in decision.consumed],
+            )
+        )
+
+    def _finish(self, result: CompactionResult, measurement: Measurement) -> None:
+        self.last_result = result
+        soft = Trigger(result.trigger) in SOFT_TRIGGERS
+        if result.outcome in (Outcome.COMPLETED, Outcome.SKIPPED, Outcome.FAILED):
+            self.guard.record(result.outcome.value, measurement.effective, soft=soft)
+
+    def _skills(self) -> tuple[SkillEntry, ...]:
+        return visible_context(self.transcript.path_view()).skills
+
+    def _emit(self, event: object) -> None:
+        for listener in list(self.listeners):
+            listener(event)  # type: ignore[arg-type]
+
+    def system_with_skills(self) -> str:
+        return system_text(self.system, self._skills())
+
+
+def _appended_since_capsule(path: Sequence[object]) -> bool:
+    from soba_nb.transcript.entries import CapsuleEntry
+
+    return bool(path) and not isinstance(path[-1], CapsuleEntry)
+
+
+def _intent_trigger(decision: Decision) -> Trigger:
+    kinds = {c.kind for c in decision.consumed}
+    if "plan_pivot" in kinds:
+        return Trigger.PLAN_PIVOT
+    if "milestone" in kinds:
+        return Trigger.MILESTONE
+    return Trigger.TURN_COMPLETE
