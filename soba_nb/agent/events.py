@@ -1,0 +1,45 @@
+"""Events the agent loop reports while a turn runs (the UI renders them; it never writes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from soba_nb.compaction.barrier import CompactionEvent
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """A piece of the answer as it streams."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolStarted:
+    call_id: str
+    name: str
+    summary: str
+    """One-line summary of the arguments."""
+
+
+@dataclass(frozen=True)
+class ToolFinished:
+    call_id: str
+    name: str
+    summary: str
+    is_error: bool
+    duration_ms: int
+    preview: str
+    """The first lines of the output, for a collapsed receipt."""
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A one-line message for the user (errors, stops, repairs)."""
+
+    text: str
+    level: str = "info"
+
+
+AgentEvent = Union[TextDelta, ToolStarted, ToolFinished, Notice, CompactionEvent]

@@ -1,0 +1,249 @@
+"""The agent turn loop.
+
+user message → preflight → inference → tool calls → results → preflight → … until a
+final answer or the step limit. The preflight runs before every inference, so a long tool
+loop cannot run past the window. Every message, tool call, tool result and usage figure
+becomes a transcript entry. A context overflow gets one recovery compaction and one retry;
+the same oversized request is never sent twice.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from soba_nb.agent.events import AgentEvent, Notice, TextDelta, ToolFinished, ToolStarted
+from soba_nb.agent.session import AgentSession
+from soba_nb.agent.tools import ToolContext, run_tool, summarize_arguments
+from soba_nb.compaction.barrier import CompactionResult, Outcome
+from soba_nb.compaction.engine import HardLimitExceeded
+from soba_nb.compaction.model_input import ModelInput
+from soba_nb.compaction.triggers import TurnState
+from soba_nb.providers.base import ModelRequest, ModelResponse
+from soba_nb.providers.errors import Cancelled, ContextOverflowError, ProviderError
+from soba_nb.transcript.entries import MessageEntry, ToolCallEntry, ToolResultEntry, UsageEntry
+
+DEFAULT_MAX_STEPS = 25
+"""Inference requests per turn before the loop stops with a clear message."""
+INFERENCE_TIMEOUT_S = 600.0
+PREVIEW_LINES = 3
+PREVIEW_CHARS = 240
+CANCELLED_RESULT = "[cancelled: the turn was interrupted before this call ran]"
+
+
+@dataclass
+class TurnResult:
+    """How a turn ended."""
+
+    status: str
+    """"completed", "cancelled", "failed" or "step_limit"."""
+    answer: str = ""
+    message: str = ""
+    steps: int = 0
+    compactions: list[CompactionResult] = field(default_factory=list)
+
+
+EventSink = Callable[[AgentEvent], None]
+
+
+def _noop(_: AgentEvent) -> None:
+    return None
+
+
+class TurnRunner:
+    """Runs one turn of a session; `run(prompt)` returns a `TurnResult`."""
+
+    def __init__(
+        self,
+        session: AgentSession,
+        *,
+        on_event: EventSink | None = None,
+        cancel: threading.Event | None = None,
+        max_steps: int = DEFAULT_MAX_STEPS,
+    ):
+        self.session = session
+        self.emit = on_event or _noop
+        self.cancel = cancel or threading.Event()
+        self.max_steps = max_steps
+        self.turn = TurnState()
+        self.result = TurnResult("completed")
+        self._overflow_recovered = False
+
+    def run(self, prompt: str) -> TurnResult:
+        session = self.session
+        session.ensure_summarizer()
+        listener = self.emit
+        session.compactor.listeners.append(listener)
+        try:
+            session.transcript.append(MessageEntry(role="user", content=prompt))
+            return self._loop()
+        except KeyboardInterrupt:
+            self.cancel.set()
+            return self._end("cancelled", "interrupted; the transcript is consistent and the next %soba works")
+        finally:
+            session.compactor.listeners.remove(listener)
+
+    def _loop(self) -> TurnResult:
+        while self.result.steps < self.max_steps:
+            preflight = self.session.compactor.preflight(self.turn, self.cancel)
+            if preflight is not None:
+                self.result.compactions.append(preflight)
+                if preflight.outcome is Outcome.CANCELLED:
+                    return self._end("cancelled", "cancelled during compaction; no capsule was appended")
+            if self.cancel.is_set():
+                return self._end("cancelled", "cancelled")
+            try:
+                model_input = self.session.compactor.request_for_sending()
+            except HardLimitExceeded as exc:
+                return self._end("failed", str(exc))
+            response = self._infer(model_input)
+            if isinstance(response, TurnResult):
+                return response
+            if response is None:
+                continue  # overflow recovered: retry once with the smaller input
+            self.result.steps += 1
+            self._record_answer(response)
+            if not response.tool_calls:
+                self.result.answer = response.text
+                self.session.compactor.record_turn_complete()
+                return self._end("completed", "")
+            if not self._run_tools(response):
+                return self._end("cancelled", "cancelled while tools ran; unfinished calls were recorded as cancelled")
+        return self._end(
+            "step_limit",
+            f"stopped after {self.max_steps} model requests (the step limit); ask again to continue",
+        )
+
+    def _infer(self, model_input: ModelInput) -> ModelResponse | TurnResult | None:
+        for note in model_input.notes:
+            self.emit(Notice(note, "warning"))
+        request = ModelRequest(
+            system=model_input.system,
+            messages=list(model_input.messages),
+            tools=list(model_input.tools),
+            max_output_tokens=self.session.config.model.max_output_tokens,
+            operation="inference",
+            operation_id="op_" + uuid.uuid4().hex[:12],
+        )
+        streamed: list[str] = []
+
+        def on_text(text: str) -> None:
+            streamed.append(text)
+            self.emit(TextDelta(text))
+
+        try:
+            return self.session.provider.complete(
+                request, on_text=on_text, cancel=self.cancel, timeout_s=INFERENCE_TIMEOUT_S
+            )
+        except ContextOverflowError as exc:
+            return self._recover(exc, model_input.tokens)
+        except (Cancelled, KeyboardInterrupt):
+            self.cancel.set()
+            self._record_partial("".join(streamed))
+            return self._end("cancelled", "cancelled while the answer streamed")
+        except ProviderError as exc:
+            return self._end("failed", f"{self.session.config.model.provider}: {exc}")
+
+    def _recover(self, exc: ContextOverflowError, refused_tokens: int) -> TurnResult | None:
+        if self._overflow_recovered:
+            return self._end(
+                "failed",
+                "the provider refused the input as too long again after one recovery compaction; "
+                "not sending it again",
+            )
+        self._overflow_recovered = True
+        self.emit(Notice(f"context overflow from the provider ({exc}); compacting once and retrying", "warning"))
+        result = self.session.compactor.recover_overflow(refused_tokens, exc.limit, self.cancel)
+        self.result.compactions.append(result)
+        if result.outcome is not Outcome.COMPLETED:
+            return self._end(
+                "failed",
+                f"context overflow and the recovery compaction ended {result.outcome.value}: {result.reason}",
+            )
+        return None
+
+    def _record_answer(self, response: ModelResponse) -> None:
+        transcript = self.session.transcript
+        transcript.append(MessageEntry(role="assistant", content=response.text))
+        for call in response.tool_calls:
+            transcript.append(ToolCallEntry(call_id=call.id, name=call.name, arguments=call.arguments))
+        if response.usage is not None:
+            transcript.append(
+                UsageEntry(
+                    input_tokens=response.usage.input_tokens,
+                    output_tokens=response.usage.output_tokens,
+                    provider=response.provider,
+                    model=response.model,
+                )
+            )
+
+    def _record_partial(self, text: str) -> None:
+        if text:
+            self.session.transcript.append(MessageEntry(role="assistant", content=text + "\n\n[answer interrupted]"))
+
+    def _run_tools(self, response: ModelResponse) -> bool:
+        """Run the calls in order; on cancel, record the rest as cancelled. False if cancelled."""
+        ctx = ToolContext(
+            project_root=self.session.project_root,
+            namespace=self.session.namespace,
+            record_checkpoint=self._checkpoint,
+            cancel=self.cancel,
+        )
+        transcript = self.session.transcript
+        for index, call in enumerate(response.tool_calls):
+            if self.cancel.is_set():
+                self._cancel_rest(response, index)
+                return False
+            summary = summarize_arguments(call.name, call.arguments)
+            self.emit(ToolStarted(call.id, call.name, summary))
+            started = time.monotonic()
+            try:
+                outcome = run_tool(call.name, call.arguments, ctx)
+            except KeyboardInterrupt:
+                self.cancel.set()
+                transcript.append(
+                    ToolResultEntry(call_id=call.id, name=call.name, content="[interrupted by the user]", is_error=True)
+                )
+                self._cancel_rest(response, index + 1)
+                return False
+            duration = int((time.monotonic() - started) * 1000)
+            transcript.append(
+                ToolResultEntry(
+                    call_id=call.id, name=call.name, content=outcome.content,
+                    is_error=outcome.is_error, duration_ms=duration,
+                )
+            )
+            preview = "\n".join(outcome.content.splitlines()[:PREVIEW_LINES])[:PREVIEW_CHARS]
+            self.emit(ToolFinished(call.id, call.name, summary, outcome.is_error, duration, preview))
+        return True
+
+    def _cancel_rest(self, response: ModelResponse, start: int) -> None:
+        for call in response.tool_calls[start:]:
+            self.session.transcript.append(
+                ToolResultEntry(call_id=call.id, name=call.name, content=CANCELLED_RESULT, is_error=True)
+            )
+
+    def _checkpoint(self, kind: str, note: str) -> str:
+        return self.session.compactor.record_checkpoint(kind, note).checkpoint_id
+
+    def _end(self, status: str, message: str) -> TurnResult:
+        self.result.status = status
+        self.result.message = message
+        if message:
+            self.emit(Notice(message, "error" if status == "failed" else "info"))
+        return self.result
+
+
+def run_turn(
+    session: AgentSession,
+    prompt: str,
+    *,
+    on_event: EventSink | None = None,
+    cancel: threading.Event | None = None,
+    max_steps: int = DEFAULT_MAX_STEPS,
+) -> TurnResult:
+    """Run one agent turn to its end."""
+    return TurnRunner(session, on_event=on_event, cancel=cancel, max_steps=max_steps).run(prompt)

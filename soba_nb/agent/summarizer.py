@@ -1,0 +1,53 @@
+"""The compaction `Summarizer` implemented on a provider (`X-Soba-Operation: compaction`)."""
+
+from __future__ import annotations
+
+import threading
+
+from soba_nb.compaction.summarizer import ProgressCallback, SummaryOutput
+from soba_nb.providers.base import ChatMessage, ModelRequest, Provider
+
+
+class ProviderSummarizer:
+    """Asks the session's model for the capsule, streaming so progress can be shown."""
+
+    def __init__(self, provider: Provider):
+        self.provider_impl = provider
+        self.model = provider.model
+        self.provider = provider.name
+
+    def summarize(
+        self,
+        system: str,
+        user: str,
+        *,
+        max_output_tokens: int,
+        operation_id: str,
+        cancel: threading.Event,
+        on_progress: ProgressCallback | None,
+        timeout_s: float,
+    ) -> SummaryOutput:
+        received = 0
+
+        def on_text(text: str) -> None:
+            nonlocal received
+            received += len(text)
+            if on_progress is not None:
+                on_progress(received)
+
+        request = ModelRequest(
+            system=system,
+            messages=[ChatMessage(role="user", content=user)],
+            max_output_tokens=max_output_tokens,
+            operation="compaction",
+            operation_id=operation_id,
+            stream=True,
+        )
+        response = self.provider_impl.complete(request, on_text=on_text, cancel=cancel, timeout_s=timeout_s)
+        return SummaryOutput(
+            text=response.text,
+            finish_reason=response.finish_reason,
+            has_tool_calls=bool(response.tool_calls),
+            model=response.model,
+            provider=response.provider,
+        )
