@@ -14,6 +14,7 @@ leaves open, documented in the README:
 
 from __future__ import annotations
 
+import json
 import secrets
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
@@ -211,6 +212,13 @@ def entry_from_dict(data: dict[str, Any]) -> Entry:
     return ENTRY_ADAPTER.validate_python(data)
 
 
+def entry_to_dict(entry: Entry) -> dict[str, Any]:
+    """The entry as JSON-ready data, camelCase, with `type` first (the on-disk key order)."""
+    dumped = entry.model_dump(by_alias=True, mode="json")
+    return {"type": dumped.pop("type"), **dumped}
+
+
 def entry_to_json(entry: Entry) -> str:
-    """One line of JSON, camelCase, without the trailing newline."""
-    return entry.model_dump_json(by_alias=True)
+    """One line of JSON exactly as the store writes it (compact, `type` first), without the
+    trailing newline."""
+    return json.dumps(entry_to_dict(entry), ensure_ascii=False, separators=(",", ":"))

@@ -8,22 +8,25 @@ kernel on the same notebook gets a clear error instead of interleaving lines.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 from pydantic import ValidationError
 
 from soba_nb.transcript.entries import (
+    ENTRY_ADAPTER,
     CapsuleEntry,
     CheckpointEntry,
     Entry,
     LeafEntry,
     SessionEntry,
-    entry_from_dict,
+    entry_to_dict,
     new_entry_id,
 )
 
@@ -52,51 +55,78 @@ class TornLineWarning(UserWarning):
 
 def _describe(exc: ValidationError) -> str:
     err = exc.errors()[0]
+    if err["type"] == "dict_type" and not err["loc"]:
+        return "not a JSON object"
     loc = ".".join(str(p) for p in err["loc"]) or "entry"
     return f"{loc}: {err['msg']}"
 
 
-def _parse_lines(path: Path, raw: bytes) -> tuple[list[tuple[int, Entry]], bool]:
-    """(line number, entry) pairs of a file, and whether its last line is torn."""
+def _is_json_error(exc: ValidationError) -> bool:
+    return exc.errors()[0]["type"] == "json_invalid"
+
+
+def _parse_lines(path: Path, raw: bytes) -> tuple[list[tuple[int, Entry]], list[int], bool]:
+    """(line number, entry) pairs of a file, the torn lines it tolerates, and whether the
+    last line is unterminated (the next append must start a fresh line).
+
+    Each line goes straight from bytes to an entry (`validate_json`): one parse, no
+    intermediate dict, and no `RecursionError` on absurdly nested input.
+    """
     entries: list[tuple[int, Entry]] = []
+    torn_lines: list[int] = []
     lines = raw.split(b"\n")
     last_terminated = lines[-1] == b""
     if last_terminated:
         lines.pop()
-    torn = False
+    last = len(lines)
+    validate = ENTRY_ADAPTER.validate_json
     pending_torn: int | None = None
+    """A line that is not JSON; tolerated only if the next entry says it follows a torn line."""
     for number, line in enumerate(lines, start=1):
-        is_last = number == len(lines)
         try:
-            data = json.loads(line)
-            if not isinstance(data, dict):
-                raise TranscriptError(f"{path}:{number}: not a JSON object")
-            entry = entry_from_dict(data)
-        except (ValueError, ValidationError) as exc:
-            if is_last and not last_terminated:
+            entry = validate(line)
+        except ValidationError as exc:
+            if number == last and not last_terminated:
                 warnings.warn(
                     f"{path}:{number}: ignoring a torn last line (a crash cut it short)",
                     TornLineWarning,
                     stacklevel=3,
                 )
-                torn = True
+                torn_lines.append(number)
                 break
-            if isinstance(exc, TranscriptError):
-                raise TranscriptError(str(exc), number) from None
-            what = _describe(exc) if isinstance(exc, ValidationError) else "not valid JSON"
-            if not isinstance(exc, ValidationError):
+            if pending_torn is not None:
+                raise TranscriptError(f"{path}:{pending_torn}: not valid JSON", pending_torn) from None
+            if _is_json_error(exc):
                 pending_torn = number
                 continue
-            raise TranscriptError(f"{path}:{number}: bad entry ({what})", number) from None
+            raise TranscriptError(f"{path}:{number}: bad entry ({_describe(exc)})", number) from None
         if pending_torn is not None:
-            if data.get(TORN_MARKER) is not True:
+            extra = entry.model_extra
+            if not extra or extra.get(TORN_MARKER) is not True:
                 raise TranscriptError(f"{path}:{pending_torn}: not valid JSON", pending_torn)
+            torn_lines.append(pending_torn)
             pending_torn = None
         entries.append((number, entry))
     if pending_torn is not None:
         raise TranscriptError(f"{path}:{pending_torn}: not valid JSON", pending_torn)
-    torn = torn or (bool(lines) and not last_terminated)
-    return entries, torn
+    return entries, torn_lines, bool(lines) and not last_terminated
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a file is loaded.
+
+    Loading allocates a dozen objects per entry, all of which live as long as the view; the
+    collector would re-scan them again and again as they pile up (about 40% of load time at
+    100k entries, see benchmarks/run.py). Nothing is lost: it resumes right after.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _count_lines(raw: bytes) -> int:
@@ -118,6 +148,7 @@ class Transcript:
         needs_newline: bool,
         lock: FileLock | None,
         lines: int = 0,
+        torn_lines: list[int] | None = None,
     ):
         self.file = path
         self._entries: list[Entry] = []
@@ -129,6 +160,8 @@ class Transcript:
         self._lock = lock
         self._lines = lines
         """Lines in the file (torn ones included), so appended entries get true line numbers."""
+        self.torn_lines: list[int] = list(torn_lines or [])
+        """Line numbers of torn lines (crash leftovers) that loading tolerated and skipped."""
         for number, entry in entries:
             self._index(entry, number)
 
@@ -139,8 +172,16 @@ class Transcript:
         """Read-only view of an existing file (no lock). Raises `TranscriptError`."""
         path = Path(path)
         raw = path.read_bytes()
-        entries, torn = _parse_lines(path, raw)
-        return cls(path, entries, needs_newline=torn, lock=None, lines=_count_lines(raw))
+        with _gc_paused():
+            entries, torn_lines, unterminated = _parse_lines(path, raw)
+            return cls(
+                path,
+                entries,
+                needs_newline=unterminated,
+                lock=None,
+                lines=_count_lines(raw),
+                torn_lines=torn_lines,
+            )
 
     @classmethod
     def open(cls, path: Path, *, create_header: SessionEntry | None = None) -> Transcript:
@@ -161,8 +202,16 @@ class Transcript:
         try:
             if path.exists():
                 raw = path.read_bytes()
-                entries, torn = _parse_lines(path, raw)
-                store = cls(path, entries, needs_newline=torn, lock=lock, lines=_count_lines(raw))
+                with _gc_paused():
+                    entries, torn_lines, unterminated = _parse_lines(path, raw)
+                    store = cls(
+                        path,
+                        entries,
+                        needs_newline=unterminated,
+                        lock=lock,
+                        lines=_count_lines(raw),
+                        torn_lines=torn_lines,
+                    )
             else:
                 store = cls(path, [], needs_newline=False, lock=lock)
             if not store._entries and create_header is not None:
@@ -286,14 +335,20 @@ class Transcript:
         entry = entry.model_copy(update={"parent_id": self._leaf})
         while entry.id in self._by_id:
             entry = entry.model_copy(update={"id": new_entry_id()})
-        dumped = entry.model_dump(by_alias=True, mode="json")
-        data = {"type": dumped.pop("type"), **dumped}
+        data = entry_to_dict(entry)
         if self._needs_newline:
             data[TORN_MARKER] = True
         line = json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n"
         if self._needs_newline:
             line = "\n" + line
-        self._write(line.encode("utf-8"), durable=isinstance(entry, DURABLE_TYPES))
+        try:
+            encoded = line.encode("utf-8")
+        except UnicodeEncodeError:
+            # Lone surrogates (e.g. undecodable file names in a tool output) have no UTF-8
+            # form: write "?" for them, and re-read the line so memory matches the file.
+            encoded = line.encode("utf-8", "replace")
+            entry = ENTRY_ADAPTER.validate_json(encoded.strip(b"\n"))
+        self._write(encoded, durable=isinstance(entry, DURABLE_TYPES))
         self._lines += line.count("\n")
         self._needs_newline = False
         self._index(entry, self._lines)
