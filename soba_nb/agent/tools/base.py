@@ -1,0 +1,68 @@
+"""What every agent tool shares: the context it runs in, its outcome, and path confinement.
+
+A tool never raises to the turn loop: a problem the model can fix (a bad path, a missing
+match, a failing command) is a `ToolOutcome` with `is_error=True` that the model sees.
+Tools raise `ToolError` internally; the registry turns it into such an outcome.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+@dataclass
+class ToolContext:
+    """Where and with what a tool call runs."""
+
+    project_root: Path
+    """The project folder: file tools are confined to it, `shell` runs in it."""
+    namespace: dict[str, Any]
+    """The notebook's user namespace (`user_ns`); the `python` tool runs in it."""
+    record_checkpoint: Callable[[str, str], str] | None = None
+    """`record_checkpoint(kind, note) -> checkpoint_id`; None when the session has none."""
+    cancel: threading.Event | None = None
+    """Set when the user cancels the turn; long-running tools (shell) stop early."""
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """The result the model sees: the whole content (clipping happens in model input)."""
+
+    content: str
+    is_error: bool = False
+
+
+class ToolError(Exception):
+    """A problem the model can act on; its message becomes an error outcome verbatim."""
+
+
+class ToolArguments(BaseModel):
+    """Base of every tool's argument model: unknown parameters and loose types are refused."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def resolve_in_project(tool: str, path: str, project_root: Path) -> Path:
+    """Resolve `path` (relative to the project root, or absolute) and refuse anything outside.
+
+    Resolving follows symlinks, so a link inside the project that points out is refused too.
+    """
+    root = project_root.resolve()
+    if not path.strip():
+        raise ToolError(f"{tool}: path is empty")
+    candidate = Path(path)
+    if not candidate.is_absolute():
+        candidate = root / candidate
+    try:
+        resolved = candidate.resolve(strict=False)
+    except (OSError, RuntimeError) as error:  # RuntimeError: symlink loop on Python < 3.13
+        raise ToolError(f"{tool}: cannot resolve path '{path}': {error}") from error
+    if not resolved.is_relative_to(root):
+        raise ToolError(f"{tool}: path '{path}' is outside the project folder {root}")
+    return resolved

@@ -1,0 +1,144 @@
+"""File tools: `read_file`, `write_file`, `edit_file`, `list_files`.
+
+All paths are relative to the project folder (absolute paths are accepted when they lie
+inside it) and are refused when they resolve outside it, through `..` or a symlink.
+Text is UTF-8 and written byte for byte (no newline translation).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from soba_nb.agent.tools.base import (
+    ToolArguments,
+    ToolContext,
+    ToolError,
+    ToolOutcome,
+    resolve_in_project,
+)
+
+MAX_LISTED_ENTRIES = 200
+"""`list_files` shows at most this many entries, then "… and N more"."""
+
+_PATH_DESCRIPTION = "Path relative to the project folder."
+
+
+class ReadFileArguments(ToolArguments):
+    path: str = Field(description=_PATH_DESCRIPTION)
+
+
+class WriteFileArguments(ToolArguments):
+    path: str = Field(description=_PATH_DESCRIPTION + " Missing parent folders are created.")
+    content: str = Field(description="The whole new content of the file.")
+
+
+class EditFileArguments(ToolArguments):
+    path: str = Field(description=_PATH_DESCRIPTION)
+    old: str = Field(description="Exact text to replace; must occur exactly once in the file.")
+    new: str = Field(description="Replacement text.")
+
+
+class ListFilesArguments(ToolArguments):
+    path: str = Field(".", description=_PATH_DESCRIPTION + " Defaults to the project folder.")
+
+
+READ_FILE_DESCRIPTION = "Read a UTF-8 text file in the project folder and return its whole content."
+WRITE_FILE_DESCRIPTION = (
+    "Create or overwrite a text file in the project folder with the given content."
+)
+EDIT_FILE_DESCRIPTION = (
+    "Replace one exact occurrence of `old` with `new` in a file. Fails if `old` occurs zero "
+    "times or more than once; include enough surrounding text to make it unique."
+)
+LIST_FILES_DESCRIPTION = (
+    "List the entries of a folder in the project, sorted; folders end with '/'."
+)
+
+
+def read_file(arguments: ReadFileArguments, ctx: ToolContext) -> ToolOutcome:
+    target = resolve_in_project("read_file", arguments.path, ctx.project_root)
+    text = _read_text("read_file", arguments.path, target)
+    return ToolOutcome(text if text else "(empty file)")
+
+
+def write_file(arguments: WriteFileArguments, ctx: ToolContext) -> ToolOutcome:
+    target = resolve_in_project("write_file", arguments.path, ctx.project_root)
+    if target.is_dir():
+        raise ToolError(f"write_file: '{arguments.path}' is a folder")
+    data = arguments.content.encode("utf-8")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
+    return ToolOutcome(f"wrote {len(data)} bytes to {arguments.path}")
+
+
+def edit_file(arguments: EditFileArguments, ctx: ToolContext) -> ToolOutcome:
+    target = resolve_in_project("edit_file", arguments.path, ctx.project_root)
+    if not arguments.old:
+        raise ToolError("edit_file: 'old' is empty; give the exact text to replace")
+    text = _read_text("edit_file", arguments.path, target)
+    matches = text.count(arguments.old)
+    if matches == 0:
+        raise ToolError(
+            f"edit_file: 'old' text not found in {arguments.path} (0 matches); "
+            "read the file and copy the text exactly"
+        )
+    if matches > 1:
+        raise ToolError(
+            f"edit_file: 'old' text occurs {matches} times in {arguments.path}; "
+            "include more surrounding text so it matches exactly once"
+        )
+    target.write_bytes(text.replace(arguments.old, arguments.new, 1).encode("utf-8"))
+    removed, added = _line_count(arguments.old), _line_count(arguments.new)
+    return ToolOutcome(f"edited {arguments.path}: replaced {removed} line(s) with {added} line(s)")
+
+
+def list_files(arguments: ListFilesArguments, ctx: ToolContext) -> ToolOutcome:
+    target = resolve_in_project("list_files", arguments.path, ctx.project_root)
+    if not target.exists():
+        raise ToolError(f"list_files: no such folder '{arguments.path}'")
+    if not target.is_dir():
+        raise ToolError(f"list_files: '{arguments.path}' is a file, not a folder")
+    names = sorted(entry.name + ("/" if entry.is_dir() else "") for entry in target.iterdir())
+    if not names:
+        return ToolOutcome("(empty folder)")
+    shown = names[:MAX_LISTED_ENTRIES]
+    if len(names) > MAX_LISTED_ENTRIES:
+        shown.append(f"… and {len(names) - MAX_LISTED_ENTRIES} more")
+    return ToolOutcome("\n".join(shown))
+
+
+def _read_text(tool: str, shown_path: str, target: Path) -> str:
+    if not target.exists():
+        raise ToolError(f"{tool}: no such file '{shown_path}'")
+    if target.is_dir():
+        raise ToolError(f"{tool}: '{shown_path}' is a folder; use list_files")
+    data = target.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ToolError(
+            f"{tool}: '{shown_path}' is not UTF-8 text ({len(data)} bytes; "
+            f"invalid byte at offset {error.start})"
+        ) from error
+
+
+def _line_count(text: str) -> int:
+    return len(text.splitlines()) or (1 if text else 0)
+
+
+def summarize_read_file(arguments: ReadFileArguments) -> str:
+    return f"read_file {arguments.path}"
+
+
+def summarize_write_file(arguments: WriteFileArguments) -> str:
+    return f"write_file {arguments.path} ({len(arguments.content.encode('utf-8'))} bytes)"
+
+
+def summarize_edit_file(arguments: EditFileArguments) -> str:
+    return f"edit_file {arguments.path}"
+
+
+def summarize_list_files(arguments: ListFilesArguments) -> str:
+    return f"list_files {arguments.path}"
