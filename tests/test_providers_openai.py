@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from llm_server import (
@@ -29,7 +30,7 @@ from soba_nb.providers.errors import (
 from soba_nb.providers.openai import OpenAIProvider
 
 KEY_ENV = "SOBA_TEST_OPENAI_KEY"
-FAST_RETRIES = {"max_retries": 2, "backoff_base_s": 0.01, "backoff_max_s": 0.02}
+FAST_RETRIES: dict[str, Any] = {"max_retries": 2, "backoff_base_s": 0.01, "backoff_max_s": 0.02}
 
 
 @pytest.fixture

@@ -162,6 +162,16 @@ def test_connection_refused_is_retried_then_server_error() -> None:
         provider.complete(make_request())
 
 
+def test_bad_base_url_scheme_is_a_clear_error_without_retries() -> None:
+    settings = ModelSettings(base_url="ftp://127.0.0.1:1/v1", api_key_env="")
+    with (
+        OpenAIProvider(settings) as provider,
+        pytest.raises(ProviderError, match="baseUrl") as caught,
+    ):
+        provider.complete(make_request())
+    assert "attempts" not in str(caught.value)
+
+
 # -- cancellation and deadlines -------------------------------------------------------
 
 

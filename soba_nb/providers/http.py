@@ -22,7 +22,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -34,7 +34,12 @@ from soba_nb.providers.classify import (
     classify_stream_error,
     parse_json_answer,
 )
-from soba_nb.providers.errors import MissingApiKeyError, ProviderError, ServerError
+from soba_nb.providers.errors import (
+    BadResponseError,
+    MissingApiKeyError,
+    ProviderError,
+    ServerError,
+)
 from soba_nb.providers.retry import (
     DEFAULT_BACKOFF_BASE_S,
     DEFAULT_BACKOFF_MAX_S,
@@ -58,6 +63,8 @@ DEFAULT_READ_TIMEOUT_S = 120.0
 """Longest silence allowed between two reads (a long prompt may take a while to start)."""
 HTTP_ERROR_MIN = 300
 REDACTED = "[redacted]"
+
+_ProviderT = TypeVar("_ProviderT", bound="HttpProvider")
 
 LOCAL_HOSTNAMES = frozenset({"localhost", "host.docker.internal"})
 LOCAL_HOST_SUFFIXES = (".localhost", ".local", ".internal", ".lan")
@@ -269,7 +276,15 @@ class HttpProvider(ABC):
             raise ServerError(
                 f"{self.source}: timed out waiting for the server ({type(exc).__name__})"
             ) from None
-        except httpx.TransportError as exc:
+        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+            # A configuration mistake: retrying cannot help.
+            raise ProviderError(
+                f"{self.source}: bad model.baseUrl {self.base_url!r} ({exc}); "
+                "it must start with http:// or https://"
+            ) from None
+        except httpx.DecodingError as exc:
+            raise BadResponseError(f"{self.source}: answer could not be decoded ({exc})") from None
+        except httpx.RequestError as exc:
             raise ServerError(
                 f"{self.source}: connection failed ({type(exc).__name__}: {exc})"
             ) from None
@@ -321,7 +336,7 @@ class HttpProvider(ABC):
         if self._owns_client:
             self._client.close()
 
-    def __enter__(self) -> HttpProvider:
+    def __enter__(self: _ProviderT) -> _ProviderT:
         return self
 
     def __exit__(
