@@ -101,7 +101,9 @@ def oversized_text(tokens: int) -> str:
 
 
 def test_tool_block_parsed_into_tool_call() -> None:
-    text = 'Let me check.\n```tool\n{"name": "python", "arguments": {"code": "print(2**10)"}}\n```\n'
+    text = (
+        'Let me check.\n```tool\n{"name": "python", "arguments": {"code": "print(2**10)"}}\n```\n'
+    )
     prose, calls = parse_tool_calls(text)
     assert prose == "Let me check."
     assert [(call.name, json.loads(call.arguments)) for call in calls] == [
@@ -115,7 +117,7 @@ def test_tool_blocks_that_are_not_calls_stay_text() -> None:
         "```tool\nnot json\n```",
         '```tool\n["python"]\n```',
         '```tools\n{"name": "python"}\n```',
-        '```python\nprint(1)\n```',
+        "```python\nprint(1)\n```",
         '```tool\n{"name": "python"',  # never closed
     ):
         assert parse_tool_calls(text) == (text, []), text
@@ -124,12 +126,16 @@ def test_tool_blocks_that_are_not_calls_stay_text() -> None:
 def test_parameters_alias_and_string_arguments() -> None:
     _, calls = parse_tool_calls('```tool {"name": "shell", "parameters": {"command": "ls"}}```')
     assert json.loads(calls[0].arguments) == {"command": "ls"}
-    _, calls = parse_tool_calls('```tool\n{"name": "python", "arguments": "{\\"code\\": \\"1\\"}"}\n```')
+    _, calls = parse_tool_calls(
+        '```tool\n{"name": "python", "arguments": "{\\"code\\": \\"1\\"}"}\n```'
+    )
     assert calls[0].arguments == '{"code": "1"}'
 
 
 def test_rendered_call_parses_back() -> None:
-    call = ToolCall(id="call_1", name="edit_file", arguments='{"path": "a.py", "old": "x", "new": "y"}')
+    call = ToolCall(
+        id="call_1", name="edit_file", arguments='{"path": "a.py", "old": "x", "new": "y"}'
+    )
     _, calls = parse_tool_calls(render_tool_call(call))
     assert (calls[0].name, json.loads(calls[0].arguments)) == (
         "edit_file",
@@ -161,7 +167,9 @@ def test_chat_messages_render_tools_as_text() -> None:
                 tool_calls=[ToolCall(id="call_a", name="python", arguments='{"code": "2**10"}')],
             ),
             ChatMessage(role="tool", tool_call_id="call_a", name="python", content="1024"),
-            ChatMessage(role="tool", tool_call_id="call_b", name="shell", content="boom", is_error=True),
+            ChatMessage(
+                role="tool", tool_call_id="call_b", name="shell", content="boom", is_error=True
+            ),
         ],
     )
     messages = chat_messages(req)
@@ -175,7 +183,10 @@ def test_chat_messages_render_tools_as_text() -> None:
     assert messages[3]["content"] == "Tool result (python, call call_a):\n1024"
     assert messages[4]["content"] == "Tool result (shell, call call_b, error):\nboom"
     # Without tools the system prompt is the caller's own, untouched.
-    assert chat_messages(request())[0] == {"role": "system", "content": "You are a concise assistant."}
+    assert chat_messages(request())[0] == {
+        "role": "system",
+        "content": "You are a concise assistant.",
+    }
 
 
 def test_missing_llama_cpp_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -256,7 +267,11 @@ def test_not_streamed_request_calls_no_text_callback(provider: LocalProvider) ->
 @needs_llama
 def test_count_tokens_is_the_models_own_count(provider: LocalProvider) -> None:
     empty = provider.prompt_tokens(request(""))
-    for text in ("Name three colors.", "df = pd.read_csv('data.csv')\nprint(df.shape)", "word " * 50):
+    for text in (
+        "Name three colors.",
+        "df = pd.read_csv('data.csv')\nprint(df.shape)",
+        "word " * 50,
+    ):
         assert provider.count_tokens(text) == provider.prompt_tokens(request(text)) - empty
     assert local_module.count_tokens("hello world") == 2
     assert provider.count_tokens("") == 0
@@ -292,8 +307,11 @@ def test_cancel_between_tokens(provider: LocalProvider) -> None:
         cancel.set()
 
     with pytest.raises(Cancelled):
-        provider.complete(request("Write a long story about a dragon.", max_output_tokens=200),
-                          on_text=on_text, cancel=cancel)
+        provider.complete(
+            request("Write a long story about a dragon.", max_output_tokens=200),
+            on_text=on_text,
+            cancel=cancel,
+        )
     assert len(chunks) == 1
     # The model is released and still answers.
     assert provider.complete(request(max_output_tokens=4)).usage is not None
@@ -368,7 +386,13 @@ def test_tool_block_in_a_streamed_answer_becomes_a_call(
     """The tiny model rarely follows the protocol, so the stream is scripted here; the
     prompt, counting and parsing are the real ones."""
     model = provider.loaded()
-    pieces = ["Computing", ".\n``", "`tool\n{\"name\": \"python\", ", '"arguments": {"code": "2**10"}}\n', "```"]
+    pieces = [
+        "Computing",
+        ".\n``",
+        '`tool\n{"name": "python", ',
+        '"arguments": {"code": "2**10"}}\n',
+        "```",
+    ]
     seen: dict[str, Any] = {}
 
     def scripted(**kwargs: Any) -> Iterator[dict[str, Any]]:
@@ -384,7 +408,9 @@ def test_tool_block_in_a_streamed_answer_becomes_a_call(
     response = provider.complete(req, on_text=chunks.append)
     assert response.finish_reason == "tool_calls"
     assert response.text == "Computing."
-    assert [(c.name, json.loads(c.arguments)) for c in response.tool_calls] == [("python", {"code": "2**10"})]
+    assert [(c.name, json.loads(c.arguments)) for c in response.tool_calls] == [
+        ("python", {"code": "2**10"})
+    ]
     assert "".join(chunks) == "Computing.\n"
     assert response.usage is not None
     assert response.usage.input_tokens == provider.prompt_tokens(req)
@@ -397,7 +423,9 @@ def test_tool_block_in_a_streamed_answer_becomes_a_call(
 def test_make_provider_builds_the_local_provider() -> None:
     from soba_nb.providers import make_provider
 
-    made = make_provider(ModelSettings(provider="local", name="SmolLM2-135M-Instruct", api_key_env=""))
+    made = make_provider(
+        ModelSettings(provider="local", name="SmolLM2-135M-Instruct", api_key_env="")
+    )
     assert isinstance(made, LocalProvider) and made.model == "SmolLM2-135M-Instruct"
 
 
@@ -499,7 +527,9 @@ def test_server_usage_figures_match_the_embedded_count(
 
 
 @needs_llama
-def test_server_overflow_not_streamed_is_http_400_context_length_exceeded(llama_server: str) -> None:
+def test_server_overflow_not_streamed_is_http_400_context_length_exceeded(
+    llama_server: str,
+) -> None:
     big = oversized_text(SERVER_N_CTX + 500)
     raw = httpx.post(
         f"{llama_server}/chat/completions",
@@ -533,6 +563,9 @@ def test_server_overflow_streamed_is_a_failure_never_an_empty_success(llama_serv
     assert (status, payload) == (200, b"")
 
     chunks: list[str] = []
-    with _openai(llama_server) as openai, pytest.raises((ContextOverflowError, IncompleteResponseError)):
+    with (
+        _openai(llama_server) as openai,
+        pytest.raises((ContextOverflowError, IncompleteResponseError)),
+    ):
         openai.complete(request(big, max_output_tokens=8), on_text=chunks.append, timeout_s=60)
     assert chunks == []

@@ -317,7 +317,9 @@ def render_message(message: ChatMessage) -> dict[str, str]:
     """One neutral message as a plain chat-template message (role + text)."""
     if message.role == "tool":
         status = ", error" if message.is_error else ""
-        header = f"Tool result ({message.name or 'tool'}, call {message.tool_call_id or '?'}{status}):"
+        header = (
+            f"Tool result ({message.name or 'tool'}, call {message.tool_call_id or '?'}{status}):"
+        )
         return {"role": "user", "content": f"{header}\n{message.content}"}
     if message.role == "assistant" and message.tool_calls:
         parts = [message.content.strip()] if message.content.strip() else []
@@ -455,7 +457,9 @@ class LocalProvider:
             raise TypeError(f"LocalProvider got unexpected options: {', '.join(sorted(unknown))}")
         self.settings = settings
         self.model = (
-            settings.name if settings is not None and settings.provider == PROVIDER_NAME else DEFAULT_MODEL_NAME
+            settings.name
+            if settings is not None and settings.provider == PROVIDER_NAME
+            else DEFAULT_MODEL_NAME
         )
         self.model_path = Path(model_path) if model_path is not None else None
         self.n_ctx = n_ctx
@@ -607,7 +611,9 @@ class LocalProvider:
             raise ProviderError(f"local: llama.cpp failed: {exc}") from None
         except ValueError as exc:
             if "exceed context window" in str(exc):
-                raise ContextOverflowError(f"local: context overflow: {exc}", limit=model.n_ctx) from None
+                raise ContextOverflowError(
+                    f"local: context overflow: {exc}", limit=model.n_ctx
+                ) from None
             raise ProviderError(f"local: llama.cpp refused the request: {exc}") from None
         finally:
             model.abort_when(None)
