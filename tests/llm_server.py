@@ -284,8 +284,10 @@ class _Answer:
         self.stream = bool(body.get("stream"))
         self.model = str(body.get("model", "test-model"))
         self.wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        self.input_tokens = reply.input_tokens or max(1, len(record.raw) // CHARS_PER_TOKEN)
-        self.output_tokens = reply.output_tokens or max(1, len(reply.text) // CHARS_PER_TOKEN)
+        crude_input = max(1, len(record.raw) // CHARS_PER_TOKEN)
+        crude_output = max(1, len(reply.text) // CHARS_PER_TOKEN)
+        self.input_tokens = crude_input if reply.input_tokens is None else reply.input_tokens
+        self.output_tokens = crude_output if reply.output_tokens is None else reply.output_tokens
         neutral = reply.finish or ("tool_calls" if reply.calls else "stop")
         wire_finish = (ANTHROPIC_STOP if self.anthropic else OPENAI_FINISH).get(neutral, neutral)
         self.finish: str | None = None if reply.kind == "truncated" else wire_finish
