@@ -68,7 +68,7 @@ def _heading_key(title: str) -> str:
 
 
 _FIELD_BY_KEY: dict[str, str] = {
-    _heading_key(heading): field for heading, field in zip(SECTION_HEADINGS, SECTION_FIELDS)
+    _heading_key(heading): field for heading, field in zip(SECTION_HEADINGS, SECTION_FIELDS, strict=True)
 }
 
 
@@ -152,7 +152,7 @@ class Capsule(BaseModel):
 
     def sections(self) -> list[tuple[str, str]]:
         """(heading, body) for the 13 sections in order, then the extra sections."""
-        known = [(h, str(getattr(self, f))) for h, f in zip(SECTION_HEADINGS, SECTION_FIELDS)]
+        known = [(h, str(getattr(self, f))) for h, f in zip(SECTION_HEADINGS, SECTION_FIELDS, strict=True)]
         return known + list(self.extra_sections)
 
     def is_blank(self) -> bool:
@@ -276,7 +276,7 @@ def parse_capsule(text: str, *, require_all: bool = True) -> Capsule:
             bodies.setdefault(field, []).append(body)
         else:
             bodies.setdefault(field, [])
-    missing = [h for h, f in zip(SECTION_HEADINGS, SECTION_FIELDS) if f not in bodies]
+    missing = [h for h, f in zip(SECTION_HEADINGS, SECTION_FIELDS, strict=True) if f not in bodies]
     if missing and require_all:
         raise CapsuleFormatError(missing)
     values = {field: "\n\n".join(parts) for field, parts in bodies.items()}
