@@ -349,7 +349,8 @@ class Transcript:
             encoded = line.encode("utf-8", "replace")
             entry = ENTRY_ADAPTER.validate_json(encoded.strip(b"\n"))
         self._write(encoded, durable=isinstance(entry, DURABLE_TYPES))
-        self._lines += line.count("\n")
+        # One new line; a leading "\n" only terminates the torn line, already counted.
+        self._lines += 1
         self._needs_newline = False
         self._index(entry, self._lines)
         return entry
