@@ -68,8 +68,11 @@ def write_file(arguments: WriteFileArguments, ctx: ToolContext) -> ToolOutcome:
     if target.is_dir():
         raise ToolError(f"write_file: '{arguments.path}' is a folder")
     data = arguments.content.encode("utf-8")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(data)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    except OSError as error:
+        raise ToolError(f"write_file: cannot write '{arguments.path}': {_reason(error)}") from error
     return ToolOutcome(f"wrote {len(data)} bytes to {arguments.path}")
 
 
@@ -89,7 +92,10 @@ def edit_file(arguments: EditFileArguments, ctx: ToolContext) -> ToolOutcome:
             f"edit_file: 'old' text occurs {matches} times in {arguments.path}; "
             "include more surrounding text so it matches exactly once"
         )
-    target.write_bytes(text.replace(arguments.old, arguments.new, 1).encode("utf-8"))
+    try:
+        target.write_bytes(text.replace(arguments.old, arguments.new, 1).encode("utf-8"))
+    except OSError as error:
+        raise ToolError(f"edit_file: cannot write '{arguments.path}': {_reason(error)}") from error
     removed, added = _line_count(arguments.old), _line_count(arguments.new)
     return ToolOutcome(f"edited {arguments.path}: replaced {removed} line(s) with {added} line(s)")
 
@@ -114,7 +120,10 @@ def _read_text(tool: str, shown_path: str, target: Path) -> str:
         raise ToolError(f"{tool}: no such file '{shown_path}'")
     if target.is_dir():
         raise ToolError(f"{tool}: '{shown_path}' is a folder; use list_files")
-    data = target.read_bytes()
+    try:
+        data = target.read_bytes()
+    except OSError as error:
+        raise ToolError(f"{tool}: cannot read '{shown_path}': {_reason(error)}") from error
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -122,6 +131,10 @@ def _read_text(tool: str, shown_path: str, target: Path) -> str:
             f"{tool}: '{shown_path}' is not UTF-8 text ({len(data)} bytes; "
             f"invalid byte at offset {error.start})"
         ) from error
+
+
+def _reason(error: OSError) -> str:
+    return error.strerror or str(error)
 
 
 def _line_count(text: str) -> int:
