@@ -14,10 +14,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from soba_nb.compaction.limits import hard_limit, soft_limit
+from soba_nb.resolution import resolve_provider
 
 ProviderName = Literal["openai", "anthropic", "local"]
 
@@ -91,6 +92,12 @@ class SobaConfig(_Section):
 
     model: ModelSettings = Field(default_factory=ModelSettings)
     compaction: CompactionSettings = Field(default_factory=CompactionSettings)
+    _provider_source: str = PrivateAttr(default="defaults")
+
+    @property
+    def provider_source(self) -> str:
+        """How the provider was chosen (see `soba_nb.resolution`), for `%budget` and doctor."""
+        return self._provider_source
 
     @model_validator(mode="after")
     def _check_limits(self) -> SobaConfig:
@@ -299,4 +306,9 @@ def load_config(
     layers.append(("environment", env_layer(environ)))
     if overrides:
         layers.append(("arguments", overrides))
-    return build_config(layers)
+    resolution = resolve_provider(layers, environ)
+    if resolution.layer:
+        layers.insert(0, ("provider resolution", resolution.layer))
+    config = build_config(layers)
+    config._provider_source = resolution.explanation
+    return config

@@ -95,7 +95,10 @@ def test_each_layer_overrides_the_one_before(tmp_path: Path) -> None:
     )
     write_json(
         tmp_path / "project" / "soba.json",
-        {"model": {"contextWindow": 90000}, "compaction": {"timeoutMs": 2, "keepRecentTokens": 1000}},
+        {
+            "model": {"contextWindow": 90000},
+            "compaction": {"timeoutMs": 2, "keepRecentTokens": 1000},
+        },
     )
     notebook_dir = tmp_path / "project" / "analysis" / "deep"
     notebook_dir.mkdir(parents=True)
@@ -120,7 +123,29 @@ def test_nearest_soba_json_wins(tmp_path: Path, isolated: dict[str, Any]) -> Non
 
 
 def test_missing_user_config_is_fine(tmp_path: Path, isolated: dict[str, Any]) -> None:
+    isolated["environ"] = {"OPENAI_API_KEY": "sk-test"}
     assert load_config(tmp_path, **isolated).to_json() == SPEC_DEFAULTS
+
+
+def test_provider_resolution_order(tmp_path: Path, isolated: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from soba_nb import resolution
+
+    def resolved(environ: dict[str, str]) -> str:
+        isolated["environ"] = environ
+        return load_config(tmp_path, **isolated).model.provider
+
+    assert resolved({"OPENAI_API_KEY": "a", "ANTHROPIC_API_KEY": "b"}) == "openai"
+    assert resolved({"ANTHROPIC_API_KEY": "b"}) == "anthropic"
+    server = load_config(tmp_path, environ={"SOBA_BASE_URL": "http://127.0.0.1:9/v1"}, user_config=isolated["user_config"])
+    assert server.model.provider == "openai" and "127.0.0.1:9" in server.provider_source
+    explicit = {"SOBA_PROVIDER": "anthropic", "OPENAI_API_KEY": "a"}
+    assert resolved(explicit) == "anthropic"
+    monkeypatch.setattr(resolution, "embedded_model_installed", lambda: True)
+    assert resolved({}) == "local"
+    monkeypatch.setattr(resolution, "embedded_model_installed", lambda: False)
+    isolated["environ"] = {}
+    config = load_config(tmp_path, **isolated)
+    assert "no model is configured" in config.provider_source
 
 
 def test_environment_values_are_parsed() -> None:
@@ -165,7 +190,9 @@ def test_timeout_ms_wins_over_the_alias() -> None:
     assert config.compaction.timeout_ms == 9000
 
 
-def test_alias_from_a_file_and_from_the_environment(tmp_path: Path, isolated: dict[str, Any]) -> None:
+def test_alias_from_a_file_and_from_the_environment(
+    tmp_path: Path, isolated: dict[str, Any]
+) -> None:
     write_json(tmp_path / "soba.json", {"compaction": {"backgroundTimeoutMs": 5000}})
     with pytest.warns(ConfigDeprecationWarning, match="timeoutMs"):
         assert load_config(tmp_path, **isolated).compaction.timeout_ms == 5000
@@ -187,12 +214,27 @@ def test_no_warning_without_the_alias() -> None:
     ("layer", "key", "value", "rule"),
     [
         ({"compaction": {"keepRecentTokens": -5}}, "compaction.keepRecentTokens", "-5", ">= 0"),
-        ({"compaction": {"minReclaimableTokens": -1}}, "compaction.minReclaimableTokens", "-1", ">= 0"),
-        ({"compaction": {"safetyReserveTokens": -1}}, "compaction.safetyReserveTokens", "-1", ">= 0"),
+        (
+            {"compaction": {"minReclaimableTokens": -1}},
+            "compaction.minReclaimableTokens",
+            "-1",
+            ">= 0",
+        ),
+        (
+            {"compaction": {"safetyReserveTokens": -1}},
+            "compaction.safetyReserveTokens",
+            "-1",
+            ">= 0",
+        ),
         ({"model": {"maxOutputTokens": -1}}, "model.maxOutputTokens", "-1", "> 0"),
         ({"model": {"contextWindow": 0}}, "model.contextWindow", "0", "> 0"),
         ({"compaction": {"autoCompactThresholdRatio": 0}}, "autoCompactThresholdRatio", "0", "> 0"),
-        ({"compaction": {"autoCompactThresholdRatio": 1.5}}, "autoCompactThresholdRatio", "1.5", "<= 1"),
+        (
+            {"compaction": {"autoCompactThresholdRatio": 1.5}},
+            "autoCompactThresholdRatio",
+            "1.5",
+            "<= 1",
+        ),
         ({"compaction": {"minSavingsRatio": 0}}, "compaction.minSavingsRatio", "0", "> 0"),
         ({"compaction": {"minSavingsRatio": 1.01}}, "compaction.minSavingsRatio", "1.01", "<= 1"),
     ],
@@ -201,7 +243,11 @@ def test_out_of_range_values(layer: dict[str, Any], key: str, value: str, rule: 
     message = refused(layer)
     assert key in message
     assert f"= {value}:" in message
-    words = {">= 0": "greater than or equal to 0", "> 0": "greater than 0", "<= 1": "less than or equal to 1"}
+    words = {
+        ">= 0": "greater than or equal to 0",
+        "> 0": "greater than 0",
+        "<= 1": "less than or equal to 1",
+    }
     assert words[rule] in message
 
 
@@ -225,7 +271,9 @@ def test_keep_recent_tokens_must_be_below_hard_limit() -> None:
     assert str(hard) in message
     assert "< hardLimit" in message
     # One token below is fine.
-    build_config([("t", {"model": {"contextWindow": 65000}, "compaction": {"keepRecentTokens": hard - 1}})])
+    build_config(
+        [("t", {"model": {"contextWindow": 65000}, "compaction": {"keepRecentTokens": hard - 1}})]
+    )
 
 
 @pytest.mark.parametrize(
@@ -249,7 +297,11 @@ def test_unknown_keys(layer: dict[str, Any], key: str) -> None:
         ({"model": {"contextWindow": "65000"}}, "model.contextWindow", '"65000"'),
         ({"model": {"contextWindow": 65000.5}}, "model.contextWindow", "65000.5"),
         ({"compaction": {"timeoutMs": True}}, "compaction.timeoutMs", "true"),
-        ({"compaction": {"autoCompactThresholdRatio": "0.5"}}, "autoCompactThresholdRatio", '"0.5"'),
+        (
+            {"compaction": {"autoCompactThresholdRatio": "0.5"}},
+            "autoCompactThresholdRatio",
+            '"0.5"',
+        ),
         ({"compaction": {"auto": "maybe"}}, "compaction.auto", '"maybe"'),
         ({"model": {"provider": "mystery"}}, "model.provider", '"mystery"'),
         ({"model": {"name": None}}, "model.name", "null"),
@@ -261,7 +313,9 @@ def test_wrong_types(layer: dict[str, Any], key: str, shown: str) -> None:
     assert f"{key} = {shown}:" in message
 
 
-def test_invalid_json_file_names_the_file_and_line(tmp_path: Path, isolated: dict[str, Any]) -> None:
+def test_invalid_json_file_names_the_file_and_line(
+    tmp_path: Path, isolated: dict[str, Any]
+) -> None:
     bad = tmp_path / "soba.json"
     bad.write_text('{\n  "model": {\n    "name": "x",\n  }\n}\n', encoding="utf-8")
     with pytest.raises(ConfigError) as info:
@@ -311,9 +365,7 @@ def test_local_provider_profile_gives_a_valid_config() -> None:
 
 
 def test_user_keys_beat_the_provider_profile() -> None:
-    config = build_config(
-        [("arguments", {"model": {"provider": "local", "contextWindow": 16384}})]
-    )
+    config = build_config([("arguments", {"model": {"provider": "local", "contextWindow": 16384}})])
     assert config.model.context_window == 16384
 
 
