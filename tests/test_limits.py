@@ -62,7 +62,9 @@ def test_soft_is_below_hard(hard: int, minimum: int, ratio: float) -> None:
 
 
 @given(hard_limits, min_tokens, ratios)
-def test_soft_is_at_least_the_minimum_or_hard_minus_one(hard: int, minimum: int, ratio: float) -> None:
+def test_soft_is_at_least_the_minimum_or_hard_minus_one(
+    hard: int, minimum: int, ratio: float
+) -> None:
     assert soft_limit(hard, minimum, ratio) >= min(hard - 1, minimum)
 
 

@@ -132,7 +132,9 @@ def test_fallback_factor_rounds_up_without_float_noise() -> None:
 def test_message_framing_overhead(openai_counter: TokenCounter) -> None:
     assert openai_counter.count_message("user", "hello world") == TOKENS_PER_MESSAGE + 1 + 2
     assert openai_counter.count_message("assistant", "") == TOKENS_PER_MESSAGE + 1
-    assert openai_counter.count_message("user", "hello world") > openai_counter.count_text("hello world")
+    assert openai_counter.count_message("user", "hello world") > openai_counter.count_text(
+        "hello world"
+    )
 
 
 def test_tool_schemas_are_counted_as_compact_json(openai_counter: TokenCounter) -> None:
@@ -275,7 +277,9 @@ def test_missing_packaged_file_is_refused(monkeypatch: pytest.MonkeyPatch) -> No
         get_encoding("o200k_base")
 
 
-def test_loading_restores_the_cache_variable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_loading_restores_the_cache_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setattr(tokens, "_ENCODINGS", {})
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
     get_encoding("o200k_base")
