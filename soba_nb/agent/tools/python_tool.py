@@ -98,9 +98,10 @@ def _compile(source: str, filename: str) -> tuple[CodeType | None, CodeType | No
     """Split off a trailing expression so it can be evaluated for its value."""
     module = ast.parse(source, filename=filename, mode="exec")
     last_expression = None
-    if module.body and isinstance(module.body[-1], ast.Expr):
-        expression = ast.Expression(module.body.pop().value)
-        last_expression = compile(expression, filename, "eval")
+    last_statement = module.body[-1] if module.body else None
+    if isinstance(last_statement, ast.Expr):
+        module.body.pop()
+        last_expression = compile(ast.Expression(last_statement.value), filename, "eval")
     body = compile(module, filename, "exec") if module.body else None
     return body, last_expression
 
