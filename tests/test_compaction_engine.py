@@ -1,0 +1,204 @@
+"""The compaction engine end to end over a real transcript, with a fake summarizer model."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from compaction_support import (
+    FakeSummarizer,
+    add_exchange,
+    make_compactor,
+    open_transcript,
+    thresholds,
+    words,
+)
+
+from soba_nb.compaction.barrier import CompactionEvent, Outcome
+from soba_nb.compaction.engine import HardLimitExceeded
+from soba_nb.compaction.triggers import Trigger, TurnState, pending_intents
+from soba_nb.transcript.entries import CapsuleEntry, CompactionEntry, MessageEntry, UsageEntry
+from soba_nb.transcript.store import Transcript
+
+
+def grow(t, total_tokens, size=300):
+    for i in range(total_tokens // size):
+        add_exchange(t, size, index=i)
+
+
+def capsules(t):
+    return [e for e in t.path() if isinstance(e, CapsuleEntry)]
+
+
+def test_auto_threshold_compacts_and_records_everything(tmp_path):
+    t = open_transcript(tmp_path)
+    grow(t, 3400)
+    flight = tmp_path / "flight.jsonl"
+    engine = make_compactor(t, summarizer=FakeSummarizer(), flight=flight)
+    before = engine.measure().effective
+    assert before >= engine.thresholds.soft_limit
+    result = engine.preflight(TurnState())
+    assert result is not None and result.outcome is Outcome.COMPLETED
+    assert result.trigger == "auto_threshold"
+    [capsule] = capsules(t)
+    assert capsule.quality == "full" and capsule.checkpoint_id.startswith("ck_")
+    assert capsule.tokens_before == before
+    assert capsule.tokens_after == engine.measure().effective < before
+    assert capsule.first_kept_entry_id in t
+    assert capsule.model == "fake-summarizer"
+    line = result.line()
+    assert "auto_threshold" in line and f"{before:,} → {capsule.tokens_after:,}" in line
+    assert capsule.checkpoint_id in line and "fallback" not in line
+    [record] = [json.loads(x) for x in flight.read_text().splitlines()]
+    assert record["outcome"] == "completed" and record["checkpointId"] == capsule.checkpoint_id
+    assert record["tokensBefore"] == before and record["reclaimed"] == before - capsule.tokens_after
+    assert record["measurementSource"] == "estimated"
+    assert "dataframe" not in flight.read_text()  # never summary text
+
+
+def test_below_the_soft_limit_nothing_happens(tmp_path):
+    t = open_transcript(tmp_path)
+    grow(t, 900)
+    engine = make_compactor(t, summarizer=FakeSummarizer())
+    assert engine.preflight(TurnState()) is None
+    assert capsules(t) == []
+
+
+def test_user_compact_with_nothing_to_compact_is_skipped_with_a_reason(tmp_path):
+    t = open_transcript(tmp_path)
+    add_exchange(t, 100)
+    engine = make_compactor(t, summarizer=FakeSummarizer())
+    result = engine.compact()
+    assert result.outcome is Outcome.SKIPPED
+    assert "nothing to compact" in result.reason
+    assert capsules(t) == []
+
+
+def test_user_compact_skips_the_soft_roi_gate_and_passes_focus(tmp_path):
+    t = open_transcript(tmp_path)
+    grow(t, 1500)
+    fake = FakeSummarizer()
+    engine = make_compactor(t, thresholds(min_reclaimable=100_000), summarizer=fake)
+    result = engine.compact(focus="keep the column names")
+    assert result.outcome is Outcome.COMPLETED
+    assert "keep the column names" in fake.calls[0]["system"]
+
+
+def test_turn_complete_intent_runs_at_the_next_preflight_once(tmp_path):
+    t = open_transcript(tmp_path)
+    grow(t, 1800)
+    engine = make_compactor(t, summarizer=FakeSummarizer())
+    engine.record_turn_complete()
+    assert len(pending_intents(t.path())) == 1
+    t.append(MessageEntry(role="user", content="next"))
+    result = engine.preflight(TurnState())
+    assert result is not None and result.trigger == "turn_complete"
+    assert pending_intents(t.path()) == []
+    assert engine.preflight(TurnState()) is None
+
+
+def test_intents_survive_a_restart_and_are_consumed_once_even_when_gates_fail(tmp_path):
+    t = open_transcript(tmp_path)
+    add_exchange(t, 100)
+    make_compactor(t).record_checkpoint("milestone", "loaded the data")
+    t.close()
+    reopened = Transcript.open(t.file)
+    assert len(pending_intents(reopened.path())) == 1
+    engine = make_compactor(reopened, summarizer=FakeSummarizer())
+    assert engine.preflight(TurnState()) is None  # below minTokensForAutoCompact
+    record = reopened.path()[-1]
+    assert isinstance(record, CompactionEntry) and record.outcome == "skipped"
+    assert pending_intents(reopened.path()) == []
+
+
+def test_milestone_wins_over_turn_complete(tmp_path):
+    t = open_transcript(tmp_path)
+    grow(t, 1800)
+    engine = make_compactor(t, summarizer=FakeSummarizer())
+    engine.record_turn_complete()
+    engine.record_checkpoint("milestone", "cleaned")
+    result = engine.preflight(TurnState())
+    assert result is not None and result.trigger == "milestone"
+
+
+def test_post_generation_gate_skips_a_capsule_that_does_not_pay_off(tmp_path):
+    t = open_transcript(tmp_path)
+    grow(t, 3400)
+    bloated = FakeSummarizer(text=FakeSummarizer().text.replace("- loaded data.csv", words(2600)))
+    engine = make_compactor(t, summarizer=bloated)
+    result = engine.preflight(TurnState())
+    assert result is not None and result.outcome is Outcome.SKIPPED
+    assert "reclaimed" in result.reason
+    assert capsules(t) == []
+
+
+def test_hard_limit_compacts_even_with_auto_off(tmp_path):
+    t = open_transcript(tmp_path)
+    grow(t, 4500)
+    engine = make_compactor(t, thresholds(auto=False), summarizer=FakeSummarizer())
+    assert engine.measure().effective > engine.thresholds.hard_limit
+    result = engine.preflight(TurnState(soft_attempted=True))
+    assert result is not None and result.trigger == Trigger.HARD_LIMIT.value
+    assert result.outcome is Outcome.COMPLETED
+    assert engine.request_for_sending().tokens <= engine.thresholds.hard_limit
+
+
+def test_hard_limit_is_fail_closed_when_the_request_itself_is_too_big(tmp_path):
+    t = open_transcript(tmp_path)
+    t.append(MessageEntry(role="user", content=words(5000)))
+    engine = make_compactor(t, summarizer=FakeSummarizer())
+    result = engine.preflight(TurnState())
+    assert result is not None and result.outcome is Outcome.FAILED
+    with pytest.raises(HardLimitExceeded) as info:
+        engine.request_for_sending()
+    assert info.value.tokens > info.value.hard_limit == 4000
+    assert "not sent" in str(info.value)
+
+
+def test_provider_usage_is_the_preferred_measurement(tmp_path):
+    t = open_transcript(tmp_path)
+    add_exchange(t, 100)
+    engine = make_compactor(t)
+    assert engine.measure().source == "estimated"
+    t.append(UsageEntry(input_tokens=1234, output_tokens=50))
+    m = engine.measure()
+    assert m.source == "provider_usage" and m.reported_input_tokens == 1234
+    answer = [e for e in t.path() if isinstance(e, MessageEntry)][-1]
+    answer_tokens = m.estimated - m.effective + 1234
+    t.append(MessageEntry(role="user", content=words(50)))
+    grown = engine.measure()
+    assert grown.effective - m.effective == grown.estimated - m.estimated > 0
+    assert answer_tokens > 0 and answer.role == "assistant"
+
+
+def test_measurement_is_incremental(tmp_path):
+    t = open_transcript(tmp_path)
+    grow(t, 3000)
+    engine = make_compactor(t)
+    engine.measure()
+    rebuilds = engine.tracker.rebuilds
+    for i in range(20):
+        add_exchange(t, 20, index=i)
+        engine.measure()
+    assert engine.tracker.rebuilds == rebuilds
+    fresh = make_compactor(t)
+    assert fresh.measure().effective == engine.measure().effective
+
+
+def test_progress_events_at_least_every_half_second(tmp_path):
+    t = open_transcript(tmp_path)
+    grow(t, 3400)
+    events: list[tuple[float, CompactionEvent]] = []
+    engine = make_compactor(t, summarizer=FakeSummarizer(delay_s=1.6), timeout_ms=5000)
+    engine.listeners.append(lambda e: events.append((time.monotonic(), e)))
+    result = engine.preflight(TurnState())
+    assert result is not None and result.outcome is Outcome.COMPLETED
+    kinds = [e.kind for _, e in events]
+    assert kinds[0] == "compaction_start" and kinds[-1] == "compaction_end"
+    progress = [(at, e.percent) for at, e in events if e.kind == "compaction_progress"]
+    gaps = [b[0] - a[0] for a, b in zip(progress, progress[1:])]
+    assert max(gaps) <= 0.5
+    percents = [p for _, p in progress]
+    assert percents == sorted(percents) and 0 <= percents[0] and percents[-1] <= 100
+    assert events[-1][1].result is result
