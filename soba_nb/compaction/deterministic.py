@@ -288,8 +288,8 @@ class _Scan:
     last_assistant: str | None = None
     answered_latest_request: bool = False
     files_read: dict[str, str] = field(default_factory=dict)
-    files_modified: dict[str, bool] = field(default_factory=dict)
-    """Path → whether the last write to it succeeded."""
+    files_modified: dict[str, str] = field(default_factory=dict)
+    """Path → "" when the last write to it succeeded, else a note saying it failed."""
     runs: dict[str, _Run] = field(default_factory=dict)
     last_python: str | None = None
     assigned: dict[str, None] = field(default_factory=dict)
@@ -350,20 +350,20 @@ class _Scan:
                 self.files_read[path] = path if call.name == "read_file" else f"{path} (listed)"
         elif call.name in ("write_file", "edit_file"):
             if path := _text_argument(arguments, "path"):
-                self._modified(path, ok)
+                self._modified(path, "" if ok else "write failed")
         elif call.name == "shell":
             command = _text_argument(arguments, "command")
             display = f"shell {_code_span(_code_display(command, SHELL_COMMAND_CLIP_CHARS))}"
             self._record_run("shell", "shell " + command, display, _shell_outcome(result) if result else ("no result recorded", False))
             for path in _paths_written(command, _SHELL_WRITES):
-                self._modified(path, ok)
+                self._modified(path, "" if ok else "the command writing it failed")
         elif call.name == "python":
             code = _text_argument(arguments, "code")
             display = f"python {_code_span(_code_display(code, PYTHON_CODE_CLIP_CHARS))}"
             self._record_run("python", "python " + code, display, _python_outcome(result) if result else ("no result recorded", False))
             self.last_python = "python " + code
             for path in _paths_written(code, _CODE_WRITES):
-                self._modified(path, ok)
+                self._modified(path, "" if ok else "the code writing it failed")
             for match in _ASSIGNMENT.finditer(code):
                 for name in match[1].split(","):
                     if not name.strip().startswith("_"):
@@ -372,9 +372,9 @@ class _Scan:
         elif call.name == "checkpoint":
             self._checkpoint(_text_argument(arguments, "kind"), _text_argument(arguments, "note"))
 
-    def _modified(self, path: str, ok: bool) -> None:
+    def _modified(self, path: str, failure: str) -> None:
         self.files_modified.pop(path, None)
-        self.files_modified[path] = ok
+        self.files_modified[path] = failure
 
 
 def _select(pairs: list[tuple[bool, str]], newest: int) -> list[str]:
@@ -541,9 +541,11 @@ def build_deterministic_capsule(
         return section_items(str(getattr(prior, field_name)))
 
     kept_requests = [e.content for e in kept if isinstance(e, MessageEntry) and e.role == "user"]
-    modified = [_bullet(p if ok else f"{p} (write failed)") for p, ok in scan.files_modified.items()]
+    modified = [_bullet(f"{p} ({failure})" if failure else p) for p, failure in scan.files_modified.items()]
     outputs = [
-        _bullet(p) for p, ok in scan.files_modified.items() if ok and p.rsplit(".", 1)[-1].lower() in OUTPUT_EXTENSIONS
+        _bullet(p)
+        for p, failure in scan.files_modified.items()
+        if not failure and p.rsplit(".", 1)[-1].lower() in OUTPUT_EXTENSIONS
     ]
     work = [*_select(scan.work, WORK_DONE_NEW_LINES), *_tool_summary(scan)]
     return Capsule(
