@@ -427,6 +427,8 @@ def test_make_provider_builds_the_local_provider() -> None:
         ModelSettings(provider="local", name="SmolLM2-135M-Instruct", api_key_env="")
     )
     assert isinstance(made, LocalProvider) and made.model == "SmolLM2-135M-Instruct"
+    # The GGUF is the model: a name left at the OpenAI default does not mislabel answers.
+    assert make_provider(ModelSettings(provider="local")).model == "SmolLM2-135M-Instruct"
 
 
 # -- (b) the real llama-cpp-python OpenAI-compatible server ---------------------------------------

@@ -433,8 +433,9 @@ class _Stream:
 class LocalProvider:
     """Provider `local`: the embedded GGUF through llama-cpp-python, in-process.
 
-    `LocalProvider(settings)` as `make_provider` builds it; `settings.name` is the model
-    name reported in answers. `n_ctx` (default: the GGUF's window) and `n_threads` tune
+    `LocalProvider(settings)` as `make_provider` builds it. The model is the GGUF, not a
+    name: answers report `SmolLM2-135M-Instruct` (or the stem of `model_path`) whatever
+    `settings.name` says. `n_ctx` (default: the GGUF's window) and `n_threads` tune
     the context; `model_path` points at another GGUF with a chat template. HTTP-only
     keywords (`client`, `max_retries`, …) are accepted and ignored; `default_timeout_s`
     is the deadline of a call that gives none. The model loads on first use.
@@ -456,12 +457,8 @@ class LocalProvider:
         if unknown:
             raise TypeError(f"LocalProvider got unexpected options: {', '.join(sorted(unknown))}")
         self.settings = settings
-        self.model = (
-            settings.name
-            if settings is not None and settings.provider == PROVIDER_NAME
-            else DEFAULT_MODEL_NAME
-        )
         self.model_path = Path(model_path) if model_path is not None else None
+        self.model = self.model_path.stem if self.model_path is not None else DEFAULT_MODEL_NAME
         self.n_ctx = n_ctx
         self.n_threads = n_threads
         self.default_timeout_s = default_timeout_s
