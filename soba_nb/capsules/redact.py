@@ -1,0 +1,140 @@
+"""Secret redaction for text that leaves the session (SPEC §8): exported capsules, project
+memory, loaded capsules.
+
+`redact(text)` replaces with `[redacted]`:
+- the values of environment variables whose names contain KEY, TOKEN, SECRET or PASSWORD
+  (values shorter than `MIN_ENV_VALUE_CHARS` are left alone: `TOKENIZERS_PARALLELISM=false`
+  must not erase every "false");
+- API-key shapes: OpenAI `sk-…` (`sk-proj-…`, `sk-svcacct-…`), Anthropic `sk-ant-…`, GitHub
+  `ghp_…`/`gho_…`/`github_pat_…`, AWS access key ids `AKIA…`/`ASIA…`, Slack `xox?-…`,
+  Google `AIza…`, Hugging Face `hf_…`, JWTs, PEM private-key blocks;
+- credentials in context: `Bearer <token>`, `Authorization: <scheme> <credential>`,
+  `api_key=…`, `"apiKey": "…"`, `password: …`, `https://user:password@host`.
+
+Shapes are matched on word boundaries and key bodies must contain a digit, so ordinary words,
+slugs, entry ids, checkpoint ids (`ck_1a2b3c4d`) and sha256 hashes survive. Redaction is
+idempotent: redacting twice gives the same text.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+
+REDACTED = "[redacted]"
+MIN_ENV_VALUE_CHARS = 8
+SECRET_NAME_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+"""An environment variable whose name contains one of these holds a secret."""
+
+# Random key material is mixed alphanumerics: requiring a digit keeps `sk-learn-style-slugs`.
+_HAS_DIGIT = r"(?=[A-Za-z_-]*[0-9])"
+_KEY_SHAPES: tuple[re.Pattern[str], ...] = (
+    re.compile(
+        r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.DOTALL
+    ),
+    re.compile(rf"(?<![\w-])sk-{_HAS_DIGIT}[A-Za-z0-9_-]{{20,}}"),  # OpenAI, Anthropic (sk-ant-)
+    re.compile(r"(?<![\w-])gh[pousr]_[A-Za-z0-9]{30,}"),  # GitHub classic tokens
+    re.compile(r"(?<![\w-])github_pat_[A-Za-z0-9_]{22,}"),  # GitHub fine-grained tokens
+    re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9])"),  # AWS access key id
+    re.compile(r"(?<![\w-])xox[baprs]-[A-Za-z0-9-]{10,}"),  # Slack
+    re.compile(r"(?<![\w-])AIza[0-9A-Za-z_-]{35}"),  # Google API key
+    re.compile(rf"(?<![\w-])hf_{_HAS_DIGIT}[A-Za-z0-9]{{30,}}"),  # Hugging Face
+    re.compile(r"(?<![\w-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),  # JWT
+)
+_TOKEN_CHARS = r"[A-Za-z0-9._~+/=-]"
+_BEARER = re.compile(
+    rf"\b(?P<scheme>Bearer)(?P<space>\s+)(?!\[redacted\])(?=[A-Za-z._~+/=-]*[0-9]){_TOKEN_CHARS}{{8,}}",
+    re.IGNORECASE,
+)
+_AUTHORIZATION = re.compile(
+    r"""(?P<lead>\bAuthorization["']?\s*[:=]\s*["']?)"""
+    r"""(?P<scheme>(?:Bearer|Basic|Token|Bot|Digest|ApiKey)\s+)?"""
+    r"""(?P<credential>(?!\[redacted\])[^\s"',;]+)""",
+    re.IGNORECASE,
+)
+_URL_PASSWORD = re.compile(
+    r"(?P<lead>\b[a-z][a-z0-9+.-]*://[^\s:/@]+:)(?!\[redacted\])[^\s/@]+(?=@)"
+)
+
+# `name = value`, `name: value`, `"name": "value"` where the name says "secret". The value
+# is a quoted string or a bare word; a bare word followed by `(` or `[` is code
+# (`api_key=os.environ["X"]`), not a literal, and is kept. The bare word is matched inside
+# a lookahead and then consumed by backreference: an atomic group on Python 3.10, so the
+# engine cannot backtrack to a shorter word that is not followed by `(`.
+_BARE = r"[^\s\"',;(){}\[\]<>]*[^\s\"',;(){}\[\]<>.:]"
+_ASSIGNMENT = re.compile(
+    r"""(?P<lead>(?<![\w-])(?P<quote>["']?)(?P<name>[A-Za-z][\w.-]*)(?P=quote)\s*[:=]\s*)"""
+    rf"""(?:(?P<q>["'])(?P<quoted>[^"'\n]*)(?P=q)|(?=(?P<bare>{_BARE}))(?P=bare)(?P<after>[(\[]?))"""
+)
+_SECRET_NAME_WORDS = frozenset(
+    {"password", "passwd", "passphrase", "secret", "apikey", "credential", "credentials"}
+)
+_SECRET_NAME_PAIRS = frozenset(
+    {("api", "key"), ("private", "key"), ("access", "key"), ("secret", "key")}
+)
+_TOKEN_WORD = "token"
+_NOT_A_VALUE = frozenset(
+    {"", REDACTED, "none", "null", "true", "false", "nil", "undefined", "***", "..."}
+)
+_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+
+
+def _secret_env_values(environ: Mapping[str, str]) -> list[str]:
+    values = {
+        value
+        for name, value in environ.items()
+        if any(word in name.upper() for word in SECRET_NAME_WORDS)
+        and len(value.strip()) >= MIN_ENV_VALUE_CHARS
+    }
+    return sorted(values, key=len, reverse=True)  # longest first: a value may contain another
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an identifier (`OPENAI_API_KEY`, `apiKey`, `db-password`, `access_token`)
+    names a secret. `tokens`, `max_tokens`, `token_count` and a bare `key` do not."""
+    words = [word.lower() for word in _WORDS.findall(name)]
+    if not words:
+        return False
+    if any(word in _SECRET_NAME_WORDS for word in words):
+        return True
+    if any(pair in _SECRET_NAME_PAIRS for pair in zip(words, words[1:], strict=False)):
+        return True
+    return words[-1] == _TOKEN_WORD
+
+
+def _assignment(match: re.Match[str]) -> str:
+    if not is_secret_name(match["name"]):
+        return match[0]
+    if match["q"] is not None:
+        value = match["quoted"]
+        if value.strip().lower() in _NOT_A_VALUE:
+            return match[0]
+        return f"{match['lead']}{match['q']}{REDACTED}{match['q']}"
+    value = match["bare"]
+    if match["after"] or value.lower() in _NOT_A_VALUE or value.startswith("$"):
+        return match[0]
+    return f"{match['lead']}{REDACTED}"
+
+
+def _authorization(match: re.Match[str]) -> str:
+    credential = match["credential"]
+    # Without a scheme, only something token-like: "Authorization: handled by the proxy"
+    # is prose.
+    if not match["scheme"] and (
+        len(credential) < MIN_ENV_VALUE_CHARS or not any(c.isdigit() for c in credential)
+    ):
+        return match[0]
+    return f"{match['lead']}{match['scheme'] or ''}{REDACTED}"
+
+
+def redact(text: str, environ: Mapping[str, str] = os.environ) -> str:
+    """`text` with secrets replaced by `[redacted]` (see the module docstring)."""
+    for value in _secret_env_values(environ):
+        text = text.replace(value, REDACTED)
+    for shape in _KEY_SHAPES:
+        text = shape.sub(REDACTED, text)
+    text = _AUTHORIZATION.sub(_authorization, text)
+    text = _BEARER.sub(lambda m: f"{m['scheme']}{m['space']}{REDACTED}", text)
+    text = _URL_PASSWORD.sub(lambda m: f"{m['lead']}{REDACTED}", text)
+    return _ASSIGNMENT.sub(_assignment, text)
