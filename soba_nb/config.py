@@ -90,8 +90,8 @@ class CompactionSettings(_Section):
 class SobaConfig(_Section):
     """The whole configuration."""
 
-    model: ModelSettings = Field(default_factory=ModelSettings)
-    compaction: CompactionSettings = Field(default_factory=CompactionSettings)
+    model: ModelSettings = Field(default_factory=lambda: ModelSettings())
+    compaction: CompactionSettings = Field(default_factory=lambda: CompactionSettings())
     _provider_source: str = PrivateAttr(default="defaults")
 
     @property
@@ -211,11 +211,17 @@ def find_project_config(start: Path) -> Path | None:
     return None
 
 
-_ENV_KEYS: dict[str, tuple[str, str]] = {}
-for _section_name, _section in (("model", ModelSettings), ("compaction", CompactionSettings)):
-    for _field_name, _field in _section.model_fields.items():
-        _alias = _field.alias or _field_name
-        _ENV_KEYS[f"{ENV_PREFIX}{_section_name.upper()}_{_field_name.upper()}"] = (_section_name, _alias)
+def _env_keys() -> dict[str, tuple[str, str]]:
+    """`SOBA_<SECTION>_<FIELD>` for every key, e.g. `SOBA_COMPACTION_TIMEOUT_MS`."""
+    sections: tuple[tuple[str, type[_Section]], ...] = (("model", ModelSettings), ("compaction", CompactionSettings))
+    keys: dict[str, tuple[str, str]] = {}
+    for section_name, section in sections:
+        for field_name, field in section.model_fields.items():
+            keys[f"{ENV_PREFIX}{section_name.upper()}_{field_name.upper()}"] = (section_name, field.alias or field_name)
+    return keys
+
+
+_ENV_KEYS = _env_keys()
 # Short forms for the keys people set most.
 _ENV_KEYS.update(
     {
@@ -244,10 +250,6 @@ def env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
             value = raw
         layer.setdefault(section, {})[key] = value
     return layer
-
-
-def _field_name(section: str, key: str) -> str:
-    return f"{section}.{key}" if section else key
 
 
 def _one_line(exc: ValidationError, merged: Mapping[str, Any]) -> str:

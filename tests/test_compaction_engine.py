@@ -197,8 +197,8 @@ def test_progress_events_at_least_every_half_second(tmp_path):
     kinds = [e.kind for _, e in events]
     assert kinds[0] == "compaction_start" and kinds[-1] == "compaction_end"
     progress = [(at, e.percent) for at, e in events if e.kind == "compaction_progress"]
-    gaps = [b[0] - a[0] for a, b in zip(progress, progress[1:])]
+    gaps = [b[0] - a[0] for a, b in zip(progress, progress[1:], strict=False)]
     assert max(gaps) <= 0.5
     percents = [p for _, p in progress]
-    assert percents == sorted(percents) and 0 <= percents[0] and percents[-1] <= 100
+    assert percents == sorted(percents) and percents[0] >= 0 and percents[-1] <= 100
     assert events[-1][1].result is result

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
-
 from soba_nb.compaction.barrier import CompactionEvent
 
 
@@ -42,4 +40,4 @@ class Notice:
     level: str = "info"
 
 
-AgentEvent = Union[TextDelta, ToolStarted, ToolFinished, Notice, CompactionEvent]
+AgentEvent = TextDelta | ToolStarted | ToolFinished | Notice | CompactionEvent

@@ -23,6 +23,7 @@ from soba_nb.compaction.triggers import Thresholds
 from soba_nb.config import SobaConfig
 from soba_nb.providers import make_provider
 from soba_nb.providers.base import Provider
+from soba_nb.providers.errors import ProviderError
 from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import (
     CapsuleEntry,
@@ -114,7 +115,9 @@ class AgentSession:
         self.project_root = project_root
         self.namespace: dict[str, Any] = {} if namespace is None else namespace
         self.notebook = notebook
-        self._provider_factory = provider_factory or (lambda cfg: make_provider(cfg.model))
+        self._provider_factory = provider_factory
+        if provider_factory is None and not config.provider_source.startswith("no model"):
+            self._provider_factory = lambda cfg: make_provider(cfg.model)
         self._provider = provider
         path = session_file
         if path is None and not new:
@@ -159,6 +162,8 @@ class AgentSession:
     def provider(self) -> Provider:
         """Created on first use, so `%budget` works without a configured key."""
         if self._provider is None:
+            if self._provider_factory is None:
+                raise ProviderError(self.config.provider_source)
             self._provider = self._provider_factory(self.config)
         if self.compactor.summarizer is None:
             self.compactor.summarizer = ProviderSummarizer(self._provider)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Literal
 
 from soba_nb.compaction.capsule import (
     Capsule,
@@ -32,7 +33,13 @@ from soba_nb.compaction.summary_prompt import build_summary_prompt
 from soba_nb.compaction.triggers import POST_GATE_EXEMPT, Thresholds, Trigger, post_generation_roi
 from soba_nb.messages import ToolSchema
 from soba_nb.tokens import TokenCounter
-from soba_nb.transcript.entries import CapsuleEntry, CompactionEntry, SkillEntry, new_checkpoint_id
+from soba_nb.transcript.entries import (
+    CapsuleEntry,
+    CompactionEntry,
+    Quality,
+    SkillEntry,
+    new_checkpoint_id,
+)
 from soba_nb.transcript.store import Transcript
 
 PROGRESS_INTERVAL_S = 0.25
@@ -197,7 +204,8 @@ def _run(plan: CompactionPlan, ctx: BarrierContext, cancel: threading.Event, sta
     fallback = build_deterministic_capsule(
         plan.cut.summarize, previous=previous, kept=plan.cut.kept, kernel_state=ctx.kernel_state
     )
-    capsule, quality, model, provider, note = fallback, "degraded", None, None, "no summarizer model"
+    capsule, model, provider, note = fallback, None, None, "no summarizer model"
+    quality: Quality = "degraded"
     if ctx.summarizer is not None:
         outcome = _summarize(plan, ctx, cancel, previous, started)
         if isinstance(outcome, CompactionResult):
@@ -335,7 +343,7 @@ def _previous_capsule(plan: CompactionPlan) -> Capsule | None:
 def _record_consumed(plan: CompactionPlan, ctx: BarrierContext, result: CompactionResult) -> None:
     if ctx.transcript.leaf != plan.expected_leaf:
         return
-    outcome = "skipped" if result.outcome is Outcome.SKIPPED else "failed"
+    outcome: Literal["skipped", "failed"] = "skipped" if result.outcome is Outcome.SKIPPED else "failed"
     ctx.transcript.append(
         CompactionEntry(
             operation_id=plan.operation_id,

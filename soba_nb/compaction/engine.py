@@ -148,7 +148,7 @@ class Compactor:
         if kind not in ("milestone", "plan_pivot", "user"):
             raise ValueError(f"checkpoint kind {kind!r}: must be milestone, plan_pivot or user")
         written = self.transcript.append(
-            CheckpointEntry(kind=kind, note=note, intent=kind in ("milestone", "plan_pivot"))  # type: ignore[arg-type]
+            CheckpointEntry.model_validate({"kind": kind, "note": note, "intent": kind in ("milestone", "plan_pivot")})
         )
         assert isinstance(written, CheckpointEntry)
         return written
