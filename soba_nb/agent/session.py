@@ -116,8 +116,6 @@ class AgentSession:
         self.namespace: dict[str, Any] = {} if namespace is None else namespace
         self.notebook = notebook
         self._provider_factory = provider_factory
-        if provider_factory is None and not config.provider_source.startswith("no model"):
-            self._provider_factory = lambda cfg: make_provider(cfg.model)
         self._provider = provider
         path = session_file
         if path is None and not new:
@@ -162,9 +160,12 @@ class AgentSession:
     def provider(self) -> Provider:
         """Created on first use, so `%budget` works without a configured key."""
         if self._provider is None:
-            if self._provider_factory is None:
+            if self._provider_factory is not None:
+                self._provider = self._provider_factory(self.config)
+            elif self.config.provider_source.startswith("no model"):
                 raise ProviderError(self.config.provider_source)
-            self._provider = self._provider_factory(self.config)
+            else:
+                self._provider = make_provider(self.config.model)
         if self.compactor.summarizer is None:
             self.compactor.summarizer = ProviderSummarizer(self._provider)
         return self._provider
