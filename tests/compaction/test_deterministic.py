@@ -1,0 +1,299 @@
+"""The deterministic capsule must be good on its own (SPEC §4): every file touched, every
+command with its last outcome, the latest user request whole, the previous capsule kept."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from soba_nb.compaction.capsule import Capsule, parse_capsule, render_capsule
+from soba_nb.compaction.deterministic import NARRATIVE_MAX_ITEMS, build_deterministic_capsule
+from soba_nb.transcript.entries import (
+    CapsuleEntry,
+    CheckpointEntry,
+    Entry,
+    MessageEntry,
+    SkillEntry,
+    ToolCallEntry,
+    ToolResultEntry,
+)
+
+
+class History:
+    """A small builder of path entries."""
+
+    def __init__(self) -> None:
+        self.entries: list[Entry] = []
+        self._calls = 0
+
+    def user(self, text: str) -> History:
+        self.entries.append(MessageEntry(role="user", content=text))
+        return self
+
+    def assistant(self, text: str) -> History:
+        self.entries.append(MessageEntry(role="assistant", content=text))
+        return self
+
+    def tool(self, name: str, result: str | None = "", *, error: bool = False, raw: str | None = None, **arguments: object) -> History:
+        self._calls += 1
+        call_id = f"call_{self._calls}"
+        self.entries.append(ToolCallEntry(call_id=call_id, name=name, arguments=raw or json.dumps(arguments)))
+        if result is not None:
+            self.entries.append(ToolResultEntry(call_id=call_id, name=name, content=result, is_error=error))
+        return self
+
+    def shell(self, command: str, status: int) -> History:
+        return self.tool("shell", f"exit status: {status}\nstdout:\n…", command=command, timeout_s=60)
+
+    def checkpoint(self, kind: str, note: str) -> History:
+        self.entries.append(CheckpointEntry(kind=kind, note=note))  # type: ignore[arg-type]
+        return self
+
+
+def build(history: History, **options: object) -> Capsule:
+    capsule = build_deterministic_capsule(history.entries, **options)  # type: ignore[arg-type]
+    assert parse_capsule(render_capsule(capsule)) is not None  # always a valid capsule
+    return capsule
+
+
+def test_every_file_touched_survives() -> None:
+    history = (
+        History()
+        .user("tidy the data")
+        .tool("read_file", "a,b", path="data/raw.csv")
+        .tool("list_files", "raw.csv", path="data")
+        .tool("write_file", "ok", path="src/clean.py", content="x = 1")
+        .tool("edit_file", "ok", path="src/util.py", old="a", new="b")
+        .tool(
+            "python",
+            "ok",
+            code=(
+                "df.to_csv('out/clean.csv', index=False)\n"
+                "plt.savefig(\"figures/hist.png\")\n"
+                "with open('notes.txt', 'w') as f:\n    f.write('x')\n"
+                "Path('report.html').write_text(html)\n"
+                "df.to_parquet(path='out/clean.parquet')\n"
+                "pd.read_csv('data/raw.csv')"
+            ),
+        )
+        .tool("shell", "exit status: 0", command="python make.py > build/log.txt 2>&1")
+        .tool("read_file", None, raw='{"path": "data/trunc.csv", "pa')  # malformed, no result
+    )
+    capsule = build(history)
+    for path in ("data/raw.csv", "data (listed)", "data/trunc.csv"):
+        assert f"- {path}" in capsule.files_read.splitlines()
+    modified = capsule.files_modified.splitlines()
+    for path in (
+        "src/clean.py", "src/util.py", "out/clean.csv", "figures/hist.png", "notes.txt",
+        "report.html", "out/clean.parquet", "build/log.txt",
+    ):
+        assert f"- {path}" in modified
+    assert "- data/raw.csv" not in modified
+    artifacts = capsule.artifacts.splitlines()
+    assert {"- out/clean.csv", "- figures/hist.png", "- report.html", "- out/clean.parquet"} <= set(artifacts)
+    assert "- src/clean.py" not in artifacts
+
+
+def test_a_failed_write_is_still_listed_and_says_so() -> None:
+    capsule = build(History().tool("write_file", "outside the project", error=True, path="../x.py", content=""))
+    assert capsule.files_modified == "- ../x.py (write failed)"
+    assert capsule.artifacts == ""
+
+
+def test_every_command_survives_with_its_last_outcome() -> None:
+    history = (
+        History()
+        .shell("pytest -q", 1)
+        .shell("ruff check .", 0)
+        .tool("python", "Traceback (most recent call last):\n  File …\nKeyError: 'region'", error=True, code="df['region']")
+        .tool("python", "120000", code="len(df)")
+        .shell("pytest -q", 0)
+        .tool("shell", "refused: timeout_s must be positive", error=True, command="sleep 1", timeout_s=0)
+        .tool("python", None, code="train()")
+    )
+    lines = build(history).verification.splitlines()
+    assert lines == [
+        "- shell `ruff check .` → exit status 0",
+        "- python `df['region']` → KeyError: 'region'",
+        "- python `len(df)` → ok",
+        "- shell `pytest -q` → exit status 0",
+        "- shell `sleep 1` → error: refused: timeout_s must be positive",
+        "- python `train()` → no result recorded",
+    ]
+
+
+def test_a_command_that_still_fails_is_a_blocker_until_it_passes() -> None:
+    failing = build(History().shell("pytest -q", 1).shell("make lint", 2))
+    assert failing.blockers.splitlines() == [
+        "- shell `pytest -q` last failed: exit status 1",
+        "- shell `make lint` last failed: exit status 2",
+    ]
+    fixed = build(History().shell("pytest -q", 0), previous=failing)
+    assert fixed.blockers == "- shell `make lint` last failed: exit status 2"
+    assert "- shell `pytest -q` → exit status 0" in fixed.verification.splitlines()
+    assert "- shell `pytest -q` → exit status 1" not in fixed.verification.splitlines()
+
+
+LONG_REQUEST = (
+    "Please rebuild the churn model.\n\n## Requirements\n"
+    "```python\n# keep this exact snippet\nmodel = fit(df)\n```\n"
+    "You must not touch data/raw.csv. Only use scikit-learn.\n" + "Context line. " * 400
+)
+
+
+def test_the_latest_user_request_is_quoted_whole_and_earlier_ones_clipped() -> None:
+    history = (
+        History()
+        .user("first: load the data " + "x" * 2000)
+        .assistant("Loaded.")
+        .user("second: plot it")
+        .assistant("Plotted.")
+        .user(LONG_REQUEST)
+        .tool("python", "ok", code="fit(df)")
+    )
+    capsule = build(history)
+    assert LONG_REQUEST in capsule.goal_and_constraints
+    assert LONG_REQUEST in parse_capsule(render_capsule(capsule)).goal_and_constraints
+    assert "second: plot it" in capsule.goal_and_constraints
+    assert "x" * 400 not in capsule.goal_and_constraints
+    assert "- You must not touch data/raw.csv." in capsule.goal_and_constraints
+    assert "- Only use scikit-learn." in capsule.goal_and_constraints
+    assert "Working on the latest user request" in capsule.in_progress
+
+
+def test_a_latest_request_in_the_kept_tail_is_quoted_too() -> None:
+    history = History().user("old request").assistant("done")
+    kept = History().user("new short request").entries
+    capsule = build(history, kept=kept)
+    assert "new short request" in capsule.goal_and_constraints
+    assert "- old request" in capsule.goal_and_constraints
+
+
+def test_results_in_the_kept_tail_complete_calls_in_the_summarized_part() -> None:
+    history = History().tool("shell", None, command="make", timeout_s=5)
+    kept = [ToolResultEntry(call_id="call_1", name="shell", content="exit status: 0")]
+    capsule = build(history, kept=kept)
+    assert capsule.verification == "- shell `make` → exit status 0"
+    assert capsule.pending == ""
+
+
+def test_checkpoints_skills_and_kernel_state() -> None:
+    history = (
+        History()
+        .checkpoint("milestone", "baseline model trained, AUC 0.81")
+        .checkpoint("plan_pivot", "switch to gradient boosting because the baseline underfits")
+        .checkpoint("user", "before feature work")
+        .tool("checkpoint", "recorded", kind="milestone", note="features added")
+        .tool("python", "ok", code="X, y = split(df)\nmodel = fit(X, y)\n_tmp = 1\nif a == b:\n    pass")
+    )
+    history.entries.append(SkillEntry(name="pandas-style", path=".soba/skills/pandas-style/SKILL.md", content="…"))
+    capsule = build(history, kernel_state=["df: DataFrame 120000×14", "model: GradientBoostingClassifier"])
+    assert "- Milestone: baseline model trained, AUC 0.81" in capsule.work_done
+    assert "- Milestone: features added" in capsule.work_done
+    assert "- Plan pivot: switch to gradient boosting because the baseline underfits" in capsule.decisions
+    assert "- User checkpoint: before feature work" in capsule.decisions
+    assert capsule.active_skills == "- pandas-style (.soba/skills/pandas-style/SKILL.md)"
+    kernel = capsule.kernel_state.splitlines()
+    assert kernel[:2] == ["- df: DataFrame 120000×14", "- model: GradientBoostingClassifier"]
+    assert "`X`, `y`" in kernel[2] and "`model`" not in kernel[2] and "_tmp" not in kernel[2]
+
+
+PREVIOUS = Capsule(
+    goal_and_constraints="Build a churn model. Never upload data.",
+    work_done="- cleaned the data\n- trained a baseline",
+    in_progress="- tuning",
+    pending="- write the report",
+    decisions="- logistic regression first, because it is explainable",
+    blockers="- shell `make docs` last failed: exit status 2",
+    next_steps="- try gradient boosting",
+    files_read="- data/raw.csv",
+    files_modified="- src/model.py",
+    verification="- shell `pytest -q` → exit status 1\n- python `len(df)` → ok",
+    active_skills="- pandas-style",
+    kernel_state="- df: DataFrame 100×3",
+    artifacts="- figures/roc.png",
+    extra_sections=[("Notes", "model-written extra")],
+)
+
+
+def test_the_previous_capsule_is_carried_over_first_and_updated() -> None:
+    history = (
+        History()
+        .user("Now write the report.")
+        .tool("read_file", "…", path="src/model.py")
+        .shell("pytest -q", 0)
+        .tool("write_file", "ok", path="report.md", content="# Report")
+    )
+    capsule = build(history, previous=PREVIOUS, kernel_state=["df: DataFrame 120000×14"])
+    assert "Now write the report." in capsule.goal_and_constraints
+    assert "Build a churn model. Never upload data." in capsule.goal_and_constraints
+    for field in ("work_done", "in_progress", "pending", "decisions", "blockers", "next_steps"):
+        for line in str(getattr(PREVIOUS, field)).splitlines():
+            assert line in str(getattr(capsule, field)), (field, line)
+    assert capsule.files_read.splitlines() == ["- data/raw.csv", "- src/model.py"]
+    assert capsule.files_modified.splitlines() == ["- src/model.py", "- report.md"]
+    assert capsule.verification.splitlines() == ["- python `len(df)` → ok", "- shell `pytest -q` → exit status 0"]
+    assert capsule.kernel_state == "- df: DataFrame 120000×14"
+    assert capsule.artifacts == "- figures/roc.png"
+    assert capsule.active_skills == "- pandas-style"
+    assert capsule.extra_sections == [("Notes", "model-written extra")]
+
+
+def test_rolling_twice_keeps_the_older_request_and_carried_goal() -> None:
+    first = build(History().user("Request one. You should keep logs."), previous=PREVIOUS)
+    second = build(History().user("Request two."), previous=first)
+    goal = second.goal_and_constraints
+    assert goal.index("Request two.") < goal.index("- Request one.")
+    assert "- You should keep logs." in goal
+    assert goal.count("Build a churn model. Never upload data.") == 1
+    third = build(History().assistant("still working"), previous=second)
+    assert "Request two." in third.goal_and_constraints.split("Earlier user requests:")[0]
+
+
+def test_a_capsule_entry_among_the_entries_is_the_previous_capsule() -> None:
+    entry = CapsuleEntry(
+        operation_id="op", checkpoint_id="ck_00000000", trigger="user", quality="full",
+        tokens_before=10, tokens_after=5, first_kept_entry_id=None, content=render_capsule(PREVIOUS),
+    )
+    history = History()
+    history.entries.append(entry)
+    history.user("go on")
+    capsule = build(history)
+    assert "- trained a baseline" in capsule.work_done
+    assert capsule.artifacts == "- figures/roc.png"
+
+
+def test_narrative_sections_stay_bounded() -> None:
+    history = History().user("go")
+    for index in range(500):
+        history.assistant(f"step {index}: " + "words " * 200)
+        history.checkpoint("turn", "")
+    capsule = build(history)
+    items = capsule.work_done.splitlines()
+    assert len(items) <= NARRATIVE_MAX_ITEMS
+    assert max(len(item) for item in items) < 300
+    assert "step 499" in capsule.work_done and "step 0:" not in capsule.work_done
+
+
+def synthetic_history(turns: int) -> list[Entry]:
+    """A notebook session of `turns` analysis steps, about 1,200 tokens each."""
+    history = History()
+    table = "region revenue customers churned segment quarter\n" * 60
+    for index in range(1, turns + 1):
+        history.user(f"Step {index}: analyse segment {index}. Don't change the raw files.")
+        history.assistant(f"I'll look at segment {index}.\nNext, plot it.")
+        history.tool("read_file", table, path=f"data/part_{index}.csv")
+        code = f"seg_{index} = df[df.segment == {index}]\nseg_{index}.to_csv('out/seg_{index}.csv')"
+        history.tool("python", table, code=code)
+        history.shell(f"pytest tests/test_seg_{index}.py -q", index % 3)
+    return history.entries
+
+
+def test_a_200k_token_history_builds_fast() -> None:
+    entries = synthetic_history(190)  # about 200k tokens (o200k_base)
+    started = time.perf_counter()
+    capsule = build_deterministic_capsule(entries, kernel_state=["df: DataFrame 1×1"])
+    elapsed = time.perf_counter() - started
+    assert elapsed < 1.0, f"{elapsed:.3f}s"  # the real timing is in benchmarks/
+    assert "- out/seg_1.csv" in capsule.files_modified
+    assert capsule.verification.count("\n") + 1 == sum(isinstance(e, ToolCallEntry) and e.name != "read_file" for e in entries)
