@@ -1,0 +1,415 @@
+"""SPEC §9 CLI: `soba-nb inspect`, `verify` and `budget` on real transcript files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from soba_nb import cli
+from soba_nb.cli import SUBCOMMANDS, entry_tokens, main, model_input_entries, subcommand
+from soba_nb.tokens import TokenCounter
+from soba_nb.transcript.entries import (
+    CapsuleEntry,
+    CheckpointEntry,
+    MessageEntry,
+    SessionEntry,
+    ToolCallEntry,
+    ToolResultEntry,
+    UsageEntry,
+)
+from soba_nb.transcript.store import Transcript
+
+MODEL = "openai/gpt-4o-mini"
+
+
+@pytest.fixture
+def notebook_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project folder with a notebook, isolated from the real home folder and SOBA_* env."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    for name in list(__import__("os").environ):
+        if name.startswith("SOBA_"):
+            monkeypatch.delenv(name)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "analysis.ipynb").write_text("{}", encoding="utf-8")
+    return project
+
+
+@pytest.fixture
+def session(notebook_dir: Path) -> Iterator[Path]:
+    """A session with two turns, a checkpoint and a capsule, then one more turn."""
+    path = notebook_dir / "analysis.soba" / "s1.jsonl"
+    with Transcript.open(
+        path, create_header=SessionEntry(notebook="analysis.ipynb", model=MODEL)
+    ) as store:
+        store.append(MessageEntry(role="user", content="Load sales.csv and summarize revenue."))
+        store.append(MessageEntry(role="assistant", content="Reading the file."))
+        store.append(
+            ToolCallEntry(call_id="c1", name="read_file", arguments='{"path": "sales.csv"}')
+        )
+        store.append(
+            ToolResultEntry(call_id="c1", name="read_file", content="region,revenue\n" * 200)
+        )
+        store.append(MessageEntry(role="assistant", content="Revenue is highest in the north."))
+        store.append(UsageEntry(input_tokens=2400, output_tokens=12, provider="openai"))
+        store.append(
+            CheckpointEntry(checkpoint_id="ck_aaaa0001", kind="milestone", note="data loaded")
+        )
+        kept = store.append(MessageEntry(role="user", content="Now plot it by month."))
+        store.append(MessageEntry(role="assistant", content="Plotted to plot.png."))
+        store.append(
+            CapsuleEntry(
+                operation_id="op_1",
+                checkpoint_id="ck_bbbb0002",
+                trigger="milestone",
+                quality="degraded",
+                tokens_before=5000,
+                tokens_after=900,
+                first_kept_entry_id=kept.id,
+                content="## Goal and constraints\nSummarize revenue.",
+            )
+        )
+        store.append(MessageEntry(role="user", content="Thanks, now by region."))
+    yield path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def write_lines(path: Path, *lines: dict[str, object], tail: str = "") -> Path:
+    text = "".join(json.dumps(line) + "\n" for line in lines) + tail
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+HEADER = {"type": "session", "id": "h", "parentId": None, "timestamp": "t", "model": MODEL}
+
+
+def message(entry_id: str, parent: str | None, role: str = "user") -> dict[str, object]:
+    return {"type": "message", "id": entry_id, "parentId": parent, "timestamp": "t", "role": role}
+
+
+# -- inspect ---------------------------------------------------------------------------------
+
+
+def test_inspect_text(capsys: pytest.CaptureFixture[str], session: Path) -> None:
+    code, out, err = run(capsys, "inspect", str(session))
+    assert code == 0, err
+    transcript = Transcript.load(session)
+    assert str(session) in out
+    assert "version 1" in out and "analysis.ipynb" in out and MODEL in out
+    assert "entries      12" in out
+    assert "message 6" in out and "tool_call 1" in out and "capsule 1" in out
+    assert f"leaf         {transcript.leaf}" in out
+    assert "path         12 entries" in out
+    assert "ck_aaaa0001  milestone   data loaded" in out
+    assert "ck_bbbb0002  milestone" in out and "degraded" in out and "5000 → 900" in out
+    assert "last provider usage: input 2400, output 12" in out
+    assert "o200k_base" in out
+
+
+def test_inspect_json(capsys: pytest.CaptureFixture[str], session: Path) -> None:
+    code, out, _ = run(capsys, "inspect", "--json", str(session))
+    assert code == 0
+    info = json.loads(out)
+    transcript = Transcript.load(session)
+    assert info["entries"] == 12
+    assert info["byType"] == {
+        "message": 6,
+        "session": 1,
+        "tool_call": 1,
+        "tool_result": 1,
+        "usage": 1,
+        "checkpoint": 1,
+        "capsule": 1,
+    }
+    assert info["leaf"] == transcript.leaf
+    assert info["pathLength"] == 12
+    assert info["header"]["model"] == MODEL
+    assert info["checkpoints"] == [
+        {
+            "checkpointId": "ck_aaaa0001",
+            "kind": "milestone",
+            "note": "data loaded",
+            "id": transcript.entries[7].id,
+        }
+    ]
+    (capsule,) = info["capsules"]
+    assert capsule["trigger"] == "milestone"
+    assert capsule["quality"] == "degraded"
+    assert (capsule["tokensBefore"], capsule["tokensAfter"]) == (5000, 900)
+    assert capsule["firstKeptEntryId"] == transcript.entries[8].id
+    assert info["tokens"]["lastUsage"]["inputTokens"] == 2400
+
+
+def test_token_figures_count_the_path(capsys: pytest.CaptureFixture[str], session: Path) -> None:
+    _, out, _ = run(capsys, "inspect", "--json", str(session))
+    tokens = json.loads(out)["tokens"]
+    counter = TokenCounter.for_model("openai", "gpt-4o-mini")
+    path = Transcript.load(session).path()
+    assert tokens["pathTokens"] == sum(entry_tokens(counter, entry) for entry in path)
+    # After the capsule the model input is the capsule, its kept tail and what follows.
+    carried = model_input_entries(path)
+    assert [entry.type for entry in carried] == ["capsule", "message", "message", "message"]
+    assert tokens["estimatedTokens"] == sum(entry_tokens(counter, entry) for entry in carried)
+    assert tokens["estimatedTokens"] < tokens["pathTokens"]
+    # The usage figure predates the capsule, so it no longer measures the input.
+    assert tokens["source"] == "estimated"
+    assert tokens["effectiveTokens"] == tokens["estimatedTokens"]
+
+
+def test_provider_usage_plus_what_came_after(
+    capsys: pytest.CaptureFixture[str], notebook_dir: Path
+) -> None:
+    path = notebook_dir / "analysis.soba" / "s2.jsonl"
+    with Transcript.open(path, create_header=SessionEntry(model=MODEL)) as store:
+        store.append(MessageEntry(role="user", content="hello world"))
+        store.append(MessageEntry(role="assistant", content="hi"))
+        store.append(UsageEntry(input_tokens=1000, output_tokens=5))
+        after = store.append(MessageEntry(role="user", content="hello world"))
+    _, out, _ = run(capsys, "inspect", "--json", str(path))
+    tokens = json.loads(out)["tokens"]
+    counter = TokenCounter.for_model("openai", "gpt-4o-mini")
+    assert tokens["source"] == "provider_usage"
+    assert tokens["effectiveTokens"] == 1000 + 5 + entry_tokens(counter, after)
+
+
+def test_inspect_without_usage_or_header(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = write_lines(tmp_path / "s.jsonl", message("m", None))
+    code, out, _ = run(capsys, "inspect", str(path))
+    assert code == 0
+    assert "last provider usage: none recorded" in out
+    assert "not a session header" in out
+
+
+def test_inspect_a_bad_transcript(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "s.jsonl", HEADER, message("m", "ghost"))
+    code, out, err = run(capsys, "inspect", str(path))
+    assert code == 1
+    assert out == ""
+    assert err.startswith(f"{path}:2: ")
+    assert err.count("\n") == 1
+
+
+# -- verify ----------------------------------------------------------------------------------
+
+
+def test_verify_ok(capsys: pytest.CaptureFixture[str], session: Path) -> None:
+    code, out, err = run(capsys, "verify", str(session))
+    assert code == 0
+    assert out == f"ok: 12 entries, leaf {Transcript.load(session).leaf}\n"
+    assert err == ""
+
+
+@pytest.mark.parametrize(
+    ("lines", "tail", "line", "words"),
+    [
+        ([HEADER], "not json\n" + json.dumps(message("m", "h")) + "\n", 2, "not valid JSON"),
+        ([HEADER, message("m", "h"), message("m", "h")], "", 3, "duplicate id"),
+        ([HEADER, message("m", "ghost")], "", 2, "parentId 'ghost'"),
+        (
+            [
+                HEADER,
+                {"type": "leaf", "id": "l", "parentId": "h", "timestamp": "t", "targetId": "x"},
+            ],
+            "",
+            2,
+            "targetId 'x'",
+        ),
+        ([HEADER, {"type": "message", "id": "m", "parentId": "h", "role": "robot"}], "", 2, "role"),
+        (
+            [
+                HEADER,
+                message("a", "h"),
+                message("b", "a", "assistant"),
+                {"type": "leaf", "id": "l", "parentId": "b", "timestamp": "t", "targetId": "h"},
+                {
+                    "type": "capsule",
+                    "id": "c",
+                    "parentId": "h",
+                    "timestamp": "t",
+                    "operationId": "o",
+                    "checkpointId": "ck_00000001",
+                    "trigger": "user",
+                    "quality": "full",
+                    "tokensBefore": 10,
+                    "tokensAfter": 5,
+                    "firstKeptEntryId": "b",
+                    "content": "",
+                },
+            ],
+            "",
+            5,
+            "firstKeptEntryId 'b' is not on its path",
+        ),
+    ],
+)
+def test_verify_reports_the_first_problem(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    lines: list[dict[str, object]],
+    tail: str,
+    line: int,
+    words: str,
+) -> None:
+    path = write_lines(tmp_path / "s.jsonl", *lines, tail=tail)
+    code, out, err = run(capsys, "verify", str(path))
+    assert code == 1
+    assert out == ""
+    assert err.startswith(f"{path}:{line}: ")
+    assert words in err
+    assert err.count("\n") == 1
+
+
+def test_verify_torn_last_line_is_a_warning(
+    capsys: pytest.CaptureFixture[str], session: Path
+) -> None:
+    with session.open("ab") as handle:
+        handle.write(b'{"type":"message","id":"x","par')
+    code, out, err = run(capsys, "verify", str(session))
+    assert code == 0
+    assert out.startswith("ok: 12 entries")
+    assert err == f"{session}:13: warning: torn last line ignored\n"
+
+
+def test_verify_mentions_a_recovered_torn_line(
+    capsys: pytest.CaptureFixture[str], session: Path
+) -> None:
+    with session.open("ab") as handle:
+        handle.write(b'{"type":"message","id":"x","par')
+    with pytest.warns(UserWarning), Transcript.open(session) as store:
+        store.append(MessageEntry(role="user", content="after the crash"))
+    code, out, err = run(capsys, "verify", str(session))
+    assert code == 0
+    assert out.startswith("ok: 13 entries")
+    assert err == f"{session}:13: warning: torn line (recovered after a crash)\n"
+
+
+def test_verify_warns_about_a_second_root(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = write_lines(tmp_path / "s.jsonl", HEADER, message("m", None))
+    code, out, err = run(capsys, "verify", str(path))
+    assert code == 0
+    assert "ok: 2 entries, leaf m" in out
+    assert f"{path}:2: warning: entry 'm' starts a second root" in err
+
+
+# -- budget ----------------------------------------------------------------------------------
+
+
+def test_budget_uses_the_notebook_folder_config(
+    capsys: pytest.CaptureFixture[str], session: Path, notebook_dir: Path
+) -> None:
+    (notebook_dir / "soba.json").write_text(
+        json.dumps(
+            {"model": {"provider": "openai", "contextWindow": 65000, "maxOutputTokens": 8000}}
+        ),
+        encoding="utf-8",
+    )
+    code, out, err = run(capsys, "budget", "--json", str(session))
+    assert code == 0, err
+    info = json.loads(out)
+    assert (info["hardLimit"], info["softLimit"]) == (48808, 39046)
+    assert info["configFolder"] == str(notebook_dir.resolve())
+    assert info["source"] == "estimated"
+    assert info["effectiveTokens"] > 0
+    assert info["overHardLimit"] is False
+    code, out, _ = run(capsys, "budget", str(session))
+    assert code == 0
+    assert "hardLimit  48808" in out and "softLimit  39046" in out
+    assert "(estimated)" in out
+
+
+def test_budget_with_a_bad_config(
+    capsys: pytest.CaptureFixture[str], session: Path, notebook_dir: Path
+) -> None:
+    (notebook_dir / "soba.json").write_text(
+        '{"compaction": {"keepRecentTokens": -1}}', encoding="utf-8"
+    )
+    code, out, err = run(capsys, "budget", str(session))
+    assert code == 1
+    assert out == ""
+    assert "compaction.keepRecentTokens = -1" in err
+    assert err.count("\n") == 1
+
+
+# -- usage errors and the table ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["frobnicate"], ["verify"], ["verify", "a", "b"], ["inspect", "--bogus", "x"]],
+)
+def test_usage_errors(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert out == ""
+    assert err.startswith("soba-nb")
+    assert err.count("\n") == 1
+
+
+def test_missing_session_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, "verify", str(tmp_path / "nope.jsonl"))
+    assert code == 2
+    assert err == f"soba-nb: error: {tmp_path / 'nope.jsonl'}: no such file\n"
+
+
+def test_help(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--help")
+    assert code == 0
+    for name in ("inspect", "verify", "budget"):
+        assert name in out
+
+
+def test_subcommands_are_a_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert {"inspect", "verify", "budget"} <= set(SUBCOMMANDS)
+
+    def arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("word")
+
+    try:
+
+        @subcommand("echo-test", "say a word", arguments)
+        def echo(args: argparse.Namespace) -> int:
+            print(args.word)
+            return 0
+
+        assert run(capsys, "echo-test", "hi") == (0, "hi\n", "")
+        with pytest.raises(ValueError, match="twice"):
+            subcommand("echo-test", "again", arguments)(echo)
+    finally:
+        cli.SUBCOMMANDS.pop("echo-test", None)
+
+
+# -- the installed console script ----------------------------------------------------------------
+
+
+def test_installed_script(session: Path, tmp_path: Path) -> None:
+    script = shutil.which("soba-nb")
+    if script is None:
+        pytest.skip("the soba-nb console script is not installed (pip install -e .)")
+    result = subprocess.run(
+        [script, "verify", str(session)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("ok: 12 entries, leaf ")
+    broken = write_lines(tmp_path / "broken.jsonl", HEADER, message("m", "ghost"))
+    result = subprocess.run(
+        [script, "verify", str(broken)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"{broken}:2: ")
