@@ -27,17 +27,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     CheckpointEntry,
-    Entry,
-    MessageEntry,
-    SkillEntry,
-    ToolCallEntry,
-    ToolResultEntry,
     UsageEntry,
 )
 from soba_nb.transcript.store import TornLineWarning, Transcript, TranscriptError
 
 if TYPE_CHECKING:
-    from soba_nb.tokens import TokenCounter
+    pass
 
 PROG = "soba-nb"
 EXIT_OK = 0
@@ -162,75 +157,35 @@ def model_of(transcript: Transcript) -> tuple[str, str]:
     return (provider, name) if name else ("unknown", provider)
 
 
-def entry_tokens(counter: TokenCounter, entry: Entry) -> int:
-    """Tokens an entry adds to model input (0 for bookkeeping entries); a capsule counts as
-    its rendered text."""
-    if isinstance(entry, MessageEntry):
-        return counter.count_message(entry.role, entry.content)
-    if isinstance(entry, ToolCallEntry):
-        return counter.count_text(entry.name) + counter.count_text(entry.arguments)
-    if isinstance(entry, ToolResultEntry):
-        return counter.count_message("tool", entry.content)
-    if isinstance(entry, CapsuleEntry | SkillEntry):
-        return counter.count_message("user", entry.content)
-    return 0
-
-
-def model_input_entries(path: Sequence[Entry]) -> list[Entry]:
-    """The path entries the next request carries: after the latest capsule, the capsule,
-    its kept tail (from `firstKeptEntryId`) and everything appended after it (SPEC §5)."""
-    for index in range(len(path) - 1, -1, -1):
-        capsule = path[index]
-        if isinstance(capsule, CapsuleEntry):
-            start = next(
-                (i for i in range(index) if path[i].id == capsule.first_kept_entry_id), index
-            )
-            return [capsule, *path[start:index], *path[index + 1 :]]
-    return list(path)
-
-
 def token_figures(transcript: Transcript) -> dict[str, Any]:
-    """Estimated tokens (whole path and effective model input) and the provider figure."""
+    """Estimated tokens (whole path and effective model input) and the provider figure,
+    measured exactly as the agent's preflight measures them."""
+    from soba_nb.agent.session import SYSTEM_PROMPT
+    from soba_nb.agent.tools import TOOL_SCHEMAS
+    from soba_nb.compaction.budget import BudgetTracker
+    from soba_nb.compaction.model_input import entry_tokens, fixed_tokens
     from soba_nb.tokens import TokenCounter  # loads the BPE ranks: only when counting
 
     provider, name = model_of(transcript)
     counter = TokenCounter.for_model(provider, name)
     path = transcript.path_view()
-
-    def count(entry: Entry) -> int:
-        return counter.cached(entry.id, lambda: entry_tokens(counter, entry))
-
-    effective_entries = model_input_entries(path)
-    estimated = sum(count(entry) for entry in effective_entries)
-    figures: dict[str, Any] = {
+    measurement = BudgetTracker(counter, fixed_tokens(SYSTEM_PROMPT, TOOL_SCHEMAS, counter)).measure(path)
+    last_usage = next((e for e in reversed(path) if isinstance(e, UsageEntry)), None)
+    return {
         "encoding": counter.choice.encoding,
         "exactTokenizer": counter.choice.exact,
-        "pathTokens": sum(count(entry) for entry in path),
-        "estimatedTokens": estimated,
-        "effectiveTokens": estimated,
-        "source": "estimated",
-        "lastUsage": None,
+        "pathTokens": sum(entry_tokens(entry, counter) for entry in path),
+        "estimatedTokens": measurement.estimated,
+        "effectiveTokens": measurement.effective,
+        "source": measurement.source,
+        "lastUsage": None
+        if last_usage is None
+        else {
+            "id": last_usage.id,
+            "inputTokens": last_usage.input_tokens,
+            "outputTokens": last_usage.output_tokens,
+        },
     }
-    usage_index = next(
-        (i for i in range(len(path) - 1, -1, -1) if isinstance(path[i], UsageEntry)), None
-    )
-    if usage_index is not None:
-        usage = path[usage_index]
-        assert isinstance(usage, UsageEntry)
-        figures["lastUsage"] = {
-            "id": usage.id,
-            "inputTokens": usage.input_tokens,
-            "outputTokens": usage.output_tokens,
-        }
-        later = path[usage_index + 1 :]
-        # A capsule after the figure removed part of what it measured: it no longer applies.
-        if not any(isinstance(entry, CapsuleEntry) for entry in later):
-            # The reply the figure measured is output tokens; what came after is counted here.
-            figures["effectiveTokens"] = (
-                usage.input_tokens + usage.output_tokens + sum(count(entry) for entry in later)
-            )
-            figures["source"] = "provider_usage"
-    return figures
 
 
 def print_json(data: Any) -> None:

@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 
 from soba_nb import cli
-from soba_nb.cli import SUBCOMMANDS, entry_tokens, main, model_input_entries, subcommand
+from soba_nb.agent.session import SYSTEM_PROMPT
+from soba_nb.agent.tools import TOOL_SCHEMAS
+from soba_nb.cli import SUBCOMMANDS, main, subcommand
+from soba_nb.compaction.model_input import assemble, entry_tokens, visible_context
 from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import (
     CapsuleEntry,
@@ -158,12 +161,17 @@ def test_token_figures_count_the_path(capsys: pytest.CaptureFixture[str], sessio
     tokens = json.loads(out)["tokens"]
     counter = TokenCounter.for_model("openai", "gpt-4o-mini")
     path = Transcript.load(session).path()
-    assert tokens["pathTokens"] == sum(entry_tokens(counter, entry) for entry in path)
-    # After the capsule the model input is the capsule, its kept tail and what follows.
-    carried = model_input_entries(path)
-    assert [entry.type for entry in carried] == ["capsule", "message", "message", "message"]
-    assert tokens["estimatedTokens"] == sum(entry_tokens(counter, entry) for entry in carried)
-    assert tokens["estimatedTokens"] < tokens["pathTokens"]
+    assert tokens["pathTokens"] == sum(entry_tokens(entry, counter) for entry in path)
+    # After the capsule the model input is the capsule, its kept tail and what follows:
+    # the figure is what the agent would send.
+    context = visible_context(path)
+    assert context.capsule is not None
+    assert [entry.type for entry in context.entries] == ["message", "message", "message"]
+    sent = assemble(context, system=SYSTEM_PROMPT, tools=TOOL_SCHEMAS, counter=counter)
+    assert tokens["estimatedTokens"] == sent.tokens
+    assert tokens["estimatedTokens"] - sent.tokens + sum(
+        entry_tokens(entry, counter) for entry in context.entries
+    ) < tokens["pathTokens"]
     # The usage figure predates the capsule, so it no longer measures the input.
     assert tokens["source"] == "estimated"
     assert tokens["effectiveTokens"] == tokens["estimatedTokens"]
@@ -175,14 +183,15 @@ def test_provider_usage_plus_what_came_after(
     path = notebook_dir / "analysis.soba" / "s2.jsonl"
     with Transcript.open(path, create_header=SessionEntry(model=MODEL)) as store:
         store.append(MessageEntry(role="user", content="hello world"))
-        store.append(MessageEntry(role="assistant", content="hi"))
+        answer = store.append(MessageEntry(role="assistant", content="hi"))
         store.append(UsageEntry(input_tokens=1000, output_tokens=5))
         after = store.append(MessageEntry(role="user", content="hello world"))
     _, out, _ = run(capsys, "inspect", "--json", str(path))
     tokens = json.loads(out)["tokens"]
     counter = TokenCounter.for_model("openai", "gpt-4o-mini")
     assert tokens["source"] == "provider_usage"
-    assert tokens["effectiveTokens"] == 1000 + 5 + entry_tokens(counter, after)
+    # The figure measured the request before the answer; the answer and later entries add.
+    assert tokens["effectiveTokens"] == 1000 + entry_tokens(answer, counter) + entry_tokens(after, counter)
 
 
 def test_inspect_without_usage_or_header(
