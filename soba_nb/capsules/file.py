@@ -198,10 +198,10 @@ def _excerpt(text: str) -> str:
 
 def _split_front_matter(text: str, source: str) -> tuple[list[tuple[int, str]], str]:
     """(numbered front-matter lines, the text after the closing delimiter)."""
-    if not text.strip():
-        raise CapsuleFileError(source, "empty file")
     if text.startswith(_BOM):
         text = text[len(_BOM) :]
+    if not text.strip():
+        raise CapsuleFileError(source, "empty file")
     first, newline, _ = text.partition("\n")
     if first.rstrip("\r").rstrip() != DELIMITER or not newline:
         raise CapsuleFileError(
