@@ -79,7 +79,6 @@ def test_the_instructions_list_the_headings_and_the_rules() -> None:
     for rule in ("(none)", "quote the latest user request whole", "Do not call tools", "previous capsule", "secrets", "values"):
         assert rule in system
     assert "focus" not in system
-    assert system.endswith("The user asked this compaction to focus on: the SQL migration\n") is False
     assert build_system_prompt("  the SQL migration ").endswith("focus on: the SQL migration\n")
 
 
