@@ -216,9 +216,7 @@ def preflight_benchmark(sessions: Sequence[Session]) -> list[Row]:
         result = f"{milliseconds(median)} (mean {milliseconds(statistics.mean(costs))})"
         if baseline is None:
             baseline = median
-            rows.append(
-                Row("count per preflight", session.entries, milliseconds(median), "baseline")
-            )
+            rows.append(Row("count per preflight", session.entries, result, "baseline (median)"))
             continue
         ratio = median / baseline
         ok = ratio <= PREFLIGHT_TARGET_RATIO
