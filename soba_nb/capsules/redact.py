@@ -29,18 +29,22 @@ SECRET_NAME_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 
 # Random key material is mixed alphanumerics: requiring a digit keeps `sk-learn-style-slugs`.
 _HAS_DIGIT = r"(?=[A-Za-z_-]*[0-9])"
+# A key starts a word, or follows an escape (`\nsk-…` in JSON-escaped tool output).
+_START = r"(?:(?<![\w-])|(?<=\\[nrt]))"
+_AWS_START = r"(?:(?<![A-Za-z0-9])|(?<=\\[nrt]))"
 _KEY_SHAPES: tuple[re.Pattern[str], ...] = (
     re.compile(
         r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.DOTALL
     ),
-    re.compile(rf"(?<![\w-])sk-{_HAS_DIGIT}[A-Za-z0-9_-]{{20,}}"),  # OpenAI, Anthropic (sk-ant-)
-    re.compile(r"(?<![\w-])gh[pousr]_[A-Za-z0-9]{30,}"),  # GitHub classic tokens
-    re.compile(r"(?<![\w-])github_pat_[A-Za-z0-9_]{22,}"),  # GitHub fine-grained tokens
-    re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9])"),  # AWS access key id
-    re.compile(r"(?<![\w-])xox[baprs]-[A-Za-z0-9-]{10,}"),  # Slack
-    re.compile(r"(?<![\w-])AIza[0-9A-Za-z_-]{35}"),  # Google API key
-    re.compile(rf"(?<![\w-])hf_{_HAS_DIGIT}[A-Za-z0-9]{{30,}}"),  # Hugging Face
-    re.compile(r"(?<![\w-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),  # JWT
+    # OpenAI (sk-, sk-proj-, sk-svcacct-) and Anthropic (sk-ant-)
+    re.compile(_START + r"sk-" + _HAS_DIGIT + r"[A-Za-z0-9_-]{20,}"),
+    re.compile(_START + r"gh[pousr]_[A-Za-z0-9]{30,}"),  # GitHub classic tokens
+    re.compile(_START + r"github_pat_[A-Za-z0-9_]{22,}"),  # GitHub fine-grained tokens
+    re.compile(_AWS_START + r"(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9])"),  # AWS access key id
+    re.compile(_START + r"xox[baprs]-[A-Za-z0-9-]{10,}"),  # Slack
+    re.compile(_START + r"AIza[0-9A-Za-z_-]{35}"),  # Google API key
+    re.compile(_START + r"hf_" + _HAS_DIGIT + r"[A-Za-z0-9]{30,}"),  # Hugging Face
+    re.compile(_START + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),  # JWT
 )
 _TOKEN_CHARS = r"[A-Za-z0-9._~+/=-]"
 _BEARER = re.compile(

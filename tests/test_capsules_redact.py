@@ -1,0 +1,295 @@
+"""SPEC §8: secrets are redacted from what leaves the session.
+
+Fake keys are assembled at run time with the real shapes (prefix, length, alphabet), so no
+key-looking literal sits in the repository.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from soba_nb.capsules.file import CapsuleFile, CapsuleMetadata, render_capsule_file
+from soba_nb.capsules.redact import REDACTED, is_secret_name, redact
+from soba_nb.compaction.capsule import Capsule, render_capsule
+
+ALNUM = "aB3dE5fG7hJ9kL2mN4pQ6rS8tU0vW1xY"
+
+
+def fake(prefix: str, length: int, alphabet: str = ALNUM) -> str:
+    body = (alphabet * (length // len(alphabet) + 1))[:length]
+    return prefix + body
+
+
+OPENAI_LEGACY = fake("sk-", 48)
+OPENAI_PROJECT = fake("sk-proj-", 156, ALNUM + "_-")
+OPENAI_SERVICE = fake("sk-svcacct-", 100, ALNUM + "_-")
+ANTHROPIC = fake("sk-ant-api03-", 93, ALNUM + "_-") + "AA"
+GITHUB_CLASSIC = fake("ghp_", 36)
+GITHUB_OAUTH = fake("gho_", 36)
+GITHUB_FINE_GRAINED = fake("github_pat_", 22) + "_" + fake("", 59)
+AWS_ACCESS_KEY_ID = fake("AKIA", 16, "Z7Q2X9W4V1")
+AWS_SESSION_KEY_ID = fake("ASIA", 16, "Z7Q2X9W4V1")
+SLACK_BOT = "xoxb-" + "1234567890123-1234567890123-" + fake("", 24)
+SLACK_USER = "xoxp-" + "1234567890-1234567890-" + fake("", 32)
+GOOGLE = fake("AIza", 35, ALNUM + "_-")
+HUGGING_FACE = fake("hf_", 34)
+JWT = ".".join(["eyJhbGciOiJIUzI1NiJ9", "eyJzdWIiOiIxMjM0NTY3ODkwIn0", fake("", 43, ALNUM + "_-")])
+
+KEY_SHAPES = {
+    "openai legacy": OPENAI_LEGACY,
+    "openai project": OPENAI_PROJECT,
+    "openai service account": OPENAI_SERVICE,
+    "anthropic": ANTHROPIC,
+    "github classic": GITHUB_CLASSIC,
+    "github oauth": GITHUB_OAUTH,
+    "github fine-grained": GITHUB_FINE_GRAINED,
+    "aws access key id": AWS_ACCESS_KEY_ID,
+    "aws session key id": AWS_SESSION_KEY_ID,
+    "slack bot": SLACK_BOT,
+    "slack user": SLACK_USER,
+    "google": GOOGLE,
+    "hugging face": HUGGING_FACE,
+    "jwt": JWT,
+}
+
+
+@pytest.mark.parametrize("key", KEY_SHAPES.values(), ids=KEY_SHAPES.keys())
+@pytest.mark.parametrize(
+    "template",
+    [
+        "key {key} in prose.",
+        "`{key}`",
+        "client = Client('{key}')",
+        '{{"k": "{key}"}}',
+        "(see {key})",
+        "{key}",
+    ],
+)
+def test_api_key_shapes_are_redacted_wherever_they_appear(key: str, template: str) -> None:
+    text = template.format(key=key)
+    out = redact(text, {})
+    assert key not in out
+    assert out == template.format(key=REDACTED)
+
+
+def test_a_key_after_an_escaped_newline_in_json_output_is_redacted() -> None:
+    text = '{"stdout": "loaded config\\n' + OPENAI_PROJECT + '\\n"}'
+    assert redact(text, {}) == '{"stdout": "loaded config\\n[redacted]\\n"}'
+
+
+def test_a_pem_private_key_block_is_redacted_whole() -> None:
+    block = (
+        "-----BEGIN OPENSSH PRIVATE KEY-----\n"
+        + fake("", 70)
+        + "\n"
+        + fake("", 70)
+        + "\n-----END OPENSSH PRIVATE KEY-----"
+    )
+    assert redact(f"found:\n{block}\nend", {}) == f"found:\n{REDACTED}\nend"
+
+
+# --- credentials in context ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "curl -H 'Authorization: Bearer abc123def456ghi789' https://api",
+            "curl -H 'Authorization: Bearer [redacted]' https://api",
+        ),
+        (
+            'headers = {"Authorization": "Bearer abc123def456ghi789"}',
+            'headers = {"Authorization": "Bearer [redacted]"}',
+        ),
+        ("Authorization: Basic dXNlcjpwYXNzd29yZA==", "Authorization: Basic [redacted]"),
+        ("authorization: token 0a1b2c3d4e5f", "authorization: token [redacted]"),
+        ("Authorization: 9f8e7d6c5b4a3210", "Authorization: [redacted]"),
+        ("sent bearer eyJhbGciOi.x1y2z3w4v5 to the server", "sent bearer [redacted] to the server"),
+        (
+            'client = OpenAI(api_key="not-a-real-shape-123")',
+            'client = OpenAI(api_key="[redacted]")',
+        ),
+        ("api_key=plainvalue42", "api_key=[redacted]"),
+        ('{"apiKey": "x7y8z9w0v1"}', '{"apiKey": "[redacted]"}'),
+        ("password: hunter2", "password: [redacted]"),
+        ("DB_PASSWORD='correct horse battery staple'", "DB_PASSWORD='[redacted]'"),
+        ("x-api-key: 0123abcd", "x-api-key: [redacted]"),
+        ("client_secret = 's3cr3t-value'", "client_secret = '[redacted]'"),
+        ("settings.access_token: qwerty123", "settings.access_token: [redacted]"),
+        ("HF_TOKEN=abcdefgh12", "HF_TOKEN=[redacted]"),
+        (
+            "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKEY",
+            "aws_secret_access_key = [redacted]",
+        ),
+        (
+            "postgresql://analyst:pa55word@db.internal:5432/sales",
+            "postgresql://analyst:[redacted]@db.internal:5432/sales",
+        ),
+    ],
+)
+def test_credentials_in_context(text: str, expected: str) -> None:
+    assert redact(text, {}) == expected
+
+
+# --- environment variables -------------------------------------------------------------------
+
+
+def test_values_of_secret_environment_variables_are_redacted() -> None:
+    environ = {
+        "WAREHOUSE_PASSWORD": "Tr0ub4dor&3-long",
+        "internal_service_token": "plain words but secret",
+        "MY_SECRET": "0123456789",
+        "OPENAI_API_KEY": "local-dev-key-1",
+        "HOME": "/home/ana",
+    }
+    text = (
+        "Tried Tr0ub4dor&3-long on the warehouse; the token is plain words but secret; "
+        "0123456789; key local-dev-key-1; home /home/ana"
+    )
+    assert redact(text, environ) == (
+        "Tried [redacted] on the warehouse; the token is [redacted]; [redacted]; key [redacted]; home /home/ana"
+    )
+
+
+def test_short_values_and_non_secret_names_are_kept() -> None:
+    environ = {
+        "TOKENIZERS_PARALLELISM": "false",
+        "KEYTIMEOUT": "1",
+        "API_KEY": "short",
+        "PATH": "/usr/local/bin:/usr/bin",
+        "USER": "analyst-with-a-long-name",
+    }
+    text = "false 1 short /usr/local/bin:/usr/bin analyst-with-a-long-name"
+    assert redact(text, environ) == text
+
+
+def test_the_longest_value_wins_when_one_contains_another() -> None:
+    environ = {"A_TOKEN": "abcdefgh", "B_TOKEN": "abcdefgh-ijklmnop"}
+    assert redact("x abcdefgh-ijklmnop y", environ) == f"x {REDACTED} y"
+
+
+def test_the_process_environment_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SOBA_TEST_SECRET", "zq-value-from-env-81")
+    assert redact("found zq-value-from-env-81") == f"found {REDACTED}"
+
+
+# --- what must survive -----------------------------------------------------------------------
+
+SURVIVORS = [
+    "checkpoint ck_1a2b3c4d rolled up ck_00ff00ff",
+    "entry 1a2b3c4d follows 9f8e7d6c; operation op_load_0a1b2c3d4e5f",
+    "sha256 446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+    "tokens: 1234",
+    "max_tokens = 4000",
+    "token_count: 5",
+    "tokenizer: o200k_base",
+    "tokensBefore: 48000, tokensAfter: 9000",
+    "sort key: date",
+    "the task-scheduler-service-deployment-name",
+    "sk-learn-style-long-hyphenated-name",
+    "uses Bearer authentication",
+    "Authorization: handled by the proxy",
+    'api_key=os.environ["OPENAI_API_KEY"]',
+    "api_key = os.getenv('OPENAI_API_KEY')",
+    "password: None",
+    'api_key=""',
+    "token: ${GITHUB_TOKEN}",
+    "- df: DataFrame 120000×14",
+    "`pytest -q` → exit status 0",
+    "https://example.com/path?page=2",
+    "Keys: region, month. Secrets are never printed.",
+]
+
+
+@pytest.mark.parametrize("text", SURVIVORS)
+def test_ordinary_text_and_ids_survive(text: str) -> None:
+    assert redact(text, {"HOME": "/home/ana"}) == text
+
+
+def test_a_rendered_capsule_file_without_secrets_is_unchanged() -> None:
+    body = render_capsule(
+        Capsule(
+            goal_and_constraints="Model churn; keep the tokens budget under 20000.",
+            decisions="- key: customer_id, because it is unique",
+            verification="- shell `pytest -q` → exit status 0",
+        )
+    )
+    cf = CapsuleFile(
+        metadata=CapsuleMetadata(
+            title="Churn handoff",
+            checkpoint="ck_1a2b3c4d",
+            source_notebook="/work/churn.ipynb",
+            source_session="20261202T143700Z-1a2b",
+            quality="full",
+            tokens=812,
+            trigger="user",
+        ),
+        body=body,
+    )
+    text = render_capsule_file(cf)
+    assert redact(text, {}) == text
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("OPENAI_API_KEY", True),
+        ("apiKey", True),
+        ("APIKey", True),
+        ("x-api-key", True),
+        ("db-password", True),
+        ("passwd", True),
+        ("access_token", True),
+        ("GITHUB_TOKEN", True),
+        ("client_secret", True),
+        ("private_key", True),
+        ("aws_secret_access_key", True),
+        ("tokens", False),
+        ("max_tokens", False),
+        ("token_count", False),
+        ("key", False),
+        ("sort_key", False),
+        ("tokenizer", False),
+        ("sha256", False),
+        ("keyboard", False),
+    ],
+)
+def test_secret_names(name: str, secret: bool) -> None:
+    assert is_secret_name(name) is secret
+
+
+# --- properties ------------------------------------------------------------------------------
+
+_FRAGMENTS = st.sampled_from(
+    [
+        *KEY_SHAPES.values(),
+        "Bearer ",
+        "Authorization: ",
+        "api_key=",
+        '"apiKey": "',
+        "password: ",
+        " ",
+        "\n",
+        "'",
+        '"',
+        "=",
+        ":",
+        "x1y2z3w4",
+        "[redacted]",
+        "https://u:p4ss@h/",
+        "token",
+        ".",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_FRAGMENTS, st.text(max_size=8)), max_size=12).map(" ".join))
+def test_redaction_is_idempotent_and_removes_every_key(text: str) -> None:
+    once = redact(text, {})
+    assert redact(once, {}) == once
+    for key in KEY_SHAPES.values():
+        assert key not in once
