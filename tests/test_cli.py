@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -37,7 +38,7 @@ def notebook_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
-    for name in list(__import__("os").environ):
+    for name in list(os.environ):
         if name.startswith("SOBA_"):
             monkeypatch.delenv(name)
     project = tmp_path / "project"
