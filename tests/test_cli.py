@@ -170,9 +170,12 @@ def test_token_figures_count_the_path(capsys: pytest.CaptureFixture[str], sessio
     assert [entry.type for entry in context.entries] == ["message", "message", "message"]
     sent = assemble(context, system=SYSTEM_PROMPT, tools=TOOL_SCHEMAS, counter=counter)
     assert tokens["estimatedTokens"] == sent.tokens
-    assert tokens["estimatedTokens"] - sent.tokens + sum(
-        entry_tokens(entry, counter) for entry in context.entries
-    ) < tokens["pathTokens"]
+    assert (
+        tokens["estimatedTokens"]
+        - sent.tokens
+        + sum(entry_tokens(entry, counter) for entry in context.entries)
+        < tokens["pathTokens"]
+    )
     # The usage figure predates the capsule, so it no longer measures the input.
     assert tokens["source"] == "estimated"
     assert tokens["effectiveTokens"] == tokens["estimatedTokens"]
@@ -192,7 +195,9 @@ def test_provider_usage_plus_what_came_after(
     counter = TokenCounter.for_model("openai", "gpt-4o-mini")
     assert tokens["source"] == "provider_usage"
     # The figure measured the request before the answer; the answer and later entries add.
-    assert tokens["effectiveTokens"] == 1000 + entry_tokens(answer, counter) + entry_tokens(after, counter)
+    assert tokens["effectiveTokens"] == 1000 + entry_tokens(answer, counter) + entry_tokens(
+        after, counter
+    )
 
 
 def test_inspect_without_usage_or_header(
