@@ -97,7 +97,7 @@ def _secret_env_values(environ: Mapping[str, str]) -> list[str]:
 def is_secret_name(name: str) -> bool:
     """Whether an identifier (`OPENAI_API_KEY`, `apiKey`, `db-password`, `access_token`)
     names a secret. `tokens`, `max_tokens`, `token_count` and a bare `key` do not."""
-    words = [word.lower() for word in _WORDS.findall(name)]
+    words: list[str] = [word.lower() for word in _WORDS.findall(name)]
     if not words:
         return False
     if any(word in _SECRET_NAME_WORDS for word in words):
