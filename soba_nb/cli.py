@@ -5,6 +5,8 @@
     soba-nb budget SESSION [--json]    hardLimit / softLimit and effective tokens
     soba-nb capsule export SESSION CHECKPOINT OUT [--force]
                                        write a capsule as a portable .capsule.md file
+    soba-nb demo [FOLDER]              the quick-start session, offline, on the embedded model
+    soba-nb doctor [FOLDER]            which model would be used, and why; the limits
 
 Subcommands live in one table, `SUBCOMMANDS`: each is a small function decorated with
 `@subcommand(...)`, so adding one (`demo`, `capsule`, `doctor`, …) touches nothing else.
@@ -16,13 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from soba_nb.transcript.entries import (
     CapsuleEntry,
@@ -30,9 +33,6 @@ from soba_nb.transcript.entries import (
     UsageEntry,
 )
 from soba_nb.transcript.store import TornLineWarning, Transcript, TranscriptError
-
-if TYPE_CHECKING:
-    pass
 
 PROG = "soba-nb"
 EXIT_OK = 0
@@ -453,3 +453,54 @@ def capsule_command(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
+
+
+# -- demo and doctor ---------------------------------------------------------------------------
+
+
+def demo_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "folder", nargs="?", type=Path, default=None, help="where to work (default: a new temp folder)"
+    )
+
+
+@subcommand("demo", "run the quick-start session offline on the embedded model", demo_arguments)
+def demo_command(args: argparse.Namespace) -> int:
+    from soba_nb.config import ConfigError
+    from soba_nb.demo import run_demo
+    from soba_nb.providers.errors import ProviderError
+
+    try:
+        return run_demo(args.folder)
+    except (ConfigError, ProviderError) as error:
+        raise CommandError(f"{PROG} demo: {error}") from None
+
+
+@subcommand("doctor", "which model would be used and why, and the limits", demo_arguments)
+def doctor_command(args: argparse.Namespace) -> int:
+    from soba_nb.config import ConfigError, load_config
+    from soba_nb.resolution import embedded_model_installed
+
+    folder = args.folder or Path.cwd()
+    try:
+        config = load_config(folder)
+    except ConfigError as error:
+        raise CommandError(f"{PROG} doctor: {error}") from None
+    key_env = config.model.api_key_env
+    key_state = "not needed" if not key_env else ("set" if key_env in os.environ else "NOT set")
+    print(
+        "\n".join(
+            [
+                f"provider   {config.model.provider} · {config.provider_source}",
+                f"model      {config.model.name} · window {config.model.context_window:,} · "
+                f"maxOutputTokens {config.model.max_output_tokens:,}",
+                f"baseUrl    {config.model.base_url or '(provider default)'}",
+                f"api key    {key_env or '-'} {key_state}",
+                f"embedded   {'installed' if embedded_model_installed() else 'not installed'}",
+                f"hardLimit  {config.hard_limit:,}",
+                f"softLimit  {config.soft_limit:,}",
+                f"auto       {'on' if config.compaction.auto else 'off'}",
+            ]
+        )
+    )
+    return EXIT_OK
