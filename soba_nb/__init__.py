@@ -1,0 +1,29 @@
+"""soba-nb: a coding agent that lives inside a Jupyter notebook and leaves receipts.
+
+`%load_ext soba_nb` registers the magics (`%soba`, `%%soba`, `%compact`, `%budget`,
+`%capsule`, `%auto_compact`, `%rewind`); the work lives in `soba_nb.notebook.magics`.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+try:
+    __version__ = version("soba-nb")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0.0.0"
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register the magics on `ipython`; loading twice keeps the one instance."""
+    from soba_nb.notebook.magics import register
+
+    register(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """Remove the magics and close the session (its transcript lock is released)."""
+    from soba_nb.notebook.magics import unregister
+
+    unregister(ipython)

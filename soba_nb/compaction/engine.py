@@ -9,9 +9,10 @@ input that is known to be under the hard limit (fail-closed).
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from soba_nb.compaction.barrier import (
     BarrierContext,
@@ -19,9 +20,14 @@ from soba_nb.compaction.barrier import (
     CompactionResult,
     Emit,
     Outcome,
+    _previous_capsule,
+    _summarize,
+    measure_continuation,
     run_barrier,
 )
 from soba_nb.compaction.budget import BudgetTracker, Measurement
+from soba_nb.compaction.capsule import Capsule, render_capsule
+from soba_nb.compaction.deterministic import build_deterministic_capsule
 from soba_nb.compaction.flight import FlightRecorder
 from soba_nb.compaction.model_input import (
     ModelInput,
@@ -30,7 +36,7 @@ from soba_nb.compaction.model_input import (
     system_text,
     visible_context,
 )
-from soba_nb.compaction.planner import NothingToCompact, plan_cut
+from soba_nb.compaction.planner import Cut, NothingToCompact, plan_cut, region
 from soba_nb.compaction.summarizer import Summarizer
 from soba_nb.compaction.triggers import (
     SOFT_TRIGGERS,
@@ -44,7 +50,14 @@ from soba_nb.compaction.triggers import (
 )
 from soba_nb.messages import ToolSchema
 from soba_nb.tokens import TokenCounter
-from soba_nb.transcript.entries import CheckpointEntry, CompactionEntry, SkillEntry
+from soba_nb.transcript.entries import (
+    CapsuleEntry,
+    CheckpointEntry,
+    CompactionEntry,
+    Quality,
+    SkillEntry,
+    new_checkpoint_id,
+)
 from soba_nb.transcript.store import Transcript
 
 SUMMARY_OUTPUT_MIN = 256
@@ -178,6 +191,53 @@ class Compactor:
         """Explicit `%compact`: trigger `user`, no soft ROI gate; skipped when nothing to compact."""
         intents = pending_intents(self.transcript.path_view())
         return self._operate(Trigger.USER, self.measure(), cancel or threading.Event(), focus=focus, consumed=tuple(intents))
+
+    def make_capsule(
+        self, *, focus: str | None = None, cancel: threading.Event | None = None
+    ) -> CapsuleEntry | None:
+        """A capsule of the whole current path, NOT appended: `%capsule create`'s handoff.
+
+        Model summary within `timeoutMs` when a summarizer is connected, else (or on a bad
+        or late summary) the deterministic capsule with `quality: degraded`. The previous
+        capsule on the path is rolled in. The session is left unchanged; None if cancelled.
+        """
+        cancel = cancel or threading.Event()
+        measurement = self.measure()
+        summarize, previous_entry = region(self.transcript.path_view())
+        plan = self._bare_plan("op_" + uuid.uuid4().hex[:12], Trigger.USER, measurement, ())
+        t = self.thresholds
+        plan = replace(
+            plan,
+            cut=Cut(tuple(summarize), (), None, 0, measurement.estimated, previous_entry),
+            summary_output_tokens=summary_output_tokens(t.hard_limit),
+            summary_input_tokens=t.hard_limit,
+            focus=focus,
+        )
+        ctx = BarrierContext(
+            self.transcript, self.counter, t, self.system, self.tools, self.settings.timeout_ms,
+            self.summarizer, self._skills(),
+            tuple(self.kernel_state()) if self.kernel_state else (),
+        )
+        previous = _previous_capsule(plan)
+        capsule = build_deterministic_capsule(summarize, previous=previous, kernel_state=ctx.kernel_state)
+        quality: Quality = "degraded"
+        model = provider = None
+        if self.summarizer is not None:
+            outcome = _summarize(plan, ctx, cancel, previous, time.monotonic())
+            if isinstance(outcome, CompactionResult):
+                return None
+            if isinstance(outcome, Capsule):
+                capsule, quality = outcome, "full"
+                model, provider = self.summarizer.model, self.summarizer.provider
+        entry = CapsuleEntry(
+            operation_id=plan.operation_id, checkpoint_id=new_checkpoint_id(), trigger="user",
+            quality=quality, tokens_before=measurement.effective, tokens_after=0,
+            first_kept_entry_id=None, rolls_up=previous_entry.id if previous_entry else None,
+            model=model, provider=provider, content=render_capsule(capsule),
+        )
+        tokens_after = measure_continuation(entry, plan, ctx).tokens
+        self.counter.forget(entry.id)
+        return None if cancel.is_set() else entry.model_copy(update={"tokens_after": tokens_after})
 
     def recover_overflow(
         self,

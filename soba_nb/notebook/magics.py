@@ -1,0 +1,585 @@
+"""The IPython magics (SPEC §9): `%soba`, `%%soba`, `%compact`, `%budget`, `%capsule`,
+`%auto_compact`, `%rewind`.
+
+One `SobaMagics` instance per shell holds the session, created lazily on first use from
+the notebook's location (`soba_nb.notebook.location`) and the layered configuration, and
+resumed from the latest transcript in `<notebook-stem>.soba/` after a kernel restart.
+Settings are traitlets, so `%config SobaMagics.max_steps = 10` works like any IPython
+setting. Arguments go through `IPython.core.magic_arguments`; a bad argument is a
+one-line `UsageError`, never a traceback.
+
+Cancelling: interrupt the kernel (Jupyter's ■ button, `I I`, or Ctrl-C in a terminal).
+That is the primary cancel: while a cell runs the kernel processes no widget clicks, so a
+Cancel button cannot reach a turn running in that cell. `%soba --cancel` stops a turn
+running in another thread (for example one started from a widget callback).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments
+from IPython.utils.process import arg_split
+from traitlets import Bool, CaselessStrEnum, Int, Unicode
+from traitlets.config import Configurable
+
+from soba_nb.agent.loop import DEFAULT_MAX_STEPS, TurnResult, run_turn
+from soba_nb.agent.session import AgentSession, RewindError
+from soba_nb.agent.skills import SkillError
+from soba_nb.capsules.export import (
+    CapsuleExportError,
+    capsule_file_from_entry,
+    export_capsule,
+    find_capsule,
+    load_capsule,
+)
+from soba_nb.capsules.file import FILE_SUFFIX, CapsuleFileError, write_capsule_file
+from soba_nb.capsules.memory import list_memory, memory_dir, mirror, should_mirror
+from soba_nb.config import ConfigError, load_config
+from soba_nb.notebook.location import locate
+from soba_nb.notebook.monitor import BudgetMonitor, capsule_line, snapshot_of
+from soba_nb.notebook.render import TextView, TurnRenderer
+from soba_nb.providers.errors import ProviderError
+from soba_nb.transcript.entries import CapsuleEntry
+from soba_nb.transcript.store import TranscriptError, TranscriptLockedError
+
+REGISTRY_KEY = "SobaMagics"
+PROMPT_VALUE_CHARS = 200
+"""A `{name}` in a prompt becomes the value's repr, clipped to this many characters."""
+CLIPPED = "… [clipped]"
+_VARIABLE = re.compile(r"(?<!\{)\{([A-Za-z_][A-Za-z0-9_]*)\}(?!\})")
+_TOKEN = re.compile(r"""\s*("(?:[^"\\]|\\.)*"|'[^']*'|\S+)""")
+_SLASH = re.compile(r"^/(?P<name>[a-z][a-z-]*)(?:\s+(?P<rest>.*))?$", re.DOTALL)
+SLUG_CHARS = 60
+DEFAULT_SLUG = "capsule"
+SESSION_ERRORS = (ConfigError, TranscriptError, TranscriptLockedError, SkillError, RewindError, OSError)
+CAPSULE_ERRORS = (CapsuleExportError, CapsuleFileError, OSError)
+
+
+def clipped_repr(value: Any, limit: int = PROMPT_VALUE_CHARS) -> str:
+    try:
+        text = repr(value)
+    except Exception as exc:  # a broken __repr__ must not break the prompt
+        text = f"<{type(value).__name__}: repr failed ({type(exc).__name__})>"
+    return text if len(text) <= limit else text[:limit] + CLIPPED
+
+
+def substitute_variables(prompt: str, namespace: Mapping[str, Any]) -> str:
+    """`{name}` → clipped repr of `namespace[name]`; anything else stays as typed."""
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return clipped_repr(namespace[name]) if name in namespace else match.group(0)
+
+    return _VARIABLE.sub(replace, prompt)
+
+
+def split_options(line: str, takes_value: frozenset[str]) -> tuple[list[str], str]:
+    """Leading `--options` (with their values) and the rest of the line, verbatim.
+
+    The prompt is not tokenized, so quotes and spacing in it survive; `--` ends options.
+    """
+    options: list[str] = []
+    position = 0
+    while match := _TOKEN.match(line, position):
+        token = match.group(1)
+        if not token.startswith("--"):
+            break
+        position = match.end()
+        if token == "--":
+            break
+        options.append(token)
+        if token in takes_value and (value := _TOKEN.match(line, position)):
+            options.append(value.group(1))
+            position = value.end()
+    return options, line[position:].strip()
+
+
+def _unquote(token: str) -> str:
+    if len(token) >= 2 and token[0] == token[-1] and token[0] in "\"'":
+        return token[1:-1]
+    return token
+
+
+def parse(func: Callable[..., Any], argv: str | list[str]) -> Any:
+    """Parse with the magic's `magic_arguments` parser; errors are one-line `UsageError`s."""
+    name = getattr(func, "argcmd_name", func.__name__)
+    if isinstance(argv, str):
+        try:
+            argv = arg_split(argv, posix=False, strict=True)
+        except ValueError as exc:
+            raise UsageError(f"%{name}: {exc}") from None
+    try:
+        return func.parser.parse_args([_unquote(token) for token in argv])  # type: ignore[attr-defined]
+    except UsageError as exc:
+        raise UsageError(f"%{name}: {exc}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+@magics_class
+class SobaMagics(Magics, Configurable):  # type: ignore[misc]
+    """The soba magics. Settings: `%config SobaMagics`."""
+
+    model = Unicode("", help="Model name for %soba; empty means the configuration's model.").tag(config=True)
+    max_steps = Int(DEFAULT_MAX_STEPS, help="Model requests per turn before the turn stops.").tag(config=True)
+    auto_compact = Bool(
+        None, allow_none=True, help="Soft compaction triggers on/off; None means the configuration's `auto`."
+    ).tag(config=True)
+    session = Unicode("", help="Transcript file to use; empty means the notebook's latest session.").tag(config=True)
+    display_mode = CaselessStrEnum(
+        ("auto", "rich", "plain"), "auto", help="auto: rich output in a kernel with a frontend, else plain text."
+    ).tag(config=True)
+
+    def __init__(self, shell: Any):
+        # Magics.__init__ reads `shell.config` (parent=shell), so `%config` values set
+        # before loading apply, and adds the instance to `shell.configurables`.
+        super().__init__(shell=shell)
+        self.agent: AgentSession | None = None
+        self.monitor: BudgetMonitor | None = None
+        self.last_result: TurnResult | None = None
+        self._cancel: threading.Event | None = None
+        self._guard = threading.Lock()
+        self.observe(self._session_changed, names=["session"])
+
+    # -- session -------------------------------------------------------------------------
+
+    def _session_changed(self, change: Any) -> None:
+        self.close()
+
+    def _overrides(self) -> dict[str, Any]:
+        overrides: dict[str, Any] = {}
+        if self.model:
+            overrides["model"] = {"name": self.model}
+        if self.auto_compact is not None:
+            overrides["compaction"] = {"auto": self.auto_compact}
+        return overrides
+
+    def get_session(self, *, new: bool = False, session_file: str | None = None) -> AgentSession:
+        """The session, opened on first use; configuration re-read (soba.json, traits) each call."""
+        chosen = session_file or (None if new else self.session)
+        requested = (Path.cwd() / Path(chosen).expanduser()).resolve() if chosen else None
+        if requested is not None and self.agent is not None and requested == self.agent.file.resolve():
+            requested = None
+        try:
+            location = locate(self.shell.user_ns, session_file=requested)
+            config = load_config(location.folder, self._overrides())
+            if self.agent is not None and not new and requested is None:
+                self.agent.apply_config(config)
+                return self.agent
+            self.close()
+            self.agent = AgentSession(
+                config,
+                sessions_dir=location.sessions_dir,
+                project_root=location.project_root,
+                namespace=self.shell.user_ns,
+                notebook=str(location.notebook) if location.notebook else None,
+                session_file=requested,
+                new=new,
+            )
+        except SESSION_ERRORS as exc:
+            raise UsageError(_one_line(exc)) from None
+        return self.agent
+
+    def close(self) -> None:
+        """Close the session (releases the transcript's writer lock)."""
+        agent, self.agent = self.agent, None
+        if agent is not None:
+            agent.close()
+
+    # -- output --------------------------------------------------------------------------
+
+    @property
+    def rich(self) -> bool:
+        """Decided per call: a kernel with a frontend gets HTML/widgets, anything else text."""
+        if self.display_mode != "auto":
+            return bool(self.display_mode == "rich")
+        return type(self.shell).__name__ == "ZMQInteractiveShell"
+
+    def _renderer(self) -> TurnRenderer:
+        rich = self.rich
+        if rich and self.monitor is None:
+            self.monitor = BudgetMonitor()
+        return TurnRenderer(rich=rich, monitor=self.monitor if rich else None)
+
+    def _refresh_monitor(self) -> None:
+        if self.monitor is not None and self.agent is not None:
+            self.monitor.refresh(snapshot_of(self.agent))
+
+    def _running(self) -> threading.Event:
+        with self._guard:
+            if self._cancel is not None:
+                raise UsageError("a turn is already running; `%soba --cancel` stops it")
+            self._cancel = threading.Event()
+            return self._cancel
+
+    # -- %soba ---------------------------------------------------------------------------
+
+    @line_cell_magic
+    @magic_arguments()
+    @argument("--model", metavar="NAME", help="Use this model from now on (as %%config SobaMagics.model).")
+    @argument("--session", metavar="PATH", help="Continue (or start) the transcript file PATH.")
+    @argument("--new", action="store_true", help="Start a new session instead of resuming the latest.")
+    @argument("--cancel", action="store_true", help="Cancel a turn running in another thread.")
+    @argument("--skill", metavar="NAME", action="append", default=[], help="Activate a skill (repeatable).")
+    @argument("prompt", nargs="*", help="What to ask (or /budget, /compact, /auto-compact, /capsule, /rewind).")
+    def soba(self, line: str, cell: str | None = None) -> None:
+        """Run one agent turn; the answer streams into the cell output.
+
+        `%soba PROMPT` or `%%soba` with the prompt as the cell body. Options come first;
+        everything after them is the prompt, verbatim (`--` ends the options). A prompt may
+        name notebook variables as `{name}`: a name defined in the user namespace is replaced
+        by its repr, clipped to PROMPT_VALUE_CHARS characters; anything else (`{}`,
+        `{"a": 1}`, `{undefined}`, `{{name}}`) stays as typed.
+
+        Slash commands do what the magics do: `/budget`, `/compact [focus]`,
+        `/auto-compact on|off`, `/capsule ...`, `/rewind TARGET`.
+
+        To cancel a running turn, interrupt the kernel (■ / `I I` / Ctrl-C): widget
+        buttons cannot receive clicks while a cell runs.
+        """
+        options, prompt = split_options(line, frozenset({"--model", "--session", "--skill"}))
+        args = parse(self.soba, options)
+        if cell is not None:
+            prompt = f"{prompt}\n{cell}".strip() if prompt else cell.strip()
+        if args.cancel:
+            self._cancel_running()
+            return
+        if args.model:
+            self.model = args.model
+        agent = self.get_session(new=args.new, session_file=args.session)
+        for name in args.skill:
+            try:
+                skill = agent.activate_skill(name)
+            except SkillError as exc:
+                raise UsageError(_one_line(exc)) from None
+            print(f"skill {skill.name} active")
+        if not prompt:
+            if not (args.new or args.session or args.model or args.skill):
+                raise UsageError("%soba: give a prompt, e.g. %soba summarise df (or use %%soba)")
+            print(f"session {agent.session_id} ({agent.file})")
+            return
+        slash = _SLASH.match(prompt)
+        if slash is not None:
+            self._slash(slash.group("name"), slash.group("rest") or "")
+            return
+        self.run_prompt(substitute_variables(prompt, self.shell.user_ns))
+
+    def run_prompt(self, prompt: str) -> TurnResult:
+        """One turn of the current session, rendered; safe to call from another thread."""
+        agent = self.get_session()
+        renderer = self._renderer()
+        cancel = self._running()
+        try:
+            result = run_turn(
+                agent, prompt, on_event=renderer.on_event, cancel=cancel, max_steps=self.max_steps
+            )
+        except KeyboardInterrupt:
+            result = TurnResult("cancelled", message="interrupted; the next %soba works")
+        except ProviderError as exc:
+            result = TurnResult("failed", message=_one_line(exc))
+        finally:
+            with self._guard:
+                self._cancel = None
+        renderer.finish(result)
+        self._refresh_monitor()
+        self.last_result = result
+        return result
+
+    def _cancel_running(self) -> None:
+        cancel = self._cancel
+        if cancel is None:
+            print("nothing is running")
+            return
+        cancel.set()
+        print("cancel requested: the running turn stops at its next check")
+
+    def _slash(self, name: str, rest: str) -> None:
+        commands: dict[str, Callable[[str], Any]] = {
+            "budget": self.budget,
+            "compact": self.compact,
+            "auto-compact": self.auto_compact_magic,
+            "capsule": self.capsule,
+            "rewind": self.rewind,
+        }
+        if name not in commands:
+            known = ", ".join(f"/{known}" for known in commands)
+            raise UsageError(f"%soba: unknown command /{name}; known: {known}")
+        commands[name](rest)
+
+    # -- %compact, %budget, %auto_compact, %rewind ---------------------------------------
+
+    @line_magic
+    def compact(self, line: str) -> None:
+        """%compact [focus instructions] — compact the context now (trigger `user`).
+
+        The focus text (everything after the magic, verbatim) is added to the summary
+        request. With nothing safely compactable before the kept window, prints
+        "skipped: <reason>". Interrupt the kernel to cancel (no capsule is appended).
+        """
+        agent = self.get_session()
+        agent.ensure_summarizer()
+        renderer = self._renderer()
+        cancel = self._running()
+        agent.compactor.listeners.append(renderer.on_event)
+        try:
+            result = agent.compactor.compact(focus=line.strip() or None, cancel=cancel)
+        except KeyboardInterrupt:
+            renderer.show("cancelled: interrupted; no capsule was appended")
+            return
+        finally:
+            agent.compactor.listeners.remove(renderer.on_event)
+            with self._guard:
+                self._cancel = None
+        renderer.finish(None)
+        self._mirror(agent, result.entry, renderer)
+        self._refresh_monitor()
+
+    def _mirror(self, agent: AgentSession, entry: CapsuleEntry | None, renderer: TurnRenderer) -> None:
+        """An explicit `%compact` with a full, valid capsule is kept in project memory (SPEC §8)."""
+        if entry is None or not should_mirror(entry, explicit_compact=True):
+            return
+        try:
+            path = mirror(entry, agent.project_root, notebook=agent.notebook, session_id=agent.session_id)
+        except CAPSULE_ERRORS as exc:
+            renderer.show(f"warning: not mirrored to project memory: {_one_line(exc)}", "warning")
+            return
+        renderer.show(f"mirrored to project memory: {path}")
+
+    @line_magic
+    @magic_arguments()
+    def budget(self, line: str) -> None:
+        """%budget — effective tokens vs hardLimit and softLimit, measurement source, auto
+        on/off and the last compaction. A widget in a notebook, text elsewhere."""
+        parse(self.budget, line)
+        snapshot = snapshot_of(self.get_session())
+        if not self.rich:
+            print(snapshot.text())
+            return
+        from IPython.display import display
+
+        if self.monitor is None:
+            self.monitor = BudgetMonitor()
+        self.monitor.refresh(snapshot)
+        display(self.monitor)
+
+    @line_magic("auto_compact")
+    @magic_arguments(name="auto_compact")
+    @argument("state", nargs="?", choices=("on", "off"), help="on or off; omit to show the setting.")
+    def auto_compact_magic(self, line: str) -> None:
+        """%auto_compact on|off — soft compaction triggers on or off (hard_limit and
+        context_overflow always apply)."""
+        args = parse(self.auto_compact_magic, line)
+        if args.state is not None:
+            self.auto_compact = args.state == "on"
+        agent = self.get_session()
+        state = "on" if agent.config.compaction.auto else "off"
+        print(f"auto compaction {state} (soft triggers {state}; hard_limit and context_overflow always apply)")
+        self._refresh_monitor()
+
+    @line_magic
+    @magic_arguments()
+    @argument("target", help="A checkpoint id (ck_…) or an entry id.")
+    def rewind(self, line: str) -> None:
+        """%rewind CHECKPOINT_OR_ENTRY — move the leaf back; later work branches from there."""
+        args = parse(self.rewind, line)
+        agent = self.get_session()
+        try:
+            leaf = agent.rewind(args.target)
+        except RewindError as exc:
+            raise UsageError(_one_line(exc)) from None
+        print(f"rewound to {args.target} (entry {leaf.target_id}); the next turn continues from there")
+        self._refresh_monitor()
+
+    # -- %capsule ------------------------------------------------------------------------
+
+    @line_magic
+    def capsule(self, line: str) -> None:
+        """%capsule create "TITLE" [--force] | export CHECKPOINT PATH [--force] | load PATH
+        | list [--memory] | show [CHECKPOINT]
+
+        create — a portable handoff of the current state (model summary, deterministic
+        fallback), written to `<project>/<title-slug>.capsule.md`; the session is unchanged.
+        export — write the capsule of CHECKPOINT to PATH (a folder gets `<checkpoint>.capsule.md`;
+        a path outside the project must be given as an absolute path).
+        load — start this session from a `.capsule.md` file (a capsule entry, trigger `user`).
+        list — the capsules on the current path (`--memory`: the project memory's).
+        show — the latest capsule on the path, or CHECKPOINT's.
+        """
+        command, _, rest = line.strip().partition(" ")
+        handlers: dict[str, Callable[[AgentSession, str], None]] = {
+            "create": self._capsule_create,
+            "export": self._capsule_export,
+            "load": self._capsule_load,
+            "list": self._capsule_list,
+            "show": self._capsule_show,
+        }
+        if command not in handlers:
+            got = f" (got {command!r})" if command else ""
+            raise UsageError(f"%capsule: expected create, export, load, list or show{got}")
+        agent = self.get_session()
+        try:
+            handlers[command](agent, rest)
+        except CAPSULE_ERRORS as exc:
+            raise UsageError(f"%capsule {command}: {_one_line(exc)}") from None
+
+    def _capsule_create(self, agent: AgentSession, rest: str) -> None:
+        args = parse(_capsule_create, rest)
+        title = " ".join(args.title)
+        agent.ensure_summarizer()
+        cancel = self._running()
+        try:
+            entry = agent.compactor.make_capsule(cancel=cancel)
+        except KeyboardInterrupt:
+            entry = None
+        finally:
+            with self._guard:
+                self._cancel = None
+        if entry is None:
+            print("cancelled: no capsule file was written")
+            return
+        capsule_file = capsule_file_from_entry(
+            entry, notebook=agent.notebook, session_id=agent.session_id, title=title
+        )
+        target = agent.project_root / f"{slug(title)}{FILE_SUFFIX}"
+        written = write_capsule_file(target, capsule_file, force=args.force)
+        fallback = " · fallback" if entry.quality == "degraded" else ""
+        print(
+            f"capsule {title!r} written to {written} "
+            f"({capsule_file.metadata.tokens:,} tokens · quality {entry.quality}{fallback})"
+        )
+
+    def _capsule_export(self, agent: AgentSession, rest: str) -> None:
+        args = parse(_capsule_export, rest)
+        explicit = Path(args.path).expanduser().is_absolute()
+        written = export_capsule(
+            agent.transcript, args.checkpoint, args.path,
+            project_root=agent.project_root, force=args.force, allow_outside=explicit,
+        )
+        print(f"exported {args.checkpoint} to {written}")
+
+    def _capsule_load(self, agent: AgentSession, rest: str) -> None:
+        args = parse(_capsule_load, rest)
+        entry = load_capsule(args.path, agent.transcript, session_notebook=agent.notebook)
+        print(
+            f"loaded {entry.title!r} from {entry.source} as {entry.checkpoint_id} "
+            f"({entry.tokens_after:,} tokens · quality {entry.quality}); the next turn starts from it"
+        )
+        self._show_markdown(entry.content)
+        self._refresh_monitor()
+
+    def _capsule_list(self, agent: AgentSession, rest: str) -> None:
+        args = parse(_capsule_list, rest)
+        if args.memory:
+            found = list_memory(agent.project_root)
+            if not found:
+                print(f"project memory is empty ({memory_dir(agent.project_root)})")
+            for item in found:
+                meta = item.metadata
+                described = f"{meta.title} · {meta.quality} · {meta.created}" if meta else f"unreadable: {item.error}"
+                print(f"{item.path.name}  {described}")
+            return
+        capsules = agent.capsules()
+        if not capsules:
+            print("no capsules on the current path")
+        for capsule in capsules:
+            origin = capsule.title or capsule.source or ""
+            print(f"{capsule_line(capsule)} · {capsule.quality}" + (f" · {origin}" if origin else ""))
+
+    def _capsule_show(self, agent: AgentSession, rest: str) -> None:
+        args = parse(_capsule_show, rest)
+        if args.checkpoint:
+            capsule = find_capsule(agent.transcript, args.checkpoint)
+        else:
+            capsules = agent.capsules()
+            if not capsules:
+                print("no capsules on the current path")
+                return
+            capsule = capsules[-1]
+        print(f"{capsule_line(capsule)} · quality {capsule.quality}")
+        self._show_markdown(capsule.content)
+
+    def _show_markdown(self, text: str) -> None:
+        if not self.rich:
+            print(text)
+            return
+        from IPython.display import display
+
+        display(TextView(text))
+
+
+def slug(title: str) -> str:
+    """A file-name-safe form of a title: `Churn model — v2!` → `churn-model-v2`."""
+    words = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+    return words[:SLUG_CHARS].rstrip("-") or DEFAULT_SLUG
+
+
+# Parsers of the %capsule subcommands (magic_arguments builds them; the docstrings are help).
+
+
+@magic_arguments(name="capsule create")
+@argument("title", nargs="+", help="The capsule's title (quote it, or the rest of the line).")
+@argument("--force", action="store_true", help="Replace an existing file of that name.")
+def _capsule_create() -> None:
+    """Write a portable handoff capsule of the current state."""
+
+
+@magic_arguments(name="capsule export")
+@argument("checkpoint", help="Checkpoint id of a capsule (ck_…).")
+@argument("path", help="Output file or folder.")
+@argument("--force", action="store_true", help="Replace an existing file.")
+def _capsule_export() -> None:
+    """Write one capsule of this session to a .capsule.md file."""
+
+
+@magic_arguments(name="capsule load")
+@argument("path", help="A .capsule.md file.")
+def _capsule_load() -> None:
+    """Start this session from a capsule file."""
+
+
+@magic_arguments(name="capsule list")
+@argument("--memory", action="store_true", help="List the project memory instead.")
+def _capsule_list() -> None:
+    """List capsules."""
+
+
+@magic_arguments(name="capsule show")
+@argument("checkpoint", nargs="?", help="Checkpoint id; default: the latest capsule on the path.")
+def _capsule_show() -> None:
+    """Show a capsule's Markdown."""
+
+
+def register(shell: Any) -> SobaMagics:
+    """Register the magics once per shell; a second call returns the existing instance."""
+    existing = shell.magics_manager.registry.get(REGISTRY_KEY)
+    if isinstance(existing, SobaMagics):
+        return existing
+    magics = SobaMagics(shell)
+    shell.register_magics(magics)
+    if magics not in shell.configurables:  # `%config SobaMagics.…` looks here
+        shell.configurables.append(magics)
+    return magics
+
+
+def unregister(shell: Any) -> None:
+    """Remove the magics, their `%config` entry and the session."""
+    magics = shell.magics_manager.registry.pop(REGISTRY_KEY, None)
+    if not isinstance(magics, SobaMagics):
+        return
+    for kind, names in magics.magics.items():
+        table = shell.magics_manager.magics[kind]
+        for name in names:
+            table.pop(name, None)
+    if magics in shell.configurables:
+        shell.configurables.remove(magics)
+    magics.close()

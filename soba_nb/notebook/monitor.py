@@ -1,0 +1,244 @@
+"""The budget monitor (SPEC §9): effective tokens against the limits, and the barrier line.
+
+`BudgetSnapshot` is pure data computed from a session — the same figures the engine uses,
+so tests compare them directly. `BudgetMonitor` shows a snapshot with plain ipywidgets
+(`HTML` only, no custom widget JavaScript), so it renders in JupyterLab 4, Notebook 7 and
+VS Code; its `text/plain` representation carries the same text, which is also what a
+terminal IPython prints.
+
+While a compaction barrier runs, `BarrierLine` shows `Compacting context before response
+· NN%`, refreshed as progress events arrive (the barrier emits one at least every 0.25 s)
+but never more than `MAX_UPDATES_PER_S` times a second, then collapses to the one-line
+result ("fallback" when the capsule is degraded, "skipped: <reason>" when skipped).
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from soba_nb.compaction.barrier import CompactionEvent, CompactionResult, Outcome
+from soba_nb.transcript.entries import CapsuleEntry
+
+if TYPE_CHECKING:
+    from soba_nb.agent.session import AgentSession
+
+MAX_UPDATES_PER_S = 10
+"""Display updates per second, at most (streamed answer, barrier line, monitor)."""
+MIN_UPDATE_INTERVAL_S = 1 / MAX_UPDATES_PER_S
+LIVE_LINE = "Compacting context before response · {percent}%"
+PERCENT = 100
+BAR_HEIGHT_PX = 10
+BAR_COLORS = {"ok": "#4caf50", "soft": "#ff9800", "hard": "#e53935"}
+SOFT_MARKER_COLOR = "#555"
+
+Clock = Callable[[], float]
+
+
+class Throttle:
+    """At most one update per `interval_s` of `clock` time (tests pass a fake clock)."""
+
+    def __init__(self, max_per_s: float = MAX_UPDATES_PER_S, clock: Clock = time.monotonic):
+        self.interval_s = 1 / max_per_s
+        self.clock = clock
+        self._last: float | None = None
+
+    def ready(self) -> bool:
+        """True (and counted as an update) when the interval has passed since the last one."""
+        now = self.clock()
+        if self._last is not None and now - self._last < self.interval_s:
+            return False
+        self._last = now
+        return True
+
+    def mark(self) -> None:
+        """Count an update made regardless of the throttle (a final render)."""
+        self._last = self.clock()
+
+
+def result_line(result: CompactionResult) -> str:
+    """The one line a finished operation collapses to."""
+    if result.outcome is Outcome.COMPLETED:
+        return result.line()
+    if result.outcome is Outcome.SKIPPED:
+        return f"skipped: {result.reason}"
+    return f"compaction {result.outcome.value} ({result.trigger}): {result.reason}"
+
+
+def capsule_line(capsule: CapsuleEntry) -> str:
+    """A committed capsule as a result line: trigger, before → after, reclaimed %, checkpoint."""
+    before, after = capsule.tokens_before, capsule.tokens_after
+    reclaimed = round(PERCENT * (before - after) / max(before, 1))
+    line = (
+        f"Compacted ({capsule.trigger}) · {before:,} → {after:,} tokens · "
+        f"reclaimed {reclaimed}% · {capsule.checkpoint_id}"
+    )
+    return line + " · fallback" if capsule.quality == "degraded" else line
+
+
+@dataclass(frozen=True)
+class BudgetSnapshot:
+    """What `%budget` shows, as data."""
+
+    effective: int
+    hard_limit: int
+    soft_limit: int
+    source: str
+    """`provider_usage` or `estimated`."""
+    auto: bool
+    last_compaction: str | None = None
+    """Result line of the latest capsule on the current path."""
+    last_quality: str | None = None
+    last_attempt: str | None = None
+    """Result line of this kernel's latest operation when it did not complete."""
+
+    @property
+    def percent(self) -> float:
+        """Effective tokens as a percentage of hardLimit (may exceed 100)."""
+        return PERCENT * self.effective / max(self.hard_limit, 1)
+
+    @property
+    def soft_percent(self) -> float:
+        return PERCENT * self.soft_limit / max(self.hard_limit, 1)
+
+    @property
+    def level(self) -> str:
+        """`ok`, `soft` (at or past softLimit) or `hard` (past hardLimit)."""
+        if self.effective > self.hard_limit:
+            return "hard"
+        return "soft" if self.effective >= self.soft_limit else "ok"
+
+    def lines(self) -> list[str]:
+        out = [
+            f"Budget: {self.effective:,} / {self.hard_limit:,} tokens ({self.percent:.0f}% of hardLimit)"
+            f" · softLimit {self.soft_limit:,} · source {self.source} · auto {'on' if self.auto else 'off'}",
+        ]
+        if self.last_compaction is None:
+            out.append("Last compaction: none on this path")
+        else:
+            out.append(f"Last compaction: {self.last_compaction} · quality {self.last_quality}")
+        if self.last_attempt is not None:
+            out.append(f"Last attempt: {self.last_attempt}")
+        return out
+
+    def text(self) -> str:
+        return "\n".join(self.lines())
+
+
+def snapshot_of(session: AgentSession) -> BudgetSnapshot:
+    """The session's budget, measured by its own engine (the figures `%budget` shows)."""
+    compactor = session.compactor
+    measurement = compactor.measure()
+    thresholds = compactor.thresholds
+    capsules = session.capsules()
+    latest = capsules[-1] if capsules else None
+    attempt = compactor.last_result
+    return BudgetSnapshot(
+        effective=measurement.effective,
+        hard_limit=thresholds.hard_limit,
+        soft_limit=thresholds.soft_limit,
+        source=measurement.source,
+        auto=thresholds.auto,
+        last_compaction=capsule_line(latest) if latest else None,
+        last_quality=latest.quality if latest else None,
+        last_attempt=result_line(attempt) if attempt and attempt.outcome is not Outcome.COMPLETED else None,
+    )
+
+
+class BarrierLine:
+    """The live barrier line, throttled, collapsing to the result line.
+
+    `sink(text, final)` shows the text; `final` is True for the collapsed result.
+    """
+
+    def __init__(self, sink: Callable[[str, bool], None], clock: Clock = time.monotonic):
+        self.sink = sink
+        self.throttle = Throttle(MAX_UPDATES_PER_S, clock)
+        self.text = ""
+        self.running = False
+        self.result: CompactionResult | None = None
+
+    @property
+    def degraded(self) -> bool:
+        return self.result is not None and self.result.quality == "degraded"
+
+    def on_event(self, event: CompactionEvent) -> None:
+        if event.kind == "compaction_start":
+            self.running, self.result = True, None
+            self._show(LIVE_LINE.format(percent=0), force=True)
+        elif event.kind == "compaction_progress" and self.running:
+            self._show(LIVE_LINE.format(percent=event.percent), force=False)
+        elif event.kind == "compaction_end" and event.result is not None:
+            self.running, self.result = False, event.result
+            self._show(result_line(event.result), force=True, final=True)
+
+    def _show(self, text: str, *, force: bool, final: bool = False) -> None:
+        self.text = text
+        if force:
+            self.throttle.mark()
+        elif not self.throttle.ready():
+            return
+        self.sink(text, final)
+
+
+def _bar_html(snapshot: BudgetSnapshot) -> str:
+    width = min(PERCENT, snapshot.percent)
+    soft = min(PERCENT, snapshot.soft_percent)
+    title = html.escape(snapshot.lines()[0])
+    return (
+        f'<div title="{title}" style="position:relative;height:{BAR_HEIGHT_PX}px;'
+        f'background:#e0e0e0;border-radius:3px;margin:4px 0">'
+        f'<div class="soba-bar-fill" style="width:{width:.1f}%;height:100%;'
+        f'background:{BAR_COLORS[snapshot.level]};border-radius:3px"></div>'
+        f'<div class="soba-soft-marker" title="softLimit {snapshot.soft_limit:,}" '
+        f'style="position:absolute;left:{soft:.1f}%;top:-3px;bottom:-3px;'
+        f'border-left:2px solid {SOFT_MARKER_COLOR}"></div></div>'
+    )
+
+
+def _lines_html(lines: list[str]) -> str:
+    return "<br>".join(html.escape(line) for line in lines)
+
+
+class BudgetMonitor:
+    """The monitor widget: a bar with the soft threshold marked, figures, barrier line."""
+
+    def __init__(self, clock: Clock = time.monotonic):
+        import ipywidgets  # heavy; only when a frontend can show it
+
+        self.snapshot: BudgetSnapshot | None = None
+        self.bar = ipywidgets.HTML()
+        self.figures = ipywidgets.HTML()
+        self.barrier = ipywidgets.HTML()
+        self.widget = ipywidgets.VBox([self.bar, self.figures, self.barrier])
+        self.barrier_line = BarrierLine(self._show_barrier, clock)
+
+    def refresh(self, snapshot: BudgetSnapshot) -> None:
+        self.snapshot = snapshot
+        self.bar.value = _bar_html(snapshot)
+        self.figures.value = _lines_html(snapshot.lines())
+
+    def on_event(self, event: object) -> None:
+        if isinstance(event, CompactionEvent):
+            self.barrier_line.on_event(event)
+
+    def _show_barrier(self, text: str, final: bool) -> None:
+        style = "font-weight:bold" if not final else "opacity:0.85"
+        self.barrier.value = f'<span style="{style}">{html.escape(text)}</span>'
+
+    def text(self) -> str:
+        lines = self.snapshot.lines() if self.snapshot else ["Budget: not measured yet"]
+        if self.barrier_line.text:
+            lines.append(self.barrier_line.text)
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        bundle: dict[str, Any] = dict(self.widget._repr_mimebundle_(include=include, exclude=exclude) or {})
+        bundle["text/plain"] = self.text()
+        return bundle

@@ -1,0 +1,250 @@
+"""What a `%soba` turn shows in the cell output (SPEC §9).
+
+Rich (a kernel with a frontend): the answer streams into one display handle as Markdown,
+updated at most `MAX_UPDATES_PER_S` times a second and rendered once more, whole, when the
+answer ends; each tool call is a collapsed receipt (`<details>`: tool · arguments · status
+· duration, the output's first lines inside); a compaction barrier shows its live line and
+collapses to the result line. Every object displayed carries `text/plain` with the same
+content (plain-text parity), so nbconvert-to-text and logs read the same thing.
+
+Plain (terminal IPython, a bare `InteractiveShell`): the same information printed as text
+lines — the answer as it streams, one line per receipt, the compaction result line,
+notices and errors.
+"""
+
+from __future__ import annotations
+
+import html
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from soba_nb.agent.events import Notice, TextDelta, ToolFinished, ToolStarted
+from soba_nb.agent.loop import TurnResult
+from soba_nb.compaction.barrier import CompactionEvent
+from soba_nb.notebook.monitor import MAX_UPDATES_PER_S, BarrierLine, BudgetMonitor, Clock, Throttle
+
+MS_PER_S = 1000
+RUNNING = "running"
+NOTICE_COLORS = {"error": "#c62828", "warning": "#ef6c00", "info": "#555"}
+
+
+def receipt_text(name: str, summary: str, status: str, duration_ms: int | None) -> str:
+    """`python: df.describe() · ok · 0.4 s` (the summary names the tool; else it is added)."""
+    parts = [summary if summary.startswith(name) else " · ".join(filter(None, (name, summary)))]
+    parts.append(status)
+    if duration_ms is not None:
+        parts.append(f"{duration_ms / MS_PER_S:.1f} s")
+    return " · ".join(parts)
+
+
+class TextView:
+    """Text shown as Markdown, with the same text as `text/plain`."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return {"text/markdown": self.text, "text/plain": self.text}
+
+
+class HtmlView:
+    """An HTML fragment with its plain-text twin."""
+
+    def __init__(self, html_text: str, plain: str):
+        self.html = html_text
+        self.plain = plain
+
+    def __repr__(self) -> str:
+        return self.plain
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return {"text/html": self.html, "text/plain": self.plain}
+
+
+def receipt_view(name: str, summary: str, status: str, duration_ms: int | None, preview: str) -> HtmlView:
+    """A collapsed receipt: the summary line, the output's first lines inside."""
+    line = receipt_text(name, summary, status, duration_ms)
+    body = f"<pre>{html.escape(preview)}</pre>" if preview else ""
+    markup = f'<details class="soba-receipt"><summary><code>{html.escape(line)}</code></summary>{body}</details>'
+    plain = f"[{line}]" + (("\n" + preview) if preview else "")
+    return HtmlView(markup, plain)
+
+
+def notice_view(text: str, level: str) -> HtmlView:
+    color = NOTICE_COLORS.get(level, NOTICE_COLORS["info"])
+    return HtmlView(f'<div style="color:{color}">{html.escape(text)}</div>', text)
+
+
+def line_view(text: str) -> HtmlView:
+    return HtmlView(f"<div><code>{html.escape(text)}</code></div>", text)
+
+
+Display = Callable[..., Any]
+"""`IPython.display.display`: `display(obj, display_id=True)` returns a handle with `update`."""
+
+
+def _ipython_display(obj: Any, **kwargs: Any) -> Any:
+    from IPython.display import display
+
+    return display(obj, **kwargs)
+
+
+class TurnRenderer:
+    """Receives the agent's events (`on_event`) and shows them; `finish` ends the turn.
+
+    The last notice is held back one event: the loop's closing notice is replaced by the
+    status line `finish` prints (`cancelled: …`, `failed: …`), so it is not shown twice.
+    """
+
+    def __init__(
+        self,
+        *,
+        rich: bool,
+        monitor: BudgetMonitor | None = None,
+        display: Display | None = None,
+        clock: Clock = time.monotonic,
+        stream: TextIO | None = None,
+    ):
+        self.rich = rich
+        self.monitor = monitor
+        self.display = display or _ipython_display
+        self.clock = clock
+        self.stream = stream
+        self.throttle = Throttle(MAX_UPDATES_PER_S, clock)
+        self.answer = ""
+        self._answer_handle: Any = None
+        self._dirty = False
+        self._line_open = False
+        self._receipts: dict[str, Any] = {}
+        self._barrier: BarrierLine | None = None
+        self._barrier_handle: Any = None
+        self._held_notice: Notice | None = None
+
+    # -- plain output ----------------------------------------------------------------
+
+    def _write(self, text: str) -> None:
+        out = self.stream or sys.stdout
+        out.write(text)
+        out.flush()
+
+    def print_line(self, text: str) -> None:
+        """A whole line (after ending a streamed answer line)."""
+        if self._line_open:
+            self._write("\n")
+            self._line_open = False
+        self._write(text + "\n")
+
+    # -- events ----------------------------------------------------------------------
+
+    def on_event(self, event: object) -> None:
+        if self._held_notice is not None:
+            held, self._held_notice = self._held_notice, None
+            self._show_notice(held)
+        if isinstance(event, TextDelta):
+            self._text(event.text)
+        elif isinstance(event, ToolStarted):
+            self._end_answer()
+            self._tool_started(event)
+        elif isinstance(event, ToolFinished):
+            self._tool_finished(event)
+        elif isinstance(event, CompactionEvent):
+            self._compaction(event)
+        elif isinstance(event, Notice):
+            self._held_notice = event
+
+    __call__ = on_event
+
+    def _text(self, text: str) -> None:
+        self.answer += text
+        if not self.rich:
+            self._write(text)
+            self._line_open = not self.answer.endswith("\n")
+            return
+        if self._answer_handle is None:
+            self._answer_handle = self.display(TextView(self.answer), display_id=True)
+            self.throttle.mark()
+            self._dirty = False
+        elif self.throttle.ready():
+            self._answer_handle.update(TextView(self.answer))
+            self._dirty = False
+        else:
+            self._dirty = True
+
+    def _end_answer(self) -> None:
+        """Render the answer so far whole and start a new segment for later text."""
+        if self._answer_handle is not None and self._dirty:
+            self._answer_handle.update(TextView(self.answer))
+            self.throttle.mark()
+        if not self.rich and self._line_open:
+            self._write("\n")
+            self._line_open = False
+        self._answer_handle, self._dirty, self.answer = None, False, ""
+
+    def _tool_started(self, event: ToolStarted) -> None:
+        if self.rich:
+            view = receipt_view(event.name, event.summary, RUNNING, None, "")
+            self._receipts[event.call_id] = self.display(view, display_id=True)
+
+    def _tool_finished(self, event: ToolFinished) -> None:
+        status = "error" if event.is_error else "ok"
+        view = receipt_view(event.name, event.summary, status, event.duration_ms, event.preview)
+        handle = self._receipts.pop(event.call_id, None)
+        if not self.rich:
+            self.print_line(f"[{receipt_text(event.name, event.summary, status, event.duration_ms)}]")
+        elif handle is not None:
+            handle.update(view)
+        else:
+            self.display(view)
+
+    def _compaction(self, event: CompactionEvent) -> None:
+        if self.monitor is not None:
+            self.monitor.on_event(event)
+        if event.kind == "compaction_start":
+            self._end_answer()
+            self._barrier = BarrierLine(self._show_barrier, self.clock)
+            self._barrier_handle = None
+        if self._barrier is not None:
+            self._barrier.on_event(event)
+        if event.kind == "compaction_end":
+            self._barrier = None
+
+    def _show_barrier(self, text: str, final: bool) -> None:
+        if not self.rich:
+            if final:  # a terminal gets the result line, not a stream of percentages
+                self.print_line(text)
+            return
+        if self._barrier_handle is None:
+            self._barrier_handle = self.display(line_view(text), display_id=True)
+        else:
+            self._barrier_handle.update(line_view(text))
+
+    def _show_notice(self, notice: Notice) -> None:
+        text = f"{notice.level}: {notice.text}" if notice.level != "info" else notice.text
+        self.show(text, notice.level)
+
+    def show(self, text: str, level: str = "info") -> None:
+        """One line for the user (rich: a small HTML block; plain: printed)."""
+        if self.rich:
+            self._end_answer()
+            self.display(notice_view(text, level))
+        else:
+            self.print_line(text)
+
+    # -- end -------------------------------------------------------------------------
+
+    def finish(self, result: TurnResult | None) -> None:
+        """Render the answer whole and, unless the turn completed, its status line."""
+        held, self._held_notice = self._held_notice, None
+        self._end_answer()
+        if result is not None and held is not None and held.text == result.message:
+            held = None
+        if held is not None:
+            self._show_notice(held)
+        if result is not None and result.status != "completed":
+            level = "error" if result.status == "failed" else "info"
+            self.show(f"{result.status}: {result.message}" if result.message else result.status, level)

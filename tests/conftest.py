@@ -1,0 +1,131 @@
+"""Shared fixtures for the real parts: the loopback LLM server, a notebook folder whose
+`soba.json` points at it, and an IPython shell with the extension loaded."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from compaction_support import good_summary
+from llm_server import LLMServer, RecordedRequest, Reply, text
+
+TEST_KEY_ENV = "SOBA_NB_TEST_API_KEY"
+TEST_KEY_VALUE = "sk-test-NotebookFixtureKey0123456789"
+NOTEBOOK_NAME = "analysis.ipynb"
+
+SMALL_LIMITS: dict[str, Any] = {
+    "model": {"contextWindow": 6000, "maxOutputTokens": 500},
+    "compaction": {
+        "minTokensForAutoCompact": 1500,
+        "minReclaimableTokens": 500,
+        "keepRecentTokens": 1000,
+        "safetyReserveTokens": 500,
+        "timeoutMs": 5000,
+    },
+}
+"""hardLimit 5,000, softLimit 4,000: a few long turns are enough to compact."""
+
+
+class ScriptedModel:
+    """Routes the server's answers: inference replies from a queue, summaries separately
+    (requests say which with `X-Soba-Operation`)."""
+
+    def __init__(self, server: LLMServer):
+        self.server = server
+        self.inference: deque[Reply] = deque()
+        self.summary: Reply = text(good_summary())
+        server.default_reply = self  # type: ignore[assignment]  # the server accepts callables
+
+    def script(self, *replies: Reply) -> None:
+        self.inference.extend(replies)
+
+    def __call__(self, request: RecordedRequest) -> Reply:
+        if request.operation == "compaction":
+            return self.summary
+        return self.inference.popleft() if self.inference else text("ok")
+
+    def inference_requests(self) -> list[RecordedRequest]:
+        return [r for r in self.server.requests if r.operation == "inference"]
+
+
+@pytest.fixture
+def llm_server() -> Iterator[LLMServer]:
+    with LLMServer() as server:
+        yield server
+
+
+@pytest.fixture
+def scripted(llm_server: LLMServer) -> ScriptedModel:
+    return ScriptedModel(llm_server)
+
+
+def write_soba_json(folder: Path, server_url: str, layer: dict[str, Any] | None = None) -> Path:
+    """`soba.json` for the loopback server; `layer` replaces the small test limits."""
+    layer = SMALL_LIMITS if layer is None else layer
+    config = {
+        "model": {
+            "provider": "openai",
+            "name": "gpt-4o",
+            "baseUrl": server_url,
+            "apiKeyEnv": TEST_KEY_ENV,
+            **layer.get("model", {}),
+        },
+        "compaction": dict(layer.get("compaction", {})),
+    }
+    path = folder / "soba.json"
+    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def nb_dir(tmp_path: Path, llm_server: LLMServer, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A notebook folder (the working folder) with `soba.json`; no user config, no SOBA_* vars."""
+    for var in list(os.environ):
+        if var.startswith("SOBA_") or var in ("JPY_SESSION_NAME",):
+            monkeypatch.delenv(var)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv(TEST_KEY_ENV, TEST_KEY_VALUE)
+    folder = tmp_path / "project"
+    folder.mkdir()
+    write_soba_json(folder, llm_server.url)
+    monkeypatch.chdir(folder)
+    return folder
+
+
+def new_shell(nb_dir: Path) -> Any:
+    """A fresh `InteractiveShell` singleton with the extension loaded, as after a kernel start."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    InteractiveShell.clear_instance()
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    shell = InteractiveShell.instance(config=config)
+    shell.user_ns["__session__"] = str(nb_dir / NOTEBOOK_NAME)
+    shell.run_line_magic("load_ext", "soba_nb")
+    return shell
+
+
+def shut_down(shell: Any) -> None:
+    """Unload the extension (closing the session) and drop the singleton, as a kernel exit."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell.extension_manager.unload_extension("soba_nb")
+    InteractiveShell.clear_instance()
+
+
+@pytest.fixture
+def ip(nb_dir: Path) -> Iterator[Any]:
+    yield new_shell(nb_dir)
+    # A test may have "restarted the kernel": shut down whichever shell is current.
+    from IPython.core.interactiveshell import InteractiveShell
+
+    if InteractiveShell.initialized():
+        shut_down(InteractiveShell.instance())
