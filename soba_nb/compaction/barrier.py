@@ -317,16 +317,16 @@ def measure_continuation(entry: CapsuleEntry, plan: CompactionPlan, ctx: Barrier
 
 
 def _gates(plan: CompactionPlan, tokens_after: int, ctx: BarrierContext) -> tuple[Outcome, str] | None:
+    if plan.trigger not in POST_GATE_EXEMPT:
+        passes, reason = post_generation_roi(plan.tokens_before, tokens_after, ctx.thresholds)
+        if not passes:
+            return Outcome.SKIPPED, reason
     # Even the exempt triggers never commit a capsule that makes the input larger.
     if tokens_after >= plan.tokens_before and plan.trigger is not Trigger.HARD_LIMIT:
         outcome = Outcome.FAILED if plan.trigger is Trigger.CONTEXT_OVERFLOW else Outcome.SKIPPED
         return outcome, (
             f"the capsule would not make the model input smaller ({plan.tokens_before} → {tokens_after} tokens)"
         )
-    if plan.trigger not in POST_GATE_EXEMPT:
-        passes, reason = post_generation_roi(plan.tokens_before, tokens_after, ctx.thresholds)
-        if not passes:
-            return Outcome.SKIPPED, reason
     if tokens_after > plan.hard_limit:
         return Outcome.FAILED, f"the continuation is still {tokens_after} tokens, above hardLimit {plan.hard_limit}"
     if plan.must_be_below is not None and tokens_after >= plan.must_be_below:
