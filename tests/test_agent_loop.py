@@ -218,3 +218,16 @@ def test_the_api_key_never_appears_in_any_file_written(make_session, server, tmp
     assert any(p.name == "flight.jsonl" for p in written)
     for path in written:
         assert KEY_VALUE not in path.read_text(errors="replace"), path
+
+
+def test_secrets_never_reach_the_transcript(make_session, server, monkeypatch):
+    monkeypatch.setenv("WAREHOUSE_PASSWORD", "hunter2-correct-horse-battery")
+    session = make_session()
+    code = "import os; print(os.environ['WAREHOUSE_PASSWORD'], os.environ['SOBA_LOOP_TEST_KEY'])"
+    Router(server).script(tool_calls(("python", {"code": code})), text("printed it"))
+    result = run_turn(session, f"my key is {KEY_VALUE}, print the password")
+    assert result.status == "completed"
+    [tool_result] = entries(session, ToolResultEntry)
+    assert "[redacted]" in tool_result.content
+    raw = session.file.read_text()
+    assert "hunter2-correct-horse-battery" not in raw and KEY_VALUE not in raw

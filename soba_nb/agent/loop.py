@@ -3,7 +3,8 @@
 user message → preflight → inference → tool calls → results → preflight → … until a
 final answer or the step limit. The preflight runs before every inference, so a long tool
 loop cannot run past the window. Every message, tool call, tool result and usage figure
-becomes a transcript entry. A context overflow gets one recovery compaction and one retry;
+becomes a transcript entry; secrets (key shapes, values of KEY/TOKEN/SECRET/PASSWORD
+environment variables) are redacted before anything is written. A context overflow gets one recovery compaction and one retry;
 the same oversized request is never sent twice.
 """
 
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from soba_nb.agent.events import AgentEvent, Notice, TextDelta, ToolFinished, ToolStarted
 from soba_nb.agent.session import AgentSession
 from soba_nb.agent.tools import ToolContext, run_tool, summarize_arguments
+from soba_nb.capsules.redact import redact
 from soba_nb.compaction.barrier import CompactionResult, Outcome
 from soba_nb.compaction.engine import HardLimitExceeded
 from soba_nb.compaction.model_input import ModelInput
@@ -78,7 +80,7 @@ class TurnRunner:
         listener = self.emit
         session.compactor.listeners.append(listener)
         try:
-            session.transcript.append(MessageEntry(role="user", content=prompt))
+            session.transcript.append(MessageEntry(role="user", content=redact(prompt)))
             return self._loop()
         except KeyboardInterrupt:
             self.cancel.set()
@@ -167,9 +169,9 @@ class TurnRunner:
 
     def _record_answer(self, response: ModelResponse) -> None:
         transcript = self.session.transcript
-        transcript.append(MessageEntry(role="assistant", content=response.text))
+        transcript.append(MessageEntry(role="assistant", content=redact(response.text)))
         for call in response.tool_calls:
-            transcript.append(ToolCallEntry(call_id=call.id, name=call.name, arguments=call.arguments))
+            transcript.append(ToolCallEntry(call_id=call.id, name=call.name, arguments=redact(call.arguments)))
         if response.usage is not None:
             transcript.append(
                 UsageEntry(
@@ -182,7 +184,8 @@ class TurnRunner:
 
     def _record_partial(self, text: str) -> None:
         if text:
-            self.session.transcript.append(MessageEntry(role="assistant", content=text + "\n\n[answer interrupted]"))
+            content = redact(text) + "\n\n[answer interrupted]"
+            self.session.transcript.append(MessageEntry(role="assistant", content=content))
 
     def _run_tools(self, response: ModelResponse) -> bool:
         """Run the calls in order; on cancel, record the rest as cancelled. False if cancelled."""
@@ -212,7 +215,7 @@ class TurnRunner:
             duration = int((time.monotonic() - started) * 1000)
             transcript.append(
                 ToolResultEntry(
-                    call_id=call.id, name=call.name, content=outcome.content,
+                    call_id=call.id, name=call.name, content=redact(outcome.content),
                     is_error=outcome.is_error, duration_ms=duration,
                 )
             )
