@@ -1,0 +1,60 @@
+/**
+ * soba-nb-labextension: the "soba budget" panel in JupyterLab's right sidebar (SPEC §9).
+ *
+ * The comm target is registered on every notebook's kernel wherever the extension loads;
+ * the panel itself is added only in JupyterLab (`ILabShell`). Notebook 7 loads the same
+ * extensions but has no such panel: there the budget monitor renders inline, and the target
+ * just keeps the kernel's messages from being refused.
+ */
+
+import {
+  ILabShell,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import { ICommandPalette } from '@jupyterlab/apputils';
+import { INotebookTracker } from '@jupyterlab/notebook';
+
+import { budgetIcon } from './icon';
+import { BudgetPanel } from './panel';
+import { BudgetStore } from './store';
+
+const SHOW_BUDGET = 'soba:show-budget';
+const SIDEBAR_RANK = 600;
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: 'soba-nb-labextension:plugin',
+  description: 'The soba-nb context budget of the current notebook, in the right sidebar.',
+  autoStart: true,
+  requires: [INotebookTracker],
+  optional: [ILabShell, ICommandPalette],
+  activate: (
+    app: JupyterFrontEnd,
+    tracker: INotebookTracker,
+    labShell: ILabShell | null,
+    palette: ICommandPalette | null
+  ): void => {
+    const store = new BudgetStore();
+    tracker.forEach(notebook => store.track(notebook));
+    tracker.widgetAdded.connect((_, notebook) => store.track(notebook));
+    if (!labShell) {
+      return;
+    }
+
+    const panel = new BudgetPanel(store);
+    panel.title.icon = budgetIcon;
+    labShell.add(panel, 'right', { rank: SIDEBAR_RANK });
+    panel.showNotebook(tracker.currentWidget);
+    tracker.currentChanged.connect((_, notebook) => panel.showNotebook(notebook));
+
+    app.commands.addCommand(SHOW_BUDGET, {
+      label: 'soba: show budget',
+      caption: 'Show the context budget of the current notebook in the right sidebar',
+      icon: budgetIcon,
+      execute: () => labShell.activateById(panel.id)
+    });
+    palette?.addItem({ command: SHOW_BUDGET, category: 'soba' });
+  }
+};
+
+export default plugin;
