@@ -34,8 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 try:
+    from benchmarks import compaction_bench
     from benchmarks.generate import SIZES, write_session
 except ImportError:  # run as a script: benchmarks/ itself is on sys.path
+    import compaction_bench  # type: ignore[no-redef]
     from generate import SIZES, write_session  # type: ignore[no-redef]
 
 from soba_nb.agent.session import SYSTEM_PROMPT
@@ -264,6 +266,9 @@ def memory_benchmark(sessions: Sequence[Session]) -> list[Row]:
             )
         )
     return rows
+
+
+compaction_bench.register(benchmark, Row, milliseconds, preflight_entries)
 
 
 # -- the table ---------------------------------------------------------------------------------

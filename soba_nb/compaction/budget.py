@@ -17,9 +17,12 @@ from soba_nb.compaction.model_input import (
     entry_tokens,
     latest_capsule_index,
 )
+from soba_nb.compaction.triggers import INTENT_KINDS, pending_intents
 from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import (
     CapsuleEntry,
+    CheckpointEntry,
+    CompactionEntry,
     Entry,
     MessageEntry,
     SkillEntry,
@@ -56,7 +59,9 @@ class BudgetTracker:
         self._before_last_assistant = 0
         self._usage_input: int | None = None
         self._usage_offset = 0
-        self._skills: set[str] = set()
+        self._skills: dict[str, SkillEntry] = {}
+        self._intents: list[CheckpointEntry] = []
+        self._capsule_at: int | None = None
         self.rebuilds = 0
         """How many full rebuilds happened (tests and benchmarks read it)."""
 
@@ -88,6 +93,21 @@ class BudgetTracker:
             return Measurement(effective, "provider_usage", self._estimated, self._usage_input)
         return Measurement(self._estimated, "estimated", self._estimated, None)
 
+    @property
+    def skills(self) -> tuple[SkillEntry, ...]:
+        """Active skills on the path (as of the last `measure`), latest activation last."""
+        return tuple(self._skills.values())
+
+    @property
+    def capsule_index(self) -> int | None:
+        """Index on the path of the latest capsule (as of the last `measure`)."""
+        return self._capsule_at
+
+    @property
+    def pending_intents(self) -> tuple[CheckpointEntry, ...]:
+        """Unconsumed intent checkpoints (as of the last `measure`), kept incrementally."""
+        return tuple(self._intents)
+
     def _mark(self, path: Sequence[Entry]) -> None:
         self._seen = len(path)
         self._last_id = path[-1].id if path else None
@@ -98,11 +118,12 @@ class BudgetTracker:
         self._before_last_assistant = self.fixed
         self._usage_input = None
         self._usage_offset = 0
-        self._skills = set()
+        self._skills = {}
         for entry in path:
             if isinstance(entry, SkillEntry):
                 self._add(entry)
         capsule_at = latest_capsule_index(path)
+        self._capsule_at = capsule_at
         start = 0
         if capsule_at is not None:
             capsule = path[capsule_at]
@@ -121,6 +142,7 @@ class BudgetTracker:
         # A usage figure from before the latest capsule measured a different input.
         if capsule_at is not None and self._usage_input is not None:
             self._drop_usage_before(path, capsule_at)
+        self._intents = list(pending_intents(path))
         self._mark(path)
 
     def _drop_usage_before(self, path: Sequence[Entry], capsule_at: int) -> None:
@@ -139,9 +161,15 @@ class BudgetTracker:
             # The figure measures the request that produced the preceding assistant message.
             self._usage_input = entry.input_tokens
             self._usage_offset = self._before_last_assistant
-        elif isinstance(entry, SkillEntry) and entry.name not in self._skills:
-            self._skills.add(entry.name)
-            self._estimated += self.counter.cached(
-                ("skill", entry.id),
-                lambda: self.counter.count_text(f"{SKILLS_HEADING}## Skill: {entry.name}\n\n{entry.content}"),
-            )
+        elif isinstance(entry, CheckpointEntry) and entry.intent and entry.kind in INTENT_KINDS:
+            self._intents.append(entry)
+        elif isinstance(entry, CompactionEntry):
+            self._intents.clear()
+        elif isinstance(entry, SkillEntry):
+            previous = self._skills.pop(entry.name, None)
+            if previous is None:
+                self._estimated += self.counter.cached(
+                    ("skill", entry.id),
+                    lambda: self.counter.count_text(f"{SKILLS_HEADING}## Skill: {entry.name}\n\n{entry.content}"),
+                )
+            self._skills[entry.name] = entry

@@ -31,6 +31,7 @@ from soba_nb.compaction.deterministic import build_deterministic_capsule
 from soba_nb.compaction.flight import FlightRecorder
 from soba_nb.compaction.model_input import (
     ModelInput,
+    VisibleContext,
     assemble,
     fixed_tokens,
     system_text,
@@ -46,7 +47,6 @@ from soba_nb.compaction.triggers import (
     Trigger,
     TurnState,
     decide,
-    pending_intents,
 )
 from soba_nb.messages import ToolSchema
 from soba_nb.tokens import TokenCounter
@@ -133,9 +133,15 @@ class Compactor:
     def measure(self) -> Measurement:
         return self.tracker.measure(self.transcript.path_view())
 
+    def context(self) -> VisibleContext:
+        """The model-visible part of the current path (using the tracker's incremental state)."""
+        self.measure()
+        tracker = self.tracker
+        return visible_context(self.transcript.path_view(), capsule_at=tracker.capsule_index, skills=tracker.skills)
+
     def model_input(self, *, fit: bool = True) -> ModelInput:
         """The model input of the current path (emergency clipping toward the hard limit)."""
-        context = visible_context(self.transcript.path_view())
+        context = self.context()
         fit_to = self.thresholds.hard_limit if fit else None
         return assemble(context, system=self.system, tools=self.tools, counter=self.counter, fit_to=fit_to)
 
@@ -175,7 +181,7 @@ class Compactor:
         path = self.transcript.path_view()
         # "Never re-trigger immediately after a completed compaction": only until new entries.
         self.guard.just_completed = self.guard.just_completed and not _appended_since_capsule(path)
-        intents = pending_intents(path)
+        intents = self.tracker.pending_intents
         decision = decide(
             effective=measurement.effective, t=self.thresholds, intents=intents, turn=turn, guard=self.guard
         )
@@ -189,7 +195,8 @@ class Compactor:
 
     def compact(self, *, focus: str | None = None, cancel: threading.Event | None = None) -> CompactionResult:
         """Explicit `%compact`: trigger `user`, no soft ROI gate; skipped when nothing to compact."""
-        intents = pending_intents(self.transcript.path_view())
+        self.measure()
+        intents = self.tracker.pending_intents
         return self._operate(Trigger.USER, self.measure(), cancel or threading.Event(), focus=focus, consumed=tuple(intents))
 
     def make_capsule(
@@ -379,7 +386,8 @@ class Compactor:
             self.guard.record(result.outcome.value, measurement.effective, soft=soft)
 
     def _skills(self) -> tuple[SkillEntry, ...]:
-        return visible_context(self.transcript.path_view()).skills
+        self.measure()
+        return self.tracker.skills
 
     def _emit(self, event: object) -> None:
         for listener in list(self.listeners):

@@ -110,9 +110,19 @@ def latest_capsule_index(path: Sequence[Entry]) -> int | None:
     return None
 
 
-def visible_context(path: Sequence[Entry]) -> VisibleContext:
-    """The model-visible part of a path: latest capsule, kept tail, later entries, skills."""
-    capsule_at = latest_capsule_index(path)
+def visible_context(
+    path: Sequence[Entry],
+    *,
+    capsule_at: int | None = None,
+    skills: Sequence[SkillEntry] | None = None,
+) -> VisibleContext:
+    """The model-visible part of a path: latest capsule, kept tail, later entries, skills.
+
+    `capsule_at` and `skills`, when the caller already knows them (the budget tracker keeps
+    both incrementally), spare the scans of the whole path.
+    """
+    if capsule_at is None:
+        capsule_at = latest_capsule_index(path)
     capsule: CapsuleEntry | None = None
     if capsule_at is None:
         candidates: Sequence[Entry] = path
@@ -127,13 +137,15 @@ def visible_context(path: Sequence[Entry]) -> VisibleContext:
                     start = index
                     break
         candidates = [*path[start:capsule_at], *path[capsule_at + 1 :]]
-    skills: dict[str, SkillEntry] = {}
-    for entry in path:
-        if isinstance(entry, SkillEntry):
-            skills.pop(entry.name, None)
-            skills[entry.name] = entry
+    if skills is None:
+        active: dict[str, SkillEntry] = {}
+        for entry in path:
+            if isinstance(entry, SkillEntry):
+                active.pop(entry.name, None)
+                active[entry.name] = entry
+        skills = tuple(active.values())
     visible = tuple(entry for entry in candidates if isinstance(entry, VISIBLE_TYPES))
-    return VisibleContext(capsule, visible, tuple(skills.values()))
+    return VisibleContext(capsule, visible, tuple(skills))
 
 
 @dataclass(frozen=True)
