@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 from soba_nb.compaction.capsule import SECTION_HEADINGS
 from soba_nb.compaction.flight import FlightRecorder
+from soba_nb.compaction.limits import soft_limit
 from soba_nb.compaction.summarizer import SummaryOutput
 from soba_nb.compaction.triggers import Thresholds
-from soba_nb.compaction.limits import soft_limit
 from soba_nb.messages import ToolSchema
 from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import (

@@ -1,7 +1,13 @@
 """Empty, cut-short, heading-less, error-looking or tool-calling summaries are never committed."""
 
 import pytest
-from compaction_support import FakeSummarizer, add_exchange, make_compactor, open_transcript, thresholds
+from compaction_support import (
+    FakeSummarizer,
+    add_exchange,
+    make_compactor,
+    open_transcript,
+    thresholds,
+)
 
 from soba_nb.compaction.barrier import Outcome
 from soba_nb.transcript.entries import CapsuleEntry

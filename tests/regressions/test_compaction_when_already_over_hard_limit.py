@@ -1,6 +1,12 @@
 """Over the hard limit before the first compaction: mandatory, and no oversized request."""
 
-from compaction_support import FakeSummarizer, add_exchange, make_compactor, open_transcript, thresholds
+from compaction_support import (
+    FakeSummarizer,
+    add_exchange,
+    make_compactor,
+    open_transcript,
+    thresholds,
+)
 
 from soba_nb.compaction.barrier import Outcome
 from soba_nb.compaction.triggers import TurnState

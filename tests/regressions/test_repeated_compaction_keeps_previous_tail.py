@@ -1,6 +1,12 @@
 """A second compaction summarizes from the previous capsule's firstKeptEntryId."""
 
-from compaction_support import FakeSummarizer, add_exchange, make_compactor, open_transcript, thresholds
+from compaction_support import (
+    FakeSummarizer,
+    add_exchange,
+    make_compactor,
+    open_transcript,
+    thresholds,
+)
 
 from soba_nb.compaction.barrier import Outcome
 from soba_nb.transcript.entries import CapsuleEntry

@@ -1,6 +1,12 @@
 """A session ending in huge tool results: the group stays whole and the input fits."""
 
-from compaction_support import FakeSummarizer, add_exchange, add_tool_group, make_compactor, open_transcript
+from compaction_support import (
+    FakeSummarizer,
+    add_exchange,
+    add_tool_group,
+    make_compactor,
+    open_transcript,
+)
 
 from soba_nb.compaction.barrier import Outcome
 from soba_nb.compaction.model_input import pairing_problems
