@@ -18,7 +18,12 @@ from llm_server import text, tool_calls
 
 from soba_nb import load_ipython_extension
 from soba_nb.notebook.location import locate
-from soba_nb.notebook.magics import PROMPT_VALUE_CHARS, SobaMagics, split_options, substitute_variables
+from soba_nb.notebook.magics import (
+    PROMPT_VALUE_CHARS,
+    SobaMagics,
+    split_options,
+    substitute_variables,
+)
 from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry, MessageEntry, SkillEntry
 from soba_nb.transcript.store import Transcript
 
