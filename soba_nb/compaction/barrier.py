@@ -67,7 +67,8 @@ class CompactionPlan:
     session_id: str
     trigger: Trigger
     expected_leaf: str | None
-    cut: Cut
+    cut: Cut | None
+    """None when there is nothing safely compactable (`unplannable` says why)."""
     hard_limit: int
     soft_limit: int
     tokens_before: int
@@ -79,6 +80,7 @@ class CompactionPlan:
     """Checkpoint ids of pending intents this operation consumes."""
     must_be_below: int | None = None
     """Overflow recovery: the continuation must be strictly smaller than this."""
+    unplannable: str | None = None
 
 
 @dataclass(frozen=True)
@@ -200,18 +202,60 @@ def run_barrier(plan: CompactionPlan, ctx: BarrierContext, cancel: threading.Eve
 
 
 def _run(plan: CompactionPlan, ctx: BarrierContext, cancel: threading.Event, started: float) -> CompactionResult:
-    previous = _previous_capsule(plan)
-    fallback = build_deterministic_capsule(
-        plan.cut.summarize, previous=previous, kept=plan.cut.kept, kernel_state=ctx.kernel_state
+    cut = plan.cut
+    if cut is None:
+        forced = plan.trigger in (Trigger.HARD_LIMIT, Trigger.CONTEXT_OVERFLOW)
+        return _result(plan, Outcome.FAILED if forced else Outcome.SKIPPED, plan.unplannable or "", started)
+    generated = generate_capsule(plan, cut, ctx, cancel, started)
+    if isinstance(generated, CompactionResult):
+        return generated
+    entry, tokens_after = generated.entry, generated.tokens_after
+    verdict = _gates(plan, tokens_after, ctx)
+    if verdict is not None:
+        return _result(plan, verdict[0], verdict[1], started, tokens_after=tokens_after)
+    _emit(ctx, CompactionEvent("compaction_progress", plan.operation_id, plan.trigger.value, 95))
+    # The last check before the append: abort signal, then the expected leaf.
+    if cancel.is_set():
+        return _result(plan, Outcome.CANCELLED, "cancelled before the capsule was appended", started)
+    if ctx.transcript.leaf != plan.expected_leaf:
+        return _result(plan, Outcome.STALE, "the session leaf changed while the summary ran", started)
+    written = ctx.transcript.append(entry)
+    assert isinstance(written, CapsuleEntry)
+    reason = "" if entry.quality == "full" else f"fallback: {generated.note}"
+    return _result(
+        plan, Outcome.COMPLETED, reason, started,
+        tokens_after=tokens_after, entry=written, quality=entry.quality,
     )
-    capsule, model, provider, note = fallback, None, None, "no summarizer model"
+
+
+@dataclass(frozen=True)
+class Generated:
+    """A capsule entry ready to append (not appended) and its measured continuation."""
+
+    entry: CapsuleEntry
+    tokens_after: int
+    note: str
+    """Why the deterministic fallback was used, when it was."""
+
+
+def generate_capsule(
+    plan: CompactionPlan, cut: Cut, ctx: BarrierContext, cancel: threading.Event, started: float
+) -> Generated | CompactionResult:
+    """The model capsule (or the deterministic fallback) of `cut`, measured; nothing appended.
+
+    Returns a terminal `CompactionResult` only when cancelled while the summary ran.
+    """
+    previous = _previous_capsule(cut)
+    capsule = build_deterministic_capsule(cut.summarize, previous=previous, kept=cut.kept, kernel_state=ctx.kernel_state)
+    model = provider = None
+    note = "no summarizer model"
     quality: Quality = "degraded"
     if ctx.summarizer is not None:
-        outcome = _summarize(plan, ctx, cancel, previous, started)
+        outcome = _summarize(plan, cut, ctx, cancel, previous, started)
         if isinstance(outcome, CompactionResult):
             return outcome
         if isinstance(outcome, Capsule):
-            capsule, quality = outcome, "full"
+            capsule, quality, note = outcome, "full", ""
             model, provider = ctx.summarizer.model, ctx.summarizer.provider
         else:
             note = outcome
@@ -222,35 +266,20 @@ def _run(plan: CompactionPlan, ctx: BarrierContext, cancel: threading.Event, sta
         quality=quality,
         tokens_before=plan.tokens_before,
         tokens_after=0,
-        first_kept_entry_id=plan.cut.first_kept_entry_id,
-        rolls_up=plan.cut.previous.id if plan.cut.previous else None,
+        first_kept_entry_id=cut.first_kept_entry_id,
+        rolls_up=cut.previous.id if cut.previous else None,
         model=model,
         provider=provider,
         content=render_capsule(capsule),
     )
-    continuation = measure_continuation(entry, plan, ctx)
-    entry = entry.model_copy(update={"tokens_after": continuation.tokens})
+    tokens_after = measure_continuation(entry, cut, plan.hard_limit, ctx).tokens
     ctx.counter.forget(entry.id)
-    verdict = _gates(plan, continuation.tokens, ctx)
-    if verdict is not None:
-        return _result(plan, verdict[0], verdict[1], started, tokens_after=continuation.tokens)
-    _emit(ctx, CompactionEvent("compaction_progress", plan.operation_id, plan.trigger.value, 95))
-    # The last check before the append: abort signal, then the expected leaf.
-    if cancel.is_set():
-        return _result(plan, Outcome.CANCELLED, "cancelled before the capsule was appended", started)
-    if ctx.transcript.leaf != plan.expected_leaf:
-        return _result(plan, Outcome.STALE, "the session leaf changed while the summary ran", started)
-    written = ctx.transcript.append(entry)
-    assert isinstance(written, CapsuleEntry)
-    reason = "" if quality == "full" else f"fallback: {note}"
-    return _result(
-        plan, Outcome.COMPLETED, reason, started,
-        tokens_after=continuation.tokens, entry=written, quality=quality,
-    )
+    return Generated(entry.model_copy(update={"tokens_after": tokens_after}), tokens_after, note)
 
 
 def _summarize(
     plan: CompactionPlan,
+    cut: Cut,
     ctx: BarrierContext,
     cancel: threading.Event,
     previous: Capsule | None,
@@ -259,7 +288,7 @@ def _summarize(
     """The validated model capsule, a terminal result (cancel), or why the fallback is used."""
     assert ctx.summarizer is not None
     prompt = build_summary_prompt(
-        list(plan.cut.summarize),
+        list(cut.summarize),
         previous=previous,
         focus=plan.focus,
         max_input_tokens=plan.summary_input_tokens,
@@ -309,11 +338,11 @@ def _percent(elapsed: float, timeout: float, chars: int, expected_chars: int) ->
     return min(PROGRESS_CAP_WHILE_RUNNING, PROGRESS_BEFORE_SUMMARY + int(share * span))
 
 
-def measure_continuation(entry: CapsuleEntry, plan: CompactionPlan, ctx: BarrierContext) -> ModelInput:
+def measure_continuation(entry: CapsuleEntry, cut: Cut, hard_limit: int, ctx: BarrierContext) -> ModelInput:
     """The whole continuation measured exactly: system/tools, serialized capsule, kept tail."""
-    kept = tuple(e for e in plan.cut.kept if isinstance(e, VISIBLE_TYPES))
+    kept = tuple(e for e in cut.kept if isinstance(e, VISIBLE_TYPES))
     context = VisibleContext(entry, kept, tuple(ctx.skills))
-    return assemble(context, system=ctx.system, tools=ctx.tools, counter=ctx.counter, fit_to=plan.hard_limit)
+    return assemble(context, system=ctx.system, tools=ctx.tools, counter=ctx.counter, fit_to=hard_limit)
 
 
 def _gates(plan: CompactionPlan, tokens_after: int, ctx: BarrierContext) -> tuple[Outcome, str] | None:
@@ -337,11 +366,11 @@ def _gates(plan: CompactionPlan, tokens_after: int, ctx: BarrierContext) -> tupl
     return None
 
 
-def _previous_capsule(plan: CompactionPlan) -> Capsule | None:
-    if plan.cut.previous is None:
+def _previous_capsule(cut: Cut) -> Capsule | None:
+    if cut.previous is None:
         return None
     try:
-        return parse_capsule(plan.cut.previous.content)
+        return parse_capsule(cut.previous.content)
     except CapsuleFormatError:
         return None
 

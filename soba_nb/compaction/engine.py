@@ -20,14 +20,10 @@ from soba_nb.compaction.barrier import (
     CompactionResult,
     Emit,
     Outcome,
-    _previous_capsule,
-    _summarize,
-    measure_continuation,
+    generate_capsule,
     run_barrier,
 )
 from soba_nb.compaction.budget import BudgetTracker, Measurement
-from soba_nb.compaction.capsule import Capsule, render_capsule
-from soba_nb.compaction.deterministic import build_deterministic_capsule
 from soba_nb.compaction.flight import FlightRecorder
 from soba_nb.compaction.model_input import (
     ModelInput,
@@ -54,9 +50,7 @@ from soba_nb.transcript.entries import (
     CapsuleEntry,
     CheckpointEntry,
     CompactionEntry,
-    Quality,
     SkillEntry,
-    new_checkpoint_id,
 )
 from soba_nb.transcript.store import Transcript
 
@@ -204,47 +198,20 @@ class Compactor:
     ) -> CapsuleEntry | None:
         """A capsule of the whole current path, NOT appended: `%capsule create`'s handoff.
 
-        Model summary within `timeoutMs` when a summarizer is connected, else (or on a bad
-        or late summary) the deterministic capsule with `quality: degraded`. The previous
-        capsule on the path is rolled in. The session is left unchanged; None if cancelled.
+        The same generation as a compaction (model summary within `timeoutMs`, else the
+        deterministic capsule, `quality: degraded`), over everything since the previous
+        capsule's kept tail, with nothing kept. The session is left unchanged; None if
+        cancelled.
         """
         cancel = cancel or threading.Event()
         measurement = self.measure()
-        summarize, previous_entry = region(self.transcript.path_view())
-        plan = self._bare_plan("op_" + uuid.uuid4().hex[:12], Trigger.USER, measurement, ())
-        t = self.thresholds
-        plan = replace(
-            plan,
-            cut=Cut(tuple(summarize), (), None, 0, measurement.estimated, previous_entry),
-            summary_output_tokens=summary_output_tokens(t.hard_limit),
-            summary_input_tokens=t.hard_limit,
-            focus=focus,
-        )
-        ctx = BarrierContext(
-            self.transcript, self.counter, t, self.system, self.tools, self.settings.timeout_ms,
-            self.summarizer, self._skills(),
-            tuple(self.kernel_state()) if self.kernel_state else (),
-        )
-        previous = _previous_capsule(plan)
-        capsule = build_deterministic_capsule(summarize, previous=previous, kernel_state=ctx.kernel_state)
-        quality: Quality = "degraded"
-        model = provider = None
-        if self.summarizer is not None:
-            outcome = _summarize(plan, ctx, cancel, previous, time.monotonic())
-            if isinstance(outcome, CompactionResult):
-                return None
-            if isinstance(outcome, Capsule):
-                capsule, quality = outcome, "full"
-                model, provider = self.summarizer.model, self.summarizer.provider
-        entry = CapsuleEntry(
-            operation_id=plan.operation_id, checkpoint_id=new_checkpoint_id(), trigger="user",
-            quality=quality, tokens_before=measurement.effective, tokens_after=0,
-            first_kept_entry_id=None, rolls_up=previous_entry.id if previous_entry else None,
-            model=model, provider=provider, content=render_capsule(capsule),
-        )
-        tokens_after = measure_continuation(entry, plan, ctx).tokens
-        self.counter.forget(entry.id)
-        return None if cancel.is_set() else entry.model_copy(update={"tokens_after": tokens_after})
+        summarize, previous = region(self.transcript.path_view())
+        cut = Cut(tuple(summarize), (), None, 0, measurement.estimated, previous)
+        plan = replace(self._plan(Trigger.USER, measurement, focus, (), None, None), cut=cut, unplannable=None)
+        generated = generate_capsule(plan, cut, self._barrier_context(), cancel, time.monotonic())
+        if isinstance(generated, CompactionResult) or cancel.is_set():
+            return None
+        return generated.entry
 
     def recover_overflow(
         self,
@@ -277,23 +244,7 @@ class Compactor:
         must_be_below: int | None = None,
     ) -> CompactionResult:
         plan = self._plan(trigger, measurement, focus, consumed, target, must_be_below)
-        if isinstance(plan, CompactionResult):
-            self._finish(plan, measurement)
-            return plan
-        ctx = BarrierContext(
-            transcript=self.transcript,
-            counter=self.counter,
-            thresholds=self.thresholds,
-            system=self.system,
-            tools=self.tools,
-            timeout_ms=self.settings.timeout_ms,
-            summarizer=self.summarizer,
-            skills=self._skills(),
-            kernel_state=tuple(self.kernel_state()) if self.kernel_state else (),
-            flight=self.flight,
-            emit=self._emit,
-        )
-        result = run_barrier(plan, ctx, cancel)
+        result = run_barrier(plan, self._barrier_context(), cancel)
         self._finish(result, measurement)
         return result
 
@@ -305,14 +256,15 @@ class Compactor:
         consumed: Sequence[CheckpointEntry],
         target: int | None,
         must_be_below: int | None,
-    ) -> CompactionPlan | CompactionResult:
+    ) -> CompactionPlan:
         t = self.thresholds
         summary_tokens = summary_output_tokens(t.hard_limit)
         max_kept: int | None = None
         if trigger in (Trigger.HARD_LIMIT, Trigger.CONTEXT_OVERFLOW):
             goal = target if target is not None else t.hard_limit
             max_kept = max(goal - self.tracker.fixed - summary_tokens, 0)
-        operation_id = "op_" + uuid.uuid4().hex[:12]
+        cut: Cut | None = None
+        unplannable = None
         try:
             cut = plan_cut(
                 self.transcript.path_view(),
@@ -321,12 +273,9 @@ class Compactor:
                 max_kept_tokens=max_kept,
             )
         except NothingToCompact as exc:
-            outcome = Outcome.FAILED if trigger in (Trigger.HARD_LIMIT, Trigger.CONTEXT_OVERFLOW) else Outcome.SKIPPED
-            result = CompactionResult(operation_id, trigger.value, outcome, str(exc), measurement.effective, None, None, None, 0)
-            plan = self._bare_plan(operation_id, trigger, measurement, consumed)
-            return self._close_without_barrier(plan, result)
+            unplannable = str(exc)
         return CompactionPlan(
-            operation_id=operation_id,
+            operation_id="op_" + uuid.uuid4().hex[:12],
             session_id=self.settings.session_id,
             trigger=trigger,
             expected_leaf=self.transcript.leaf,
@@ -340,33 +289,23 @@ class Compactor:
             focus=focus,
             consumed=tuple(c.checkpoint_id for c in consumed),
             must_be_below=must_be_below,
+            unplannable=unplannable,
         )
 
-    def _bare_plan(
-        self, operation_id: str, trigger: Trigger, measurement: Measurement, consumed: Sequence[CheckpointEntry]
-    ) -> CompactionPlan:
-        from soba_nb.compaction.planner import Cut
-
-        empty = Cut((), (), None, 0, 0, None)
-        t = self.thresholds
-        return CompactionPlan(
-            operation_id, self.settings.session_id, trigger, self.transcript.leaf, empty, t.hard_limit,
-            t.soft_limit, measurement.effective, measurement.source, 0, 0,
-            consumed=tuple(c.checkpoint_id for c in consumed),
+    def _barrier_context(self) -> BarrierContext:
+        return BarrierContext(
+            transcript=self.transcript,
+            counter=self.counter,
+            thresholds=self.thresholds,
+            system=self.system,
+            tools=self.tools,
+            timeout_ms=self.settings.timeout_ms,
+            summarizer=self.summarizer,
+            skills=self._skills(),
+            kernel_state=tuple(self.kernel_state()) if self.kernel_state else (),
+            flight=self.flight,
+            emit=self._emit,
         )
-
-    def _close_without_barrier(self, plan: CompactionPlan, result: CompactionResult) -> CompactionResult:
-        """Nothing to compact: still a terminal outcome, a flight record and a consumed intent."""
-        from soba_nb.compaction.barrier import CompactionEvent, _flight, _record_consumed
-
-        self._emit(CompactionEvent("compaction_start", plan.operation_id, plan.trigger.value))
-        if plan.consumed:
-            ctx = BarrierContext(self.transcript, self.counter, self.thresholds, self.system, self.tools, 0, None)
-            _record_consumed(plan, ctx, result)
-        if self.flight is not None:
-            self.flight.record(_flight(plan, result))
-        self._emit(CompactionEvent("compaction_end", plan.operation_id, plan.trigger.value, 100, result))
-        return result
 
     def _consume_without_operation(self, decision: Decision) -> None:
         self.transcript.append(
@@ -398,8 +337,6 @@ class Compactor:
 
 
 def _appended_since_capsule(path: Sequence[object]) -> bool:
-    from soba_nb.transcript.entries import CapsuleEntry
-
     return bool(path) and not isinstance(path[-1], CapsuleEntry)
 
 
