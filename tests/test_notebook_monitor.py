@@ -214,3 +214,60 @@ def test_the_last_compaction_survives_a_restart(ip, nb_dir, scripted, capsys):
     shell.run_line_magic("budget", "")
     after = capsys.readouterr().out
     assert after == before and "Last compaction: Compacted (user)" in after
+
+
+class RecordingComm:
+    """Stands in for an ipykernel comm whose frontend has the sidebar's target."""
+
+    def __init__(self, target_name: str, data: dict):
+        self.target_name = target_name
+        self.sent = [data]
+        self._closed = False
+
+    def send(self, data: dict) -> None:
+        self.sent.append(data)
+
+    def on_close(self, callback) -> None:
+        pass
+
+    def on_msg(self, callback) -> None:
+        pass
+
+
+def test_the_monitor_feeds_the_jupyterlab_sidebar(ip, scripted, monkeypatch):
+    import comm
+
+    from soba_nb.notebook import comm as sidebar
+
+    opened: list[RecordingComm] = []
+    widget_comm = comm.create_comm
+
+    def create_comm(*args, **kwargs):
+        if kwargs.get("target_name") != sidebar.TARGET_NAME:
+            return widget_comm(*args, **kwargs)  # the ipywidgets' own comms
+        opened.append(RecordingComm(kwargs["target_name"], kwargs["data"]))
+        return opened[-1]
+
+    monkeypatch.setattr(comm, "create_comm", create_comm)
+    monkeypatch.setattr(sidebar, "_comms", {})
+    monkeypatch.setattr(ip, "kernel", object(), raising=False)  # as in ipykernel
+    ip.run_line_magic("config", "SobaMagics.display_mode = 'rich'")
+    ip.run_line_magic("auto_compact", "off")
+    for index in range(3):
+        scripted.script(text(f"Answer {index}. {LONG_ANSWER}"))
+        with capture_output():
+            ip.run_line_magic("soba", f"question {index}")
+    scripted.summary = text("Error: upstream model unavailable")
+    with capture_output():
+        ip.run_line_magic("compact", "")
+
+    [channel] = opened
+    assert channel.target_name == sidebar.TARGET_NAME
+    kinds = [message["type"] for message in channel.sent]
+    assert {"snapshot", "progress", "result"} <= set(kinds)
+    result = [m for m in channel.sent if m["type"] == "result"][-1]
+    assert result["degraded"] is True and "fallback" in result["line"]
+    snapshot = channel.sent[-1]
+    agent = ip.magics_manager.registry["SobaMagics"].agent
+    assert snapshot["type"] == "snapshot" and snapshot["effective"] == agent.compactor.measure().effective
+    assert snapshot["degraded"] is True and snapshot["session"] == agent.session_id

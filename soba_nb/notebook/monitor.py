@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from soba_nb.compaction.barrier import CompactionEvent, CompactionResult, Outcome
+from soba_nb.notebook.comm import publish
 from soba_nb.transcript.entries import CapsuleEntry
 
 if TYPE_CHECKING:
@@ -94,6 +95,10 @@ class BudgetSnapshot:
     last_quality: str | None = None
     last_attempt: str | None = None
     """Result line of this kernel's latest operation when it did not complete."""
+    model: str = ""
+    """`provider/name` of the session's model."""
+    session: str = ""
+    """Session id (the transcript's file stem)."""
 
     @property
     def percent(self) -> float:
@@ -127,6 +132,21 @@ class BudgetSnapshot:
     def text(self) -> str:
         return "\n".join(self.lines())
 
+    def message(self) -> dict[str, Any]:
+        """The `snapshot` message of the JupyterLab sidebar (`soba_nb.notebook.comm`)."""
+        return {
+            "type": "snapshot",
+            "effective": self.effective,
+            "hardLimit": self.hard_limit,
+            "softLimit": self.soft_limit,
+            "source": self.source,
+            "auto": self.auto,
+            "lastResult": self.last_compaction,
+            "degraded": self.last_quality == "degraded",
+            "provider": self.model,
+            "session": self.session,
+        }
+
 
 def snapshot_of(session: AgentSession) -> BudgetSnapshot:
     """The session's budget, measured by its own engine (the figures `%budget` shows)."""
@@ -145,6 +165,8 @@ def snapshot_of(session: AgentSession) -> BudgetSnapshot:
         last_compaction=capsule_line(latest) if latest else None,
         last_quality=latest.quality if latest else None,
         last_attempt=result_line(attempt) if attempt and attempt.outcome is not Outcome.COMPLETED else None,
+        model=f"{session.config.model.provider}/{session.config.model.name}",
+        session=session.session_id,
     )
 
 
@@ -159,6 +181,8 @@ class BarrierLine:
         self.throttle = Throttle(MAX_UPDATES_PER_S, clock)
         self.text = ""
         self.running = False
+        self.trigger = ""
+        self.percent = 0
         self.result: CompactionResult | None = None
 
     @property
@@ -166,6 +190,7 @@ class BarrierLine:
         return self.result is not None and self.result.quality == "degraded"
 
     def on_event(self, event: CompactionEvent) -> None:
+        self.trigger, self.percent = event.trigger, event.percent
         if event.kind == "compaction_start":
             self.running, self.result = True, None
             self._show(LIVE_LINE.format(percent=0), force=True)
@@ -204,7 +229,11 @@ def _lines_html(lines: list[str]) -> str:
 
 
 class BudgetMonitor:
-    """The monitor widget: a bar with the soft threshold marked, figures, barrier line."""
+    """The monitor widget: a bar with the soft threshold marked, figures, barrier line.
+
+    Everything it shows is also published to the JupyterLab sidebar (`comm.publish`, a
+    no-op without a kernel), throttled like the widget.
+    """
 
     def __init__(self, clock: Clock = time.monotonic):
         import ipywidgets  # heavy; only when a frontend can show it
@@ -220,6 +249,7 @@ class BudgetMonitor:
         self.snapshot = snapshot
         self.bar.value = _bar_html(snapshot)
         self.figures.value = _lines_html(snapshot.lines())
+        publish(snapshot.message())
 
     def on_event(self, event: object) -> None:
         if isinstance(event, CompactionEvent):
@@ -228,6 +258,11 @@ class BudgetMonitor:
     def _show_barrier(self, text: str, final: bool) -> None:
         style = "font-weight:bold" if not final else "opacity:0.85"
         self.barrier.value = f'<span style="{style}">{html.escape(text)}</span>'
+        line = self.barrier_line
+        if final:
+            publish({"type": "result", "line": text, "degraded": line.degraded})
+        else:
+            publish({"type": "progress", "percent": line.percent, "trigger": line.trigger})
 
     def text(self) -> str:
         lines = self.snapshot.lines() if self.snapshot else ["Budget: not measured yet"]
