@@ -375,26 +375,30 @@ def test_skill_option_activates_a_skill(ip, nb_dir, scripted, capsys):
 # -- cancel ---------------------------------------------------------------------------------
 
 
-def _interrupt_when(condition, delay_s: float = 0.15) -> threading.Thread:
-    """Interrupt the main thread (as a kernel interrupt does) once `condition` holds."""
+def _interrupt_when(condition, delay_s: float = 0.15) -> threading.Event:
+    """Interrupt the main thread (as a kernel interrupt does) once `condition` holds; the
+    returned event says it did (never fired on timeout, so a failure cannot hit pytest)."""
+    fired = threading.Event()
 
     def run() -> None:
         deadline = time.monotonic() + 5
-        while not condition() and time.monotonic() < deadline:
+        while not condition():
+            if time.monotonic() > deadline:
+                return
             time.sleep(0.01)
         time.sleep(delay_s)
+        fired.set()
         _thread.interrupt_main()
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
+    threading.Thread(target=run, daemon=True).start()
+    return fired
 
 
 def test_interrupting_a_turn_cancels_cleanly_and_the_next_turn_works(ip, scripted, capsys):
     scripted.script(text("word " * 60, chunks=60, chunk_delay_s=0.05))
-    watcher = _interrupt_when(lambda: len(scripted.inference_requests()) >= 1)
+    fired = _interrupt_when(lambda: len(scripted.inference_requests()) >= 1)
     ip.run_line_magic("soba", "a long answer please")
-    watcher.join()
+    assert fired.is_set()
     assert "cancelled" in capsys.readouterr().out
     assert magics(ip)._cancel is None
     scripted.script(text("Back to work."))
@@ -407,10 +411,12 @@ def test_interrupting_a_compaction_appends_no_capsule(ip, scripted, capsys):
     some_turns(ip, scripted)
     scripted.summary = text(good_summary(), delay_s=3)
     requests = scripted.server.requests
-    watcher = _interrupt_when(lambda: any(r.operation == "compaction" for r in scripted.server.requests[len(requests):]))
+    fired = _interrupt_when(
+        lambda: any(r.operation == "compaction" for r in scripted.server.requests[len(requests) :])
+    )
     capsys.readouterr()
     ip.run_line_magic("compact", "")
-    watcher.join()
+    assert fired.is_set()
     assert "cancelled" in capsys.readouterr().out
     assert not any(isinstance(e, CapsuleEntry) for e in transcript(ip).path())
     ip.run_line_magic("soba", "still fine?")

@@ -14,9 +14,13 @@ Cancel button cannot reach a turn running in that cell. `%soba --cancel` stops a
 running in another thread (for example one started from a widget callback).
 """
 
+# IPython's magic decorators and magic_arguments are untyped.
+# mypy: allow-untyped-calls, allow-untyped-decorators
+
 from __future__ import annotations
 
 import re
+import shlex
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -25,7 +29,6 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
-from IPython.utils.process import arg_split
 from traitlets import Bool, CaselessStrEnum, Int, Unicode
 from traitlets.config import Configurable
 
@@ -44,7 +47,7 @@ from soba_nb.capsules.memory import list_memory, memory_dir, mirror, should_mirr
 from soba_nb.config import ConfigError, load_config
 from soba_nb.notebook.location import locate
 from soba_nb.notebook.monitor import BudgetMonitor, capsule_line, snapshot_of
-from soba_nb.notebook.render import TextView, TurnRenderer
+from soba_nb.notebook.render import TextView, TurnRenderer, ipython_display
 from soba_nb.providers.errors import ProviderError
 from soba_nb.transcript.entries import CapsuleEntry
 from soba_nb.transcript.store import TranscriptError, TranscriptLockedError
@@ -60,6 +63,14 @@ SLUG_CHARS = 60
 DEFAULT_SLUG = "capsule"
 SESSION_ERRORS = (ConfigError, TranscriptError, TranscriptLockedError, SkillError, RewindError, OSError)
 CAPSULE_ERRORS = (CapsuleExportError, CapsuleFileError, OSError)
+
+
+def split_arguments(text: str) -> list[str]:
+    """Shell-like words: quotes group, backslashes stay (Windows paths survive)."""
+    lexer = shlex.shlex(text, posix=True)
+    lexer.whitespace_split = True
+    lexer.escape = ""
+    return list(lexer)
 
 
 def clipped_repr(value: Any, limit: int = PROMPT_VALUE_CHARS) -> str:
@@ -101,22 +112,16 @@ def split_options(line: str, takes_value: frozenset[str]) -> tuple[list[str], st
     return options, line[position:].strip()
 
 
-def _unquote(token: str) -> str:
-    if len(token) >= 2 and token[0] == token[-1] and token[0] in "\"'":
-        return token[1:-1]
-    return token
-
-
 def parse(func: Callable[..., Any], argv: str | list[str]) -> Any:
     """Parse with the magic's `magic_arguments` parser; errors are one-line `UsageError`s."""
     name = getattr(func, "argcmd_name", func.__name__)
     if isinstance(argv, str):
         try:
-            argv = arg_split(argv, posix=False, strict=True)
+            argv = split_arguments(argv)
         except ValueError as exc:
             raise UsageError(f"%{name}: {exc}") from None
     try:
-        return func.parser.parse_args([_unquote(token) for token in argv])  # type: ignore[attr-defined]
+        return getattr(func, "parser").parse_args(argv)  # noqa: B009 - set by magic_arguments
     except UsageError as exc:
         raise UsageError(f"%{name}: {exc}") from None
 
@@ -127,7 +132,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 @magics_class
-class SobaMagics(Magics, Configurable):  # type: ignore[misc]
+class SobaMagics(Magics, Configurable):
     """The soba magics. Settings: `%config SobaMagics`."""
 
     model = Unicode("", help="Model name for %soba; empty means the configuration's model.").tag(config=True)
@@ -144,6 +149,8 @@ class SobaMagics(Magics, Configurable):  # type: ignore[misc]
         # Magics.__init__ reads `shell.config` (parent=shell), so `%config` values set
         # before loading apply, and adds the instance to `shell.configurables`.
         super().__init__(shell=shell)
+        self.user_ns: dict[str, Any] = shell.user_ns
+        """The notebook's namespace: the agent's python tool runs here."""
         self.agent: AgentSession | None = None
         self.monitor: BudgetMonitor | None = None
         self.last_result: TurnResult | None = None
@@ -171,7 +178,7 @@ class SobaMagics(Magics, Configurable):  # type: ignore[misc]
         if requested is not None and self.agent is not None and requested == self.agent.file.resolve():
             requested = None
         try:
-            location = locate(self.shell.user_ns, session_file=requested)
+            location = locate(self.user_ns, session_file=requested)
             config = load_config(location.folder, self._overrides())
             if self.agent is not None and not new and requested is None:
                 self.agent.apply_config(config)
@@ -181,7 +188,7 @@ class SobaMagics(Magics, Configurable):  # type: ignore[misc]
                 config,
                 sessions_dir=location.sessions_dir,
                 project_root=location.project_root,
-                namespace=self.shell.user_ns,
+                namespace=self.user_ns,
                 notebook=str(location.notebook) if location.notebook else None,
                 session_file=requested,
                 new=new,
@@ -272,7 +279,7 @@ class SobaMagics(Magics, Configurable):  # type: ignore[misc]
         if slash is not None:
             self._slash(slash.group("name"), slash.group("rest") or "")
             return
-        self.run_prompt(substitute_variables(prompt, self.shell.user_ns))
+        self.run_prompt(substitute_variables(prompt, self.user_ns))
 
     def run_prompt(self, prompt: str) -> TurnResult:
         """One turn of the current session, rendered; safe to call from another thread."""
@@ -365,12 +372,10 @@ class SobaMagics(Magics, Configurable):  # type: ignore[misc]
         if not self.rich:
             print(snapshot.text())
             return
-        from IPython.display import display
-
         if self.monitor is None:
             self.monitor = BudgetMonitor()
         self.monitor.refresh(snapshot)
-        display(self.monitor)
+        ipython_display(self.monitor)
 
     @line_magic("auto_compact")
     @magic_arguments(name="auto_compact")
@@ -512,9 +517,7 @@ class SobaMagics(Magics, Configurable):  # type: ignore[misc]
         if not self.rich:
             print(text)
             return
-        from IPython.display import display
-
-        display(TextView(text))
+        ipython_display(TextView(text))
 
 
 def slug(title: str) -> str:

@@ -88,10 +88,11 @@ Display = Callable[..., Any]
 """`IPython.display.display`: `display(obj, display_id=True)` returns a handle with `update`."""
 
 
-def _ipython_display(obj: Any, **kwargs: Any) -> Any:
+def ipython_display(obj: Any, **kwargs: Any) -> Any:
+    """`IPython.display.display`, imported when first used."""
     from IPython.display import display
 
-    return display(obj, **kwargs)
+    return display(obj, **kwargs)  # type: ignore[no-untyped-call]
 
 
 class TurnRenderer:
@@ -112,7 +113,7 @@ class TurnRenderer:
     ):
         self.rich = rich
         self.monitor = monitor
-        self.display = display or _ipython_display
+        self.display = display or ipython_display
         self.clock = clock
         self.stream = stream
         self.throttle = Throttle(MAX_UPDATES_PER_S, clock)
