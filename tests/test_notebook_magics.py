@@ -229,6 +229,13 @@ def test_new_starts_a_fresh_session(ip, scripted):
     assert user_messages(scripted.inference_requests()[-1]) == ["fresh question"]
 
 
+def test_model_option_switches_the_model_from_then_on(ip, scripted):
+    ip.run_line_magic("soba", "--model gpt-4o-mini hello")
+    ip.run_line_magic("soba", "and again")
+    assert [r["model"] for r in scripted.inference_requests()] == ["gpt-4o-mini", "gpt-4o-mini"]
+    assert magics(ip).agent.config.model.name == "gpt-4o-mini"
+
+
 def test_session_option_selects_a_transcript_file(ip, nb_dir, scripted):
     ip.run_line_magic("soba", "--session elsewhere/mine.jsonl hello there")
     ip.run_line_magic("soba", "and again")

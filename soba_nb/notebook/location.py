@@ -51,11 +51,6 @@ class NotebookLocation(NamedTuple):
     project_root: Path
     """Nearest folder upward holding `soba.json` or `.git`, else the notebook's folder."""
 
-    @property
-    def folder(self) -> Path:
-        """The notebook's folder (where `soba.json` lookup starts)."""
-        return self.sessions_dir.parent
-
 
 def _as_notebook_path(value: Any, cwd: Path) -> Path | None:
     if not isinstance(value, str | os.PathLike):

@@ -136,7 +136,7 @@ class SobaMagics(Magics, Configurable):
     """The soba magics. Settings: `%config SobaMagics`."""
 
     model = Unicode("", help="Model name for %soba; empty means the configuration's model.").tag(config=True)
-    max_steps = Int(DEFAULT_MAX_STEPS, help="Model requests per turn before the turn stops.").tag(config=True)
+    max_steps = Int(DEFAULT_MAX_STEPS, min=1, help="Model requests per turn before the turn stops.").tag(config=True)
     auto_compact = Bool(
         None, allow_none=True, help="Soft compaction triggers on/off; None means the configuration's `auto`."
     ).tag(config=True)
@@ -179,7 +179,8 @@ class SobaMagics(Magics, Configurable):
             requested = None
         try:
             location = locate(self.user_ns, session_file=requested)
-            config = load_config(location.folder, self._overrides())
+            folder = location.notebook.parent if location.notebook else Path.cwd()
+            config = load_config(folder, self._overrides())
             if self.agent is not None and not new and requested is None:
                 self.agent.apply_config(config)
                 return self.agent
