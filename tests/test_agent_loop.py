@@ -16,7 +16,13 @@ from soba_nb.agent.loop import run_turn
 from soba_nb.agent.session import AgentSession
 from soba_nb.config import build_config
 from soba_nb.providers.openai import OpenAIProvider
-from soba_nb.transcript.entries import CapsuleEntry, MessageEntry, ToolCallEntry, ToolResultEntry, UsageEntry
+from soba_nb.transcript.entries import (
+    CapsuleEntry,
+    MessageEntry,
+    ToolCallEntry,
+    ToolResultEntry,
+    UsageEntry,
+)
 from soba_nb.transcript.store import Transcript
 
 KEY_ENV = "SOBA_LOOP_TEST_KEY"
