@@ -451,9 +451,6 @@ def capsule_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
-
 
 # -- demo and doctor ---------------------------------------------------------------------------
 
@@ -504,3 +501,7 @@ def doctor_command(args: argparse.Namespace) -> int:
         )
     )
     return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

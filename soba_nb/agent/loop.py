@@ -84,7 +84,7 @@ class TurnRunner:
             return self._loop()
         except KeyboardInterrupt:
             self.cancel.set()
-            return self._end("cancelled", "interrupted; the transcript is consistent and the next %soba works")
+            return self._end("cancelled", "cancelled: interrupted; the transcript is consistent and the next %soba works")
         finally:
             session.compactor.listeners.remove(listener)
 

@@ -96,8 +96,10 @@ def plan_cut(
     entries, previous = region(path)
     costs = [entry_tokens(entry, counter) for entry in entries]
     cuts = valid_cuts(entries)
+    if not any(costs):
+        raise NothingToCompact("nothing to compact: the session has no history the model sees yet")
     if not cuts:
-        raise NothingToCompact("no message to cut at: the history is a single tool group")
+        raise NothingToCompact("nothing to compact: no message to cut at (the history is a single tool group)")
     suffix = [0] * (len(entries) + 1)
     for index in range(len(entries) - 1, -1, -1):
         suffix[index] = suffix[index + 1] + costs[index]
