@@ -202,3 +202,19 @@ def test_progress_events_at_least_every_half_second(tmp_path):
     percents = [p for _, p in progress]
     assert percents == sorted(percents) and percents[0] >= 0 and percents[-1] <= 100
     assert events[-1][1].result is result
+
+
+def test_the_current_request_reaches_the_model_verbatim_even_if_the_summary_drops_it(tmp_path):
+    t = open_transcript(tmp_path)
+    grow(t, 1500)
+    request = "Now plot `price` by region — exactly as before, but log scale."
+    t.append(MessageEntry(role="user", content=request))
+    t.append(MessageEntry(role="assistant", content=words(900)))
+    engine = make_compactor(t, thresholds(min_reclaimable=10, min_ratio=0.01, keep=100), summarizer=FakeSummarizer())
+    result = engine.compact()
+    assert result.outcome is Outcome.COMPLETED and result.quality == "full"
+    kept = [e for e in t.path() if e.id == result.entry.first_kept_entry_id]
+    assert not (kept and kept[0].content == request)
+    assert request in result.entry.content
+    sent = "\n".join(m.content for m in engine.request_for_sending().messages)
+    assert request in sent

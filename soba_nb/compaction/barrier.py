@@ -9,6 +9,7 @@ is dropped (`cancelled` / `stale`), even if the model answers afterwards.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -36,6 +37,7 @@ from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     CompactionEntry,
+    MessageEntry,
     Quality,
     SkillEntry,
     new_checkpoint_id,
@@ -255,7 +257,7 @@ def generate_capsule(
         if isinstance(outcome, CompactionResult):
             return outcome
         if isinstance(outcome, Capsule):
-            capsule, quality, note = outcome, "full", ""
+            capsule, quality, note = with_latest_request(outcome, cut), "full", ""
             model, provider = ctx.summarizer.model, ctx.summarizer.provider
         else:
             note = outcome
@@ -275,6 +277,25 @@ def generate_capsule(
     tokens_after = measure_continuation(entry, cut, plan.hard_limit, ctx).tokens
     ctx.counter.forget(entry.id)
     return Generated(entry.model_copy(update={"tokens_after": tokens_after}), tokens_after, note)
+
+
+LATEST_REQUEST_HEADING = "Latest request (verbatim):"
+
+
+def with_latest_request(capsule: Capsule, cut: Cut) -> Capsule:
+    """SPEC §5: the request being worked on reaches the model verbatim. When it is not in the
+    kept tail and the model's Goal section does not quote it whole, quote it there."""
+    if any(isinstance(e, MessageEntry) and e.role == "user" for e in cut.kept):
+        return capsule
+    latest = next(
+        (e for e in reversed(cut.summarize) if isinstance(e, MessageEntry) and e.role == "user"), None
+    )
+    if latest is None or latest.content.strip() in capsule.goal_and_constraints:
+        return capsule
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`{3,}", latest.content)), default=0))
+    quoted = f"{LATEST_REQUEST_HEADING}\n{fence}\n{latest.content}\n{fence}"
+    goal = f"{quoted}\n\n{capsule.goal_and_constraints}".strip()
+    return capsule.model_copy(update={"goal_and_constraints": goal})
 
 
 def _summarize(
