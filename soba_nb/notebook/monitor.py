@@ -99,6 +99,8 @@ class BudgetSnapshot:
     """`provider/name` of the session's model."""
     session: str = ""
     """Session id (the transcript's file stem)."""
+    provider_source: str = ""
+    """How the provider was chosen (see `soba_nb.resolution`)."""
 
     @property
     def percent(self) -> float:
@@ -127,6 +129,9 @@ class BudgetSnapshot:
             out.append(f"Last compaction: {self.last_compaction} · quality {self.last_quality}")
         if self.last_attempt is not None:
             out.append(f"Last attempt: {self.last_attempt}")
+        if self.model:
+            source = f" · {self.provider_source}" if self.provider_source else ""
+            out.append(f"Model: {self.model}{source}")
         return out
 
     def text(self) -> str:
@@ -167,6 +172,7 @@ def snapshot_of(session: AgentSession) -> BudgetSnapshot:
         last_attempt=result_line(attempt) if attempt and attempt.outcome is not Outcome.COMPLETED else None,
         model=f"{session.config.model.provider}/{session.config.model.name}",
         session=session.session_id,
+        provider_source=session.config.provider_source,
     )
 
 
