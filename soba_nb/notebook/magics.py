@@ -20,9 +20,8 @@ running in another thread (for example one started from a widget callback).
 from __future__ import annotations
 
 import re
-import shlex
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,100 +34,24 @@ from traitlets.config import Configurable
 from soba_nb.agent.loop import DEFAULT_MAX_STEPS, TurnResult, run_turn
 from soba_nb.agent.session import AgentSession, RewindError
 from soba_nb.agent.skills import SkillError
-from soba_nb.capsules.export import (
-    CapsuleExportError,
-    capsule_file_from_entry,
-    export_capsule,
-    find_capsule,
-    load_capsule,
-)
-from soba_nb.capsules.file import FILE_SUFFIX, CapsuleFileError, write_capsule_file
-from soba_nb.capsules.memory import list_memory, memory_dir, mirror, should_mirror
+from soba_nb.capsules.export import CapsuleExportError
+from soba_nb.capsules.file import CapsuleFileError
+from soba_nb.capsules.memory import mirror, should_mirror
 from soba_nb.config import ConfigError, load_config
+from soba_nb.notebook import capsule_commands
+from soba_nb.notebook.arguments import PROMPT_VALUE_CHARS as PROMPT_VALUE_CHARS  # re-exported
+from soba_nb.notebook.arguments import one_line, parse, split_options, substitute_variables
 from soba_nb.notebook.location import locate
-from soba_nb.notebook.monitor import BudgetMonitor, capsule_line, snapshot_of
-from soba_nb.notebook.render import TextView, TurnRenderer, ipython_display
+from soba_nb.notebook.monitor import BudgetMonitor, snapshot_of
+from soba_nb.notebook.render import TurnRenderer, ipython_display
 from soba_nb.providers.errors import ProviderError
 from soba_nb.transcript.entries import CapsuleEntry
 from soba_nb.transcript.store import TranscriptError, TranscriptLockedError
 
 REGISTRY_KEY = "SobaMagics"
-PROMPT_VALUE_CHARS = 200
-"""A `{name}` in a prompt becomes the value's repr, clipped to this many characters."""
-CLIPPED = "… [clipped]"
-_VARIABLE = re.compile(r"(?<!\{)\{([A-Za-z_][A-Za-z0-9_]*)\}(?!\})")
-_TOKEN = re.compile(r"""\s*("(?:[^"\\]|\\.)*"|'[^']*'|\S+)""")
 _SLASH = re.compile(r"^/(?P<name>[a-z][a-z-]*)(?:\s+(?P<rest>.*))?$", re.DOTALL)
-SLUG_CHARS = 60
-DEFAULT_SLUG = "capsule"
 SESSION_ERRORS = (ConfigError, TranscriptError, TranscriptLockedError, SkillError, RewindError, OSError)
 CAPSULE_ERRORS = (CapsuleExportError, CapsuleFileError, OSError)
-
-
-def split_arguments(text: str) -> list[str]:
-    """Shell-like words: quotes group, backslashes stay (Windows paths survive)."""
-    lexer = shlex.shlex(text, posix=True)
-    lexer.whitespace_split = True
-    lexer.escape = ""
-    return list(lexer)
-
-
-def clipped_repr(value: Any, limit: int = PROMPT_VALUE_CHARS) -> str:
-    try:
-        text = repr(value)
-    except Exception as exc:  # a broken __repr__ must not break the prompt
-        text = f"<{type(value).__name__}: repr failed ({type(exc).__name__})>"
-    return text if len(text) <= limit else text[:limit] + CLIPPED
-
-
-def substitute_variables(prompt: str, namespace: Mapping[str, Any]) -> str:
-    """`{name}` → clipped repr of `namespace[name]`; anything else stays as typed."""
-
-    def replace(match: re.Match[str]) -> str:
-        name = match.group(1)
-        return clipped_repr(namespace[name]) if name in namespace else match.group(0)
-
-    return _VARIABLE.sub(replace, prompt)
-
-
-def split_options(line: str, takes_value: frozenset[str]) -> tuple[list[str], str]:
-    """Leading `--options` (with their values) and the rest of the line, verbatim.
-
-    The prompt is not tokenized, so quotes and spacing in it survive; `--` ends options.
-    """
-    options: list[str] = []
-    position = 0
-    while match := _TOKEN.match(line, position):
-        token = match.group(1)
-        if not token.startswith("--"):
-            break
-        position = match.end()
-        if token == "--":
-            break
-        options.append(token)
-        if token in takes_value and (value := _TOKEN.match(line, position)):
-            options.append(value.group(1))
-            position = value.end()
-    return options, line[position:].strip()
-
-
-def parse(func: Callable[..., Any], argv: str | list[str]) -> Any:
-    """Parse with the magic's `magic_arguments` parser; errors are one-line `UsageError`s."""
-    name = getattr(func, "argcmd_name", func.__name__)
-    if isinstance(argv, str):
-        try:
-            argv = split_arguments(argv)
-        except ValueError as exc:
-            raise UsageError(f"%{name}: {exc}") from None
-    try:
-        return getattr(func, "parser").parse_args(argv)  # noqa: B009 - set by magic_arguments
-    except UsageError as exc:
-        raise UsageError(f"%{name}: {exc}") from None
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 @magics_class
@@ -195,7 +118,7 @@ class SobaMagics(Magics, Configurable):
                 new=new,
             )
         except SESSION_ERRORS as exc:
-            raise UsageError(_one_line(exc)) from None
+            raise UsageError(one_line(exc)) from None
         return self.agent
 
     def close(self) -> None:
@@ -269,7 +192,7 @@ class SobaMagics(Magics, Configurable):
             try:
                 skill = agent.activate_skill(name)
             except SkillError as exc:
-                raise UsageError(_one_line(exc)) from None
+                raise UsageError(one_line(exc)) from None
             print(f"skill {skill.name} active")
         if not prompt:
             if not (args.new or args.session or args.model or args.skill):
@@ -294,7 +217,7 @@ class SobaMagics(Magics, Configurable):
         except KeyboardInterrupt:
             result = TurnResult("cancelled", message="interrupted; the next %soba works")
         except ProviderError as exc:
-            result = TurnResult("failed", message=_one_line(exc))
+            result = TurnResult("failed", message=one_line(exc))
         finally:
             with self._guard:
                 self._cancel = None
@@ -359,7 +282,7 @@ class SobaMagics(Magics, Configurable):
         try:
             path = mirror(entry, agent.project_root, notebook=agent.notebook, session_id=agent.session_id)
         except CAPSULE_ERRORS as exc:
-            renderer.show(f"warning: not mirrored to project memory: {_one_line(exc)}", "warning")
+            renderer.show(f"warning: not mirrored to project memory: {one_line(exc)}", "warning")
             return
         renderer.show(f"mirrored to project memory: {path}")
 
@@ -402,7 +325,7 @@ class SobaMagics(Magics, Configurable):
         try:
             leaf = agent.rewind(args.target)
         except RewindError as exc:
-            raise UsageError(_one_line(exc)) from None
+            raise UsageError(one_line(exc)) from None
         print(f"rewound to {args.target} (entry {leaf.target_id}); the next turn continues from there")
         self._refresh_monitor()
 
@@ -422,145 +345,15 @@ class SobaMagics(Magics, Configurable):
         show — the latest capsule on the path, or CHECKPOINT's.
         """
         command, _, rest = line.strip().partition(" ")
-        handlers: dict[str, Callable[[AgentSession, str], None]] = {
-            "create": self._capsule_create,
-            "export": self._capsule_export,
-            "load": self._capsule_load,
-            "list": self._capsule_list,
-            "show": self._capsule_show,
-        }
+        handlers = capsule_commands.COMMANDS
         if command not in handlers:
             got = f" (got {command!r})" if command else ""
             raise UsageError(f"%capsule: expected create, export, load, list or show{got}")
         agent = self.get_session()
         try:
-            handlers[command](agent, rest)
+            handlers[command](self, agent, rest)
         except CAPSULE_ERRORS as exc:
-            raise UsageError(f"%capsule {command}: {_one_line(exc)}") from None
-
-    def _capsule_create(self, agent: AgentSession, rest: str) -> None:
-        args = parse(_capsule_create, rest)
-        title = " ".join(args.title)
-        agent.ensure_summarizer()
-        cancel = self._running()
-        try:
-            entry = agent.compactor.make_capsule(cancel=cancel)
-        except KeyboardInterrupt:
-            entry = None
-        finally:
-            with self._guard:
-                self._cancel = None
-        if entry is None:
-            print("cancelled: no capsule file was written")
-            return
-        capsule_file = capsule_file_from_entry(
-            entry, notebook=agent.notebook, session_id=agent.session_id, title=title
-        )
-        target = agent.project_root / f"{slug(title)}{FILE_SUFFIX}"
-        written = write_capsule_file(target, capsule_file, force=args.force)
-        fallback = " · fallback" if entry.quality == "degraded" else ""
-        print(
-            f"capsule {title!r} written to {written} "
-            f"({capsule_file.metadata.tokens:,} tokens · quality {entry.quality}{fallback})"
-        )
-
-    def _capsule_export(self, agent: AgentSession, rest: str) -> None:
-        args = parse(_capsule_export, rest)
-        explicit = Path(args.path).expanduser().is_absolute()
-        written = export_capsule(
-            agent.transcript, args.checkpoint, args.path,
-            project_root=agent.project_root, force=args.force, allow_outside=explicit,
-        )
-        print(f"exported {args.checkpoint} to {written}")
-
-    def _capsule_load(self, agent: AgentSession, rest: str) -> None:
-        args = parse(_capsule_load, rest)
-        entry = load_capsule(args.path, agent.transcript, session_notebook=agent.notebook)
-        print(
-            f"loaded {entry.title!r} from {entry.source} as {entry.checkpoint_id} "
-            f"({entry.tokens_after:,} tokens · quality {entry.quality}); the next turn starts from it"
-        )
-        self._show_markdown(entry.content)
-        self._refresh_monitor()
-
-    def _capsule_list(self, agent: AgentSession, rest: str) -> None:
-        args = parse(_capsule_list, rest)
-        if args.memory:
-            found = list_memory(agent.project_root)
-            if not found:
-                print(f"project memory is empty ({memory_dir(agent.project_root)})")
-            for item in found:
-                meta = item.metadata
-                described = f"{meta.title} · {meta.quality} · {meta.created}" if meta else f"unreadable: {item.error}"
-                print(f"{item.path.name}  {described}")
-            return
-        capsules = agent.capsules()
-        if not capsules:
-            print("no capsules on the current path")
-        for capsule in capsules:
-            origin = capsule.title or capsule.source or ""
-            print(f"{capsule_line(capsule)} · {capsule.quality}" + (f" · {origin}" if origin else ""))
-
-    def _capsule_show(self, agent: AgentSession, rest: str) -> None:
-        args = parse(_capsule_show, rest)
-        if args.checkpoint:
-            capsule = find_capsule(agent.transcript, args.checkpoint)
-        else:
-            capsules = agent.capsules()
-            if not capsules:
-                print("no capsules on the current path")
-                return
-            capsule = capsules[-1]
-        print(f"{capsule_line(capsule)} · quality {capsule.quality}")
-        self._show_markdown(capsule.content)
-
-    def _show_markdown(self, text: str) -> None:
-        if not self.rich:
-            print(text)
-            return
-        ipython_display(TextView(text))
-
-
-def slug(title: str) -> str:
-    """A file-name-safe form of a title: `Churn model — v2!` → `churn-model-v2`."""
-    words = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
-    return words[:SLUG_CHARS].rstrip("-") or DEFAULT_SLUG
-
-
-# Parsers of the %capsule subcommands (magic_arguments builds them; the docstrings are help).
-
-
-@magic_arguments(name="capsule create")
-@argument("title", nargs="+", help="The capsule's title (quote it, or the rest of the line).")
-@argument("--force", action="store_true", help="Replace an existing file of that name.")
-def _capsule_create() -> None:
-    """Write a portable handoff capsule of the current state."""
-
-
-@magic_arguments(name="capsule export")
-@argument("checkpoint", help="Checkpoint id of a capsule (ck_…).")
-@argument("path", help="Output file or folder.")
-@argument("--force", action="store_true", help="Replace an existing file.")
-def _capsule_export() -> None:
-    """Write one capsule of this session to a .capsule.md file."""
-
-
-@magic_arguments(name="capsule load")
-@argument("path", help="A .capsule.md file.")
-def _capsule_load() -> None:
-    """Start this session from a capsule file."""
-
-
-@magic_arguments(name="capsule list")
-@argument("--memory", action="store_true", help="List the project memory instead.")
-def _capsule_list() -> None:
-    """List capsules."""
-
-
-@magic_arguments(name="capsule show")
-@argument("checkpoint", nargs="?", help="Checkpoint id; default: the latest capsule on the path.")
-def _capsule_show() -> None:
-    """Show a capsule's Markdown."""
+            raise UsageError(f"%capsule {command}: {one_line(exc)}") from None
 
 
 def register(shell: Any) -> SobaMagics:
