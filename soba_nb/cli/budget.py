@@ -1,0 +1,68 @@
+"""`soba-nb budget SESSION [--json]`: hardLimit / softLimit and effective tokens."""
+
+from __future__ import annotations
+
+import argparse
+
+from soba_nb.cli import EXIT_OK, PROG, CommandError, print_json, subcommand
+from soba_nb.cli.session import (
+    load_session,
+    notebook_folder,
+    session_and_json_arguments,
+    token_figures,
+)
+
+
+@subcommand(
+    "budget", "hardLimit, softLimit and effective tokens of a session", session_and_json_arguments
+)
+def budget_command(args: argparse.Namespace) -> int:
+    from soba_nb.config import ConfigError, load_config
+
+    transcript = load_session(args.session)
+    folder = notebook_folder(transcript)
+    try:
+        config = load_config(folder)
+    except ConfigError as error:
+        raise CommandError(f"{PROG} budget: {error}") from None
+    tokens = token_figures(transcript)
+    effective = tokens["effectiveTokens"]
+    info = {
+        "session": str(args.session),
+        "configFolder": str(folder),
+        "model": f"{config.model.provider}/{config.model.name}",
+        "contextWindow": config.model.context_window,
+        "hardLimit": config.hard_limit,
+        "softLimit": config.soft_limit,
+        "effectiveTokens": effective,
+        "source": tokens["source"],
+        "estimatedTokens": tokens["estimatedTokens"],
+        "auto": config.compaction.auto,
+        "overHardLimit": effective > config.hard_limit,
+        "overSoftLimit": effective >= config.soft_limit,
+    }
+    if args.json:
+        print_json(info)
+        return EXIT_OK
+    share = effective / config.hard_limit if config.hard_limit > 0 else 0.0
+    state = (
+        "over hardLimit: the next request would compact first (hard_limit)"
+        if info["overHardLimit"]
+        else "at or over softLimit"
+        if info["overSoftLimit"]
+        else "under softLimit"
+    )
+    print(
+        "\n".join(
+            [
+                f"session    {args.session}",
+                f"config     {folder} · model {info['model']} · window {config.model.context_window}",
+                f"hardLimit  {config.hard_limit}",
+                f"softLimit  {config.soft_limit}",
+                f"effective  {effective} ({tokens['source']}) · {share:.0%} of hardLimit · {state}",
+                f"estimated  {tokens['estimatedTokens']}",
+                f"auto       {'on' if config.compaction.auto else 'off'}",
+            ]
+        )
+    )
+    return EXIT_OK

@@ -1,0 +1,107 @@
+"""What the `soba-nb` commands share about a session: the SESSION argument, loading a
+transcript read-only, its model, its token figures and the folder whose `soba.json` applies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+from soba_nb.cli import EXIT_USAGE, PROG, CommandError
+from soba_nb.transcript.entries import UsageEntry
+from soba_nb.transcript.store import TornLineWarning, Transcript, TranscriptError
+
+SESSION_FOLDER_SUFFIX = ".soba"
+"""Transcripts live in `<notebook-stem>.soba/`, next to the notebook (SPEC §7)."""
+
+
+def session_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("session", metavar="SESSION", type=Path, help="path to a .jsonl transcript")
+
+
+def session_and_json_arguments(parser: argparse.ArgumentParser) -> None:
+    session_argument(parser)
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def load_session(path: Path) -> Transcript:
+    """Load a transcript read-only; torn lines become one warning line each on stderr."""
+    if not path.exists():
+        raise CommandError(f"{PROG}: error: {path}: no such file", EXIT_USAGE)
+    if path.is_dir():
+        raise CommandError(
+            f"{PROG}: error: {path}: is a folder, not a .jsonl transcript", EXIT_USAGE
+        )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TornLineWarning)
+        try:
+            transcript = Transcript.load(path)
+        except TranscriptError as error:
+            raise CommandError(str(error)) from None
+        except OSError as error:
+            raise CommandError(f"{path}: cannot read ({error.strerror})") from None
+    # Loading warns only about a torn *last* line; earlier ones were recovered by an append.
+    warned = len([w for w in caught if issubclass(w.category, TornLineWarning)])
+    for index, line in enumerate(transcript.torn_lines):
+        last = warned and index == len(transcript.torn_lines) - 1
+        what = "torn last line ignored" if last else "torn line (recovered after a crash)"
+        print(f"{path}:{line}: warning: {what}", file=sys.stderr)
+    return transcript
+
+
+def model_of(transcript: Transcript) -> tuple[str, str]:
+    """(provider, model name) from the header's `provider/name`."""
+    header = transcript.header
+    if header is None or not header.model:
+        return "unknown", "unknown"
+    provider, _, name = header.model.partition("/")
+    return (provider, name) if name else ("unknown", provider)
+
+
+def token_figures(transcript: Transcript) -> dict[str, Any]:
+    """Estimated tokens (whole path and effective model input) and the provider figure,
+    measured exactly as the agent's preflight measures them."""
+    from soba_nb.agent.session import SYSTEM_PROMPT
+    from soba_nb.agent.tools import TOOL_SCHEMAS
+    from soba_nb.compaction.budget import BudgetTracker
+    from soba_nb.compaction.model_input import entry_tokens, fixed_tokens
+    from soba_nb.tokens import TokenCounter  # loads the BPE ranks: only when counting
+
+    provider, name = model_of(transcript)
+    counter = TokenCounter.for_model(provider, name)
+    path = transcript.path_view()
+    measurement = BudgetTracker(counter, fixed_tokens(SYSTEM_PROMPT, TOOL_SCHEMAS, counter)).measure(path)
+    last_usage = next((e for e in reversed(path) if isinstance(e, UsageEntry)), None)
+    return {
+        "encoding": counter.choice.encoding,
+        "exactTokenizer": counter.choice.exact,
+        "pathTokens": sum(entry_tokens(entry, counter) for entry in path),
+        "estimatedTokens": measurement.estimated,
+        "effectiveTokens": measurement.effective,
+        "source": measurement.source,
+        "lastUsage": None
+        if last_usage is None
+        else {
+            "id": last_usage.id,
+            "inputTokens": last_usage.input_tokens,
+            "outputTokens": last_usage.output_tokens,
+        },
+    }
+
+
+def notebook_folder(transcript: Transcript) -> Path:
+    """The folder whose `soba.json` applies: the notebook's, from the header or the layout."""
+    header = transcript.header
+    session_folder = transcript.file.resolve().parent
+    if header is not None and header.notebook:
+        notebook = Path(header.notebook).expanduser()
+        if not notebook.is_absolute() and session_folder.name.endswith(SESSION_FOLDER_SUFFIX):
+            notebook = session_folder.parent / notebook
+        if notebook.is_absolute():
+            return notebook.parent
+    if session_folder.name.endswith(SESSION_FOLDER_SUFFIX):
+        return session_folder.parent
+    return session_folder

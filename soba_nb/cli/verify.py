@@ -1,0 +1,58 @@
+"""`soba-nb verify SESSION`: integrity check; exit 1 with the first problem."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from soba_nb.cli import EXIT_OK, CommandError, subcommand
+from soba_nb.cli.session import load_session, session_argument
+from soba_nb.transcript.entries import CapsuleEntry
+from soba_nb.transcript.store import Transcript
+
+
+def integrity_problems(transcript: Transcript) -> list[tuple[int, str]]:
+    """(line, problem) for what loading accepts but a sound session must not contain."""
+    problems: list[tuple[int, str]] = []
+    by_id = {entry.id: entry for entry in transcript}
+    for entry in transcript:
+        if not isinstance(entry, CapsuleEntry) or entry.first_kept_entry_id is None:
+            continue
+        ancestor = entry.parent_id
+        while ancestor is not None and ancestor != entry.first_kept_entry_id:
+            ancestor = by_id[ancestor].parent_id
+        if ancestor is None:
+            problems.append(
+                (
+                    transcript.line_of(entry.id),
+                    f"capsule firstKeptEntryId {entry.first_kept_entry_id!r} is not on its path",
+                )
+            )
+    return sorted(problems)
+
+
+def structure_warnings(transcript: Transcript) -> list[tuple[int, str]]:
+    """(line, warning) for a file that is sound but unusual."""
+    found: list[tuple[int, str]] = []
+    entries = transcript.entries
+    if entries and transcript.header is None:
+        found.append((1, "the first entry is not a session header"))
+    for entry in entries[1:]:
+        if entry.parent_id is None:
+            found.append((transcript.line_of(entry.id), f"entry {entry.id!r} starts a second root"))
+    return found
+
+
+@subcommand(
+    "verify", "check a transcript's integrity; exit 1 with the first problem", session_argument
+)
+def verify_command(args: argparse.Namespace) -> int:
+    transcript = load_session(args.session)
+    for line, warning in structure_warnings(transcript):
+        print(f"{args.session}:{line}: warning: {warning}", file=sys.stderr)
+    problems = integrity_problems(transcript)
+    if problems:
+        line, problem = problems[0]
+        raise CommandError(f"{args.session}:{line}: {problem}")
+    print(f"ok: {len(transcript)} entries, leaf {transcript.leaf or '-'}")
+    return EXIT_OK
