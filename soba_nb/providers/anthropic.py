@@ -165,22 +165,17 @@ class AnthropicProvider(HttpProvider):
             ]
         return body
 
-    def _bad(self, what: str, data: Any) -> BadResponseError:
-        return BadResponseError(
-            f"{self.source}: unexpected answer ({what}): {one_line(json.dumps(data))}"
-        )
-
     def parse_answer(self, data: dict[str, Any]) -> ModelResponse:
         if data.get("type") == "error" or "error" in data:
             raise classify_stream_error(self.source, data)
         content = data.get("content")
         if not isinstance(content, list):
-            raise self._bad("no content", data)
+            raise self.bad_answer("no content", data)
         text: list[str] = []
         calls: list[ToolCall] = []
         for block in content:
             if not isinstance(block, dict):
-                raise self._bad("content block is not an object", data)
+                raise self.bad_answer("content block is not an object", data)
             if block.get("type") == "text":
                 text.append(str(block.get("text", "")))
             elif block.get("type") == "tool_use":
@@ -221,7 +216,7 @@ class AnthropicProvider(HttpProvider):
                     f"{self.source}: stream event is not valid JSON: {one_line(event.data)}"
                 ) from None
             if not isinstance(payload, dict):
-                raise self._bad("stream event is not an object", payload)
+                raise self.bad_answer("stream event is not an object", payload)
             kind = payload.get("type", event.event)
             if kind == "message_stop":
                 break
@@ -229,7 +224,7 @@ class AnthropicProvider(HttpProvider):
                 shown = self._apply_event(kind, payload, state)
             except (AttributeError, TypeError, ValueError) as exc:
                 # A field of an unexpected type (a list where an object belongs, ...).
-                raise self._bad(f"malformed {kind} event: {exc}", payload) from None
+                raise self.bad_answer(f"malformed {kind} event: {exc}", payload) from None
             emit(shown)
         if state.stop_reason is None:
             raise IncompleteResponseError(f"{self.source}: the stream ended without a stop reason")
@@ -271,7 +266,7 @@ class AnthropicProvider(HttpProvider):
         block = state.blocks.get(int(payload.get("index", -1)))
         delta = payload.get("delta") or {}
         if block is None or not isinstance(delta, dict):
-            raise self._bad("delta for a block that was not started", payload)
+            raise self.bad_answer("delta for a block that was not started", payload)
         if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
             block.text.append(delta["text"])
             return str(delta["text"])

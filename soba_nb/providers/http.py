@@ -16,6 +16,7 @@ Anthropic) only says how to build the body and how to read an answer or a stream
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import random
 import threading
@@ -32,6 +33,7 @@ from soba_nb.providers.base import ModelRequest, ModelResponse, TextCallback
 from soba_nb.providers.classify import (
     classify_http_error,
     classify_stream_error,
+    one_line,
     parse_json_answer,
 )
 from soba_nb.providers.errors import (
@@ -169,6 +171,10 @@ class HttpProvider(ABC):
         self._rng = rng or random.Random()
         self._owns_client = client is None
         self._client = client if client is not None else httpx.Client()
+
+    def bad_answer(self, what: str, data: Any) -> BadResponseError:
+        """A one-line error for an answer of the wrong shape."""
+        return BadResponseError(f"{self.source}: unexpected answer ({what}): {one_line(json.dumps(data))}")
 
     # -- what a wire format provides -------------------------------------------------
 

@@ -208,21 +208,16 @@ class OpenAIProvider(HttpProvider):
             ]
         return body
 
-    def _bad(self, what: str, data: Any) -> BadResponseError:
-        return BadResponseError(
-            f"{self.source}: unexpected answer ({what}): {one_line(json.dumps(data))}"
-        )
-
     def parse_answer(self, data: dict[str, Any]) -> ModelResponse:
         if "error" in data:
             raise classify_stream_error(self.source, data)
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            raise self._bad("no choices", data)
+            raise self.bad_answer("no choices", data)
         choice = choices[0]
         message = choice.get("message")
         if not isinstance(message, dict):
-            raise self._bad("no message", data)
+            raise self.bad_answer("no message", data)
         calls = whole_tool_calls(message.get("tool_calls"))
         reason = choice.get("finish_reason")
         if not isinstance(reason, str):
@@ -249,12 +244,12 @@ class OpenAIProvider(HttpProvider):
                     f"{self.source}: stream chunk is not valid JSON: {one_line(event.data)}"
                 ) from None
             if not isinstance(chunk, dict):
-                raise self._bad("stream chunk is not an object", chunk)
+                raise self.bad_answer("stream chunk is not an object", chunk)
             try:
                 shown = self._apply_chunk(chunk, state)
             except (AttributeError, TypeError, ValueError) as exc:
                 # A field of an unexpected type (a list where an object belongs, ...).
-                raise self._bad(f"malformed chunk: {exc}", chunk) from None
+                raise self.bad_answer(f"malformed chunk: {exc}", chunk) from None
             emit(shown)
         if state.finish_reason is None:
             raise IncompleteResponseError(
@@ -285,7 +280,7 @@ class OpenAIProvider(HttpProvider):
                 continue
             delta = choice.get("delta") or {}
             if not isinstance(delta, dict):
-                raise self._bad("delta is not an object", chunk)
+                raise self.bad_answer("delta is not an object", chunk)
             content = delta.get("content")
             if isinstance(content, str) and content:
                 state.text.append(content)
