@@ -31,7 +31,7 @@ import httpx
 import pytest
 
 from soba_nb.config import ModelSettings
-from soba_nb.providers import local as local_module
+from soba_nb.providers import local_model as local_module
 from soba_nb.providers.base import ChatMessage, ModelRequest, ToolCall, ToolSchema
 from soba_nb.providers.classify import classify_http_error
 from soba_nb.providers.errors import (
