@@ -9,8 +9,8 @@ export const COMM_TARGET = 'soba_nb.monitor';
 /** The one request the panel sends: answer with the last snapshot (after a page reload). */
 export const REFRESH_REQUEST = { type: 'refresh' };
 
-/** How the effective token count was measured. */
-export type MeasurementSource = 'provider_usage' | 'estimated';
+/** How the effective token count was measured: `provider_usage` or `estimated`. */
+export type MeasurementSource = string;
 
 /** The session's budget figures, as `%budget` shows them. */
 export interface ISnapshot {
@@ -53,7 +53,7 @@ function parseSnapshot(data: Fields): ISnapshot | null {
     isInt(data.effective) &&
     isInt(data.hardLimit) &&
     isInt(data.softLimit) &&
-    (data.source === 'provider_usage' || data.source === 'estimated') &&
+    isString(data.source) &&
     isBool(data.auto) &&
     (data.lastResult === null || data.lastResult === undefined || isString(data.lastResult));
   if (!ok) {

@@ -20,7 +20,7 @@ export const LIVE_LINE = (percent: number): string =>
   `Compacting context before response · ${percent}%`;
 
 const PERCENT = 100;
-const SOURCE_LABELS: Record<ISnapshot['source'], string> = {
+const SOURCE_LABELS: Record<string, string> = {
   provider_usage: 'provider usage',
   estimated: 'estimated'
 };
@@ -85,7 +85,7 @@ function figures(snapshot: ISnapshot): HTMLElement[] {
       'soba-Budget-legend',
       `soft threshold ${tokens(snapshot.softLimit)} · hard limit ${tokens(snapshot.hardLimit)}`
     ),
-    row('source', SOURCE_LABELS[snapshot.source], 'soba-Budget-source'),
+    row('source', SOURCE_LABELS[snapshot.source] ?? snapshot.source, 'soba-Budget-source'),
     row('auto-compact', snapshot.auto ? 'on' : 'off', 'soba-Budget-auto'),
     ...(snapshot.provider ? [row('provider', snapshot.provider)] : []),
     ...(snapshot.session ? [row('session', snapshot.session)] : [])

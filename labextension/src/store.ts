@@ -57,6 +57,8 @@ export function reduce(state: IBudgetState, message: MonitorMessage): IBudgetSta
 export class BudgetStore {
   private readonly _states = new Map<NotebookPanel, IBudgetState>();
   private readonly _changed = new Signal<this, NotebookPanel>(this);
+  /** The id of the request whose barrier is running, per notebook. */
+  private readonly _barrierRequests = new Map<NotebookPanel, string>();
 
   /** Emits the notebook whose state changed. */
   get changed(): ISignal<this, NotebookPanel> {
@@ -77,10 +79,13 @@ export class BudgetStore {
     const context = panel.sessionContext;
     context.kernelChanged.connect(this._onKernelChanged, this);
     context.statusChanged.connect(this._onStatusChanged, this);
+    context.iopubMessage.connect(this._onIOPubMessage, this);
     panel.disposed.connect(() => {
       context.kernelChanged.disconnect(this._onKernelChanged, this);
       context.statusChanged.disconnect(this._onStatusChanged, this);
+      context.iopubMessage.disconnect(this._onIOPubMessage, this);
       this._states.delete(panel);
+      this._barrierRequests.delete(panel);
     });
     const kernel = context.session?.kernel;
     if (kernel) {
@@ -99,13 +104,19 @@ export class BudgetStore {
 
   private _onKernelChanged(
     context: ISessionContext,
-    change: { newValue: Kernel.IKernelConnection | null }
+    change: {
+      oldValue: Kernel.IKernelConnection | null;
+      newValue: Kernel.IKernelConnection | null;
+    }
   ): void {
     const panel = this._panelOf(context);
     if (!panel) {
       return;
     }
-    this._set(panel, emptyState());
+    // A new connection to the same kernel (a reconnect) keeps the kernel's session.
+    if (change.oldValue?.id !== change.newValue?.id) {
+      this._set(panel, emptyState());
+    }
     if (change.newValue) {
       void this._attach(panel, change.newValue);
     }
@@ -113,33 +124,46 @@ export class BudgetStore {
 
   private _onStatusChanged(context: ISessionContext, status: Kernel.Status): void {
     const panel = this._panelOf(context);
-    if (!panel) {
-      return;
-    }
-    if (status === 'restarting' || status === 'autorestarting') {
+    if (panel && (status === 'restarting' || status === 'autorestarting')) {
       // A new kernel process: its session starts over, and so does what we show.
       this._set(panel, emptyState());
-    } else if (status === 'idle' && this.stateOf(panel).progress) {
-      // The barrier runs inside a cell; an idle kernel means it is over even if the
-      // result never came (an interrupt, an exception in the kernel).
+    }
+  }
+
+  /**
+   * The barrier runs inside the request (a cell) that sent its progress: when that request
+   * is over, so is the barrier, even if the result never came (an interrupt, an error).
+   */
+  private _onIOPubMessage(context: ISessionContext, msg: KernelMessage.IMessage): void {
+    if (!KernelMessage.isStatusMsg(msg) || msg.content.execution_state !== 'idle') {
+      return;
+    }
+    const panel = this._panelOf(context);
+    const barrierRequest = panel && this._barrierRequests.get(panel);
+    if (panel && barrierRequest && msg.parent_header.msg_id === barrierRequest) {
+      this._barrierRequests.delete(panel);
       this._set(panel, { ...this.stateOf(panel), progress: null });
     }
   }
 
   private async _attach(panel: NotebookPanel, kernel: Kernel.IKernelConnection): Promise<void> {
-    const receive = (data: unknown): void => {
-      const message = parseMessage(data);
-      if (message && this._states.has(panel)) {
-        this._set(panel, reduce(this.stateOf(panel), message));
+    const receive = (msg: KernelMessage.ICommOpenMsg | KernelMessage.ICommMsgMsg): void => {
+      const message = parseMessage(msg.content.data);
+      if (!message || !this._states.has(panel)) {
+        return;
       }
+      if (message.type === 'progress' && msg.parent_header.msg_id) {
+        this._barrierRequests.set(panel, msg.parent_header.msg_id);
+      }
+      this._set(panel, reduce(this.stateOf(panel), message));
     };
     const listen = (comm: Kernel.IComm): void => {
-      comm.onMsg = (msg: KernelMessage.ICommMsgMsg) => receive(msg.content.data);
+      comm.onMsg = receive;
     };
     // Registering again on the same kernel replaces the previous callback.
     kernel.registerCommTarget(COMM_TARGET, (comm, open) => {
       listen(comm);
-      receive(open.content.data);
+      receive(open);
     });
     await this._adoptOpenComms(kernel, listen);
   }
@@ -171,6 +195,9 @@ export class BudgetStore {
   }
 
   private _set(panel: NotebookPanel, state: IBudgetState): void {
+    if (!state.progress) {
+      this._barrierRequests.delete(panel);
+    }
     this._states.set(panel, state);
     this._changed.emit(panel);
   }

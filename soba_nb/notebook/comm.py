@@ -82,10 +82,10 @@ def _remember(message: dict[str, Any]) -> None:
 def _current_kernel() -> Any | None:
     """The running ipykernel kernel, or None (no IPython, or a shell without a kernel)."""
     try:
-        from IPython import get_ipython
+        from IPython.core.getipython import get_ipython
     except ImportError:
         return None
-    shell = get_ipython()
+    shell = get_ipython()  # type: ignore[no-untyped-call]
     return getattr(shell, "kernel", None) if shell is not None else None
 
 
