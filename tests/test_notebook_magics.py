@@ -131,6 +131,24 @@ def test_variables_are_substituted_only_when_defined(ip, scripted):
     assert prompt == f'use 120000 with {{missing}}, {{}}, {{"a": 1}}, {{{{n_rows}}}} and {expected_big}'
 
 
+def test_a_lone_defined_name_is_clipped_not_expanded_whole_by_ipython(ip, scripted):
+    ip.user_ns["table"] = "row\n" * 2000
+    ip.run_cell("%soba describe {table} and cost $5")
+    [prompt] = user_messages(scripted.inference_requests()[-1])
+    assert prompt.startswith("describe 'row\\nrow") and prompt.endswith("… [clipped] and cost $5")
+
+
+def test_a_prompt_ending_with_a_question_mark_reaches_soba(ip, scripted):
+    result = ip.run_cell("%soba what is in df?")
+    assert result.success
+    [prompt] = user_messages(scripted.inference_requests()[-1])
+    assert prompt == "what is in df?"
+    ip.run_cell("%unload_ext soba_nb")
+    from soba_nb.notebook.input_transform import protect_question_marks
+
+    assert protect_question_marks not in ip.input_transformers_cleanup
+
+
 def test_options_come_first_and_the_prompt_stays_verbatim():
     options, prompt = split_options(
         '--model gpt-x --new   what\'s "this"  --not-an-option', frozenset({"--model"})

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 from traitlets import Bool, CaselessStrEnum, Int, Unicode
 from traitlets.config import Configurable
@@ -38,7 +38,7 @@ from soba_nb.capsules.export import CapsuleExportError
 from soba_nb.capsules.file import CapsuleFileError
 from soba_nb.capsules.memory import mirror, should_mirror
 from soba_nb.config import ConfigError, load_config
-from soba_nb.notebook import capsule_commands
+from soba_nb.notebook import capsule_commands, input_transform
 from soba_nb.notebook.arguments import PROMPT_VALUE_CHARS as PROMPT_VALUE_CHARS  # re-exported
 from soba_nb.notebook.arguments import one_line, parse, split_options, substitute_variables
 from soba_nb.notebook.location import locate
@@ -156,6 +156,7 @@ class SobaMagics(Magics, Configurable):
     # -- %soba ---------------------------------------------------------------------------
 
     @line_cell_magic
+    @no_var_expand  # our own {name} substitution (clipped reprs); IPython's would print whole values
     @magic_arguments()
     @argument("--model", metavar="NAME", help="Use this model from now on (as %%config SobaMagics.model).")
     @argument("--session", metavar="PATH", help="Continue (or start) the transcript file PATH.")
@@ -250,6 +251,7 @@ class SobaMagics(Magics, Configurable):
     # -- %compact, %budget, %auto_compact, %rewind ---------------------------------------
 
     @line_magic
+    @no_var_expand
     def compact(self, line: str) -> None:
         """%compact [focus instructions] — compact the context now (trigger `user`).
 
@@ -363,6 +365,7 @@ def register(shell: Any) -> SobaMagics:
         return existing
     magics = SobaMagics(shell)
     shell.register_magics(magics)
+    input_transform.install(shell)
     if magics not in shell.configurables:  # `%config SobaMagics.…` looks here
         shell.configurables.append(magics)
     return magics
@@ -371,6 +374,7 @@ def register(shell: Any) -> SobaMagics:
 def unregister(shell: Any) -> None:
     """Remove the magics, their `%config` entry and the session."""
     magics = shell.magics_manager.registry.pop(REGISTRY_KEY, None)
+    input_transform.uninstall(shell)
     if not isinstance(magics, SobaMagics):
         return
     for kind, names in magics.magics.items():

@@ -70,7 +70,14 @@ def result_line(result: CompactionResult) -> str:
 
 
 def capsule_line(capsule: CapsuleEntry) -> str:
-    """A committed capsule as a result line: trigger, before → after, reclaimed %, checkpoint."""
+    """A committed capsule as a result line: trigger, before → after, reclaimed %, checkpoint.
+
+    A capsule loaded from a `.capsule.md` file is not a compaction and says where it came from.
+    """
+    if capsule.source:
+        title = f' "{capsule.title}"' if capsule.title else ""
+        line = f"Loaded capsule{title} from {capsule.source} · {capsule.tokens_after:,} tokens · {capsule.checkpoint_id}"
+        return line + " · fallback" if capsule.quality == "degraded" else line
     before, after = capsule.tokens_before, capsule.tokens_after
     reclaimed = round(PERCENT * (before - after) / max(before, 1))
     line = (
@@ -272,7 +279,8 @@ class BudgetMonitor:
 
     def text(self) -> str:
         lines = self.snapshot.lines() if self.snapshot else ["Budget: not measured yet"]
-        if self.barrier_line.text:
+        # The live line only while a barrier runs; afterwards the snapshot's lines say it.
+        if self.barrier_line.running and self.barrier_line.text:
             lines.append(self.barrier_line.text)
         return "\n".join(lines)
 
