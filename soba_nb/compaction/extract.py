@@ -1,0 +1,281 @@
+"""One pass over transcript entries for the deterministic capsule (`deterministic.py`):
+the user requests, assistant first lines and decisions, checkpoints, skills, and from the
+tool calls the files read and written, the commands and code run with their last outcome,
+and the names python code assigned.
+
+Regular expressions only (no tokenizing, no parsing of code), so a 200k-token history
+scans in milliseconds. Best effort where it reads code: paths written by
+`df.to_csv("x")`, `open("x", "w")`, `savefig("x")`, shell redirections; names assigned at
+the top level of python code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from soba_nb.transcript.entries import (
+    CapsuleEntry,
+    CheckpointEntry,
+    Entry,
+    MessageEntry,
+    SkillEntry,
+    ToolCallEntry,
+    ToolResultEntry,
+)
+
+ITEM_CLIP_CHARS = 200
+DECISION_SCAN_CHARS = 4000
+SHELL_COMMAND_CLIP_CHARS = 300
+PYTHON_CODE_CLIP_CHARS = 120
+OUTCOME_CLIP_CHARS = 160
+EXCEPTION_SCAN_CHARS = 4000
+NOT_FILES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
+
+_PATH = r"""[rRbBuU]?(?P<q>['"])(?P<path>[^'"\n]+)(?P=q)"""
+_CODE_WRITES = [
+    re.compile(
+        r"\.to_(?:csv|parquet|json|excel|html|pickle|feather|markdown|latex|stata|hdf|xml|orc)"
+        r"\(\s*(?:\w+\s*=\s*)?" + _PATH
+    ),
+    re.compile(
+        r"\b(?:savefig|write_image|write_html|savez_compressed|savez|savetxt|imwrite|to_file|save)"
+        r"\(\s*(?:\w+\s*=\s*)?" + _PATH
+    ),
+    re.compile(r"\b(?:torch\.save|joblib\.dump|pickle\.dump|dump)\([^()\n]*?,\s*" + _PATH),
+    re.compile(r"\bopen\(\s*" + _PATH + r"""\s*,\s*(?:mode\s*=\s*)?['"][^'"]*[wax+]"""),
+    re.compile(r"Path\(\s*" + _PATH + r"\s*\)\s*\.\s*(?:write_text|write_bytes|touch)\("),
+    re.compile(r"\b(?:copy2?|copyfile|move|rename|replace)\([^,\n]*,\s*" + _PATH),
+]
+_SHELL_TARGET = r"""(?P<path>[^\s&|;<>()]+)"""
+_SHELL_WRITES = [
+    re.compile(r"(?<![0-9&<>])>>?\s*" + _SHELL_TARGET),
+    re.compile(r"\btee\s+(?:-a\s+)?" + _SHELL_TARGET),
+    re.compile(r"\btouch\s+" + _SHELL_TARGET),
+    re.compile(r"\b(?:cp|mv)\s+(?:-\w+\s+)*[^\s&|;<>()]+\s+" + _SHELL_TARGET),
+]
+_ASSIGNMENT = re.compile(
+    r"^([A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)*)[ \t]*(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=)",
+    re.MULTILINE,
+)
+_EXIT_STATUS = re.compile(r"^\s*exit status:?\s*(-?\d+)", re.IGNORECASE)
+_EXCEPTION = re.compile(
+    r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning|Failure|Timeout))\b:?(.*)$",
+    re.MULTILINE,
+)
+SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")
+_DECISION = re.compile(
+    r"\b(?:decided|decide to|chose|choosing|instead of|switch(?:ed|ing)? to|because|rather than)\b",
+    re.IGNORECASE,
+)
+_ARGUMENT_STRING = re.compile(r'"(?P<key>path|command|code|kind|note)"\s*:\s*(?P<value>"(?:[^"\\]|\\.)*")')
+
+
+# --- small text helpers ----------------------------------------------------------------
+
+
+def one_line(text: str, limit: int) -> str:
+    """Whitespace collapsed, clipped to `limit` characters with an ellipsis."""
+    line = " ".join(text[: limit * 4].split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def first_line(text: str, limit: int) -> str:
+    line = next((s for s in text[: limit * 8].splitlines() if s.strip()), "")
+    return one_line(line, limit)
+
+
+def _code_span(text: str) -> str:
+    fence = "``" if "`" in text else "`"
+    return f"{fence} {text} {fence}" if fence == "``" else f"`{text}`"
+
+
+def _code_display(code: str, limit: int) -> str:
+    """Code on one line; when clipped, a short hash keeps different runs apart."""
+    joined = " ⏎ ".join(line.strip() for line in code.strip().splitlines() if line.strip())
+    if len(joined) <= limit:
+        return joined
+    digest = hashlib.sha1(code.encode("utf-8", "replace")).hexdigest()[:6]
+    return f"{joined[: limit - 1]}… [#{digest}]"
+
+
+def bullet(text: str) -> str:
+    return f"- {text}"
+
+
+# --- reading tool calls ----------------------------------------------------------------
+
+
+def _arguments(raw: str) -> dict[str, Any]:
+    """Tool arguments from JSON text; from a malformed text, the string fields we can read."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if isinstance(value, dict):
+        return value
+    found: dict[str, Any] = {}
+    for match in _ARGUMENT_STRING.finditer(raw):
+        try:
+            found.setdefault(match["key"], json.loads(match["value"]))
+        except ValueError:
+            continue
+    return found
+
+
+def _text_argument(arguments: dict[str, Any], key: str) -> str:
+    value = arguments.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def _looks_like_path(path: str) -> bool:
+    return path not in NOT_FILES and re.search(r"[A-Za-z]", path) is not None
+
+
+def _paths_written(text: str, patterns: Sequence[re.Pattern[str]]) -> list[str]:
+    found: dict[str, None] = {}
+    for pattern in patterns:
+        for match in pattern.finditer(text):
+            path = match["path"].strip("'\"")
+            if _looks_like_path(path):
+                found[path] = None
+    return list(found)
+
+
+def _shell_outcome(result: ToolResultEntry) -> tuple[str, bool]:
+    status = _EXIT_STATUS.match(result.content[:OUTCOME_CLIP_CHARS])
+    if status:
+        return f"exit status {status[1]}", int(status[1]) != 0
+    if result.is_error:
+        return f"error: {first_line(result.content, OUTCOME_CLIP_CHARS) or 'no message'}", True
+    return "finished (no exit status reported)", False
+
+
+def _python_outcome(result: ToolResultEntry) -> tuple[str, bool]:
+    if not result.is_error:
+        return "ok", False
+    exceptions = list(_EXCEPTION.finditer(result.content[-EXCEPTION_SCAN_CHARS:]))
+    if not exceptions:
+        return f"error: {first_line(result.content, OUTCOME_CLIP_CHARS) or 'no message'}", True
+    name, message = exceptions[-1][1], exceptions[-1][2].strip()
+    return one_line(f"{name}: {message}" if message else name, OUTCOME_CLIP_CHARS), True
+
+
+
+# --- the scan ----------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """One distinct command or code run, with its last outcome."""
+
+    kind: str
+    display: str
+    outcome: str
+    failed: bool
+
+
+@dataclass
+class Scan:
+    """What one pass over the entries found."""
+
+    results: dict[str, ToolResultEntry]
+    user_messages: list[str] = field(default_factory=list)
+    work: list[tuple[bool, str]] = field(default_factory=list)
+    """(is a milestone, item) in order."""
+    decisions: list[tuple[bool, str]] = field(default_factory=list)
+    """(is a checkpoint note, item) in order."""
+    last_assistant: str | None = None
+    answered_latest_request: bool = False
+    files_read: dict[str, str] = field(default_factory=dict)
+    files_modified: dict[str, str] = field(default_factory=dict)
+    """Path → "" when the last write to it succeeded, else a note saying it failed."""
+    runs: dict[str, Run] = field(default_factory=dict)
+    last_python: str | None = None
+    assigned: dict[str, None] = field(default_factory=dict)
+    skills: dict[str, str] = field(default_factory=dict)
+    pending: list[str] = field(default_factory=list)
+    tool_counts: dict[str, int] = field(default_factory=dict)
+    capsule_text: str | None = None
+
+    def run(self, entries: Iterable[Entry]) -> None:
+        for entry in entries:
+            if isinstance(entry, MessageEntry):
+                self._message(entry)
+            elif isinstance(entry, ToolCallEntry):
+                self._call(entry)
+            elif isinstance(entry, CheckpointEntry):
+                self._checkpoint(entry.kind, entry.note)
+            elif isinstance(entry, SkillEntry):
+                self.skills[entry.name] = entry.path
+            elif isinstance(entry, CapsuleEntry):
+                self.capsule_text = entry.content
+
+    def _message(self, entry: MessageEntry) -> None:
+        if entry.role == "user":
+            self.user_messages.append(entry.content)
+            self.answered_latest_request = False
+        elif entry.role == "assistant" and entry.content.strip():
+            self.last_assistant = entry.content
+            self.answered_latest_request = True
+            self.work.append((False, bullet(first_line(entry.content, ITEM_CLIP_CHARS))))
+            for sentence in SENTENCE_BREAK.split(entry.content[:DECISION_SCAN_CHARS]):
+                if _DECISION.search(sentence):
+                    self.decisions.append((False, bullet(one_line(sentence, ITEM_CLIP_CHARS))))
+
+    def _checkpoint(self, kind: str, note: str) -> None:
+        text = one_line(note, ITEM_CLIP_CHARS * 2)
+        if not text:
+            return
+        if kind == "milestone":
+            self.work.append((True, bullet(f"Milestone: {text}")))
+        elif kind == "plan_pivot":
+            self.decisions.append((True, bullet(f"Plan pivot: {text}")))
+        elif kind == "user":
+            self.decisions.append((True, bullet(f"User checkpoint: {text}")))
+
+    def _record_run(self, kind: str, key: str, display: str, outcome: tuple[str, bool]) -> None:
+        self.runs.pop(key, None)
+        self.runs[key] = Run(kind, display, *outcome)
+
+    def _call(self, call: ToolCallEntry) -> None:
+        self.tool_counts[call.name] = self.tool_counts.get(call.name, 0) + 1
+        arguments = _arguments(call.arguments)
+        result = self.results.get(call.call_id)
+        ok = result is None or not result.is_error
+        if result is None:
+            self.pending.append(bullet(f"tool call {call.name} ({call.call_id}) has no result yet"))
+        if call.name in ("read_file", "list_files"):
+            if path := _text_argument(arguments, "path"):
+                self.files_read[path] = path if call.name == "read_file" else f"{path} (listed)"
+        elif call.name in ("write_file", "edit_file"):
+            if path := _text_argument(arguments, "path"):
+                self._modified(path, "" if ok else "write failed")
+        elif call.name == "shell":
+            command = _text_argument(arguments, "command")
+            display = f"shell {_code_span(_code_display(command, SHELL_COMMAND_CLIP_CHARS))}"
+            self._record_run("shell", "shell " + command, display, _shell_outcome(result) if result else ("no result recorded", False))
+            for path in _paths_written(command, _SHELL_WRITES):
+                self._modified(path, "" if ok else "the command writing it failed")
+        elif call.name == "python":
+            code = _text_argument(arguments, "code")
+            display = f"python {_code_span(_code_display(code, PYTHON_CODE_CLIP_CHARS))}"
+            self._record_run("python", "python " + code, display, _python_outcome(result) if result else ("no result recorded", False))
+            self.last_python = "python " + code
+            for path in _paths_written(code, _CODE_WRITES):
+                self._modified(path, "" if ok else "the code writing it failed")
+            for match in _ASSIGNMENT.finditer(code):
+                for name in match[1].split(","):
+                    if not name.strip().startswith("_"):
+                        self.assigned.pop(name.strip(), None)
+                        self.assigned[name.strip()] = None
+        elif call.name == "checkpoint":
+            self._checkpoint(_text_argument(arguments, "kind"), _text_argument(arguments, "note"))
+
+    def _modified(self, path: str, failure: str) -> None:
+        self.files_modified.pop(path, None)
+        self.files_modified[path] = failure
