@@ -165,4 +165,3 @@ def _partial_prefix_length(text: str, marker: str) -> int:
         if marker.startswith(text[-size:]):
             return size
     return 0
-
