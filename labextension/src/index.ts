@@ -9,6 +9,7 @@
 
 import {
   ILabShell,
+  ILayoutRestorer,
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
@@ -27,12 +28,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
   description: 'The soba-nb context budget of the current notebook, in the right sidebar.',
   autoStart: true,
   requires: [INotebookTracker],
-  optional: [ILabShell, ICommandPalette],
+  optional: [ILabShell, ICommandPalette, ILayoutRestorer],
   activate: (
     app: JupyterFrontEnd,
     tracker: INotebookTracker,
     labShell: ILabShell | null,
-    palette: ICommandPalette | null
+    palette: ICommandPalette | null,
+    restorer: ILayoutRestorer | null
   ): void => {
     const store = new BudgetStore();
     tracker.forEach(notebook => store.track(notebook));
@@ -44,6 +46,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const panel = new BudgetPanel(store);
     panel.title.icon = budgetIcon;
     labShell.add(panel, 'right', { rank: SIDEBAR_RANK });
+    // Reopen the panel after a reload if it was open.
+    restorer?.add(panel, panel.id);
     panel.showNotebook(tracker.currentWidget);
     tracker.currentChanged.connect((_, notebook) => panel.showNotebook(notebook));
 
