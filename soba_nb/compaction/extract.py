@@ -85,8 +85,9 @@ def one_line(text: str, limit: int) -> str:
 
 
 def first_line(text: str, limit: int) -> str:
-    line = next((s for s in text[: limit * 8].splitlines() if s.strip()), "")
-    return one_line(line, limit)
+    """The first line that says something: blank lines and code-fence markers are skipped."""
+    meaningful = (s for s in text[: limit * 8].splitlines() if s.strip() and not s.lstrip().startswith(("```", "~~~")))
+    return one_line(next(meaningful, ""), limit)
 
 
 def _code_span(text: str) -> str:
