@@ -144,7 +144,7 @@ PROVIDER_PROFILES: dict[str, dict[str, Any]] = {
             "minReclaimableTokens": 1000,
             "keepRecentTokens": 1500,
             "safetyReserveTokens": 512,
-            "timeoutMs": 20000,
+            "timeoutMs": 8000,
         },
     },
     "anthropic": {
