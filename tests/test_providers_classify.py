@@ -19,6 +19,7 @@ from soba_nb.providers.classify import (
 from soba_nb.providers.errors import (
     BadResponseError,
     ContextOverflowError,
+    IncompleteResponseError,
     ProviderError,
     RateLimitError,
     RequestRejectedError,
@@ -306,10 +307,15 @@ def test_stream_error_events() -> None:
     assert isinstance(error, ContextOverflowError) and error.limit == 4
 
 
-@pytest.mark.parametrize("body", ["{not json", "[1, 2]", '"text"', ""])
+@pytest.mark.parametrize("body", ["{not json", "[1, 2]", '"text"'])
 def test_unparseable_200_answers_are_bad_responses(body: str) -> None:
     with pytest.raises(BadResponseError, match=SOURCE.split(" ")[0]):
         parse_json_answer(SOURCE, body)
+
+
+def test_an_empty_200_body_is_an_incomplete_answer() -> None:
+    with pytest.raises(IncompleteResponseError, match="empty body"):
+        parse_json_answer(SOURCE, "  ")
 
 
 @given(st.integers(min_value=400, max_value=599), st.text())

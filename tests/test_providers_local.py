@@ -490,13 +490,13 @@ def llama_server() -> Iterator[str]:
             _stop(process)
 
 
-def _openai(url: str) -> Any:
+def _openai(url: str, max_retries: int = 0) -> Any:
     from soba_nb.providers.openai import OpenAIProvider
 
     settings = ModelSettings(
         provider="openai", name="smollm2", base_url=url, api_key_env="SOBA_TEST_UNSET_KEY"
     )
-    return OpenAIProvider(settings, max_retries=0)
+    return OpenAIProvider(settings, max_retries=max_retries, backoff_base_s=0.01)
 
 
 @needs_llama
@@ -571,3 +571,10 @@ def test_server_overflow_streamed_is_a_failure_never_an_empty_success(llama_serv
     ):
         openai.complete(request(big, max_output_tokens=8), on_text=chunks.append, timeout_s=60)
     assert chunks == []
+
+    # With one retry, the empty stream is asked again without streaming, and the server's
+    # real answer, HTTP 400 context_length_exceeded, makes it a proper overflow (no more
+    # retries: the agent then compacts once and retries the turn).
+    with _openai(llama_server, max_retries=1) as openai, pytest.raises(ContextOverflowError) as info:
+        openai.complete(request(big, max_output_tokens=8), timeout_s=60)
+    assert info.value.limit == SERVER_N_CTX

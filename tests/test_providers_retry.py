@@ -31,7 +31,6 @@ from soba_nb.providers import make_provider
 from soba_nb.providers.anthropic import AnthropicProvider
 from soba_nb.providers.base import ChatMessage, ModelRequest
 from soba_nb.providers.errors import (
-    BadResponseError,
     Cancelled,
     ContextOverflowError,
     IncompleteResponseError,
@@ -142,11 +141,25 @@ def test_empty_200_stream_fails_after_bounded_retries(
     assert len(server.requests) == MAX_RETRIES + 1
 
 
-def test_empty_200_body_is_bad_response(server: LLMServer, provider: OpenAIProvider) -> None:
-    server.script(empty_stream())
-    with pytest.raises(BadResponseError):
-        provider.complete(make_request(stream=False))
-    assert len(server.requests) == 1
+def test_empty_200_body_is_an_incomplete_answer_that_is_retried(
+    server: LLMServer, provider: OpenAIProvider
+) -> None:
+    server.script(empty_stream(), text("second time"))
+    assert provider.complete(make_request(stream=False)).text == "second time"
+    assert len(server.requests) == 2
+
+
+def test_an_empty_stream_is_retried_as_a_plain_request_to_get_the_real_error(
+    server: LLMServer, provider: OpenAIProvider
+) -> None:
+    """llama.cpp answers an oversized streamed prompt with an empty 200 stream, and the
+    same prompt without streaming with its real error: an overflow, never retried again."""
+    server.script(empty_stream(), overflow())
+    with pytest.raises(ContextOverflowError):
+        provider.complete(make_request(stream=True))
+    first, second = server.requests
+    assert first["stream"] is True and second["stream"] is False
+    assert "stream_options" not in second.body
 
 
 def test_connection_refused_is_retried_then_server_error() -> None:

@@ -38,6 +38,7 @@ from soba_nb.providers.classify import (
 )
 from soba_nb.providers.errors import (
     BadResponseError,
+    IncompleteResponseError,
     MissingApiKeyError,
     ProviderError,
     ServerError,
@@ -219,11 +220,19 @@ class HttpProvider(ABC):
         }
         body = self.build_body(request)
         sink = TextSink(on_text)
+        # Some servers (llama.cpp) answer an oversized prompt with HTTP 200 and an empty
+        # stream; asked without streaming they give the real error (400, overflow). So a
+        # stream that brought nothing is retried as a plain request.
+        plain = self.build_body(request.model_copy(update={"stream": False})) if request.stream else body
+        streaming = request.stream
 
         def attempt(_index: int) -> ModelResponse:
+            nonlocal streaming
             try:
-                return self._send(request.stream, body, headers, sink, cancel, deadline)
+                return self._send(streaming, body if streaming else plain, headers, sink, cancel, deadline)
             except ProviderError as exc:
+                if isinstance(exc, IncompleteResponseError) and streaming and not sink.delivered:
+                    streaming = False
                 if exc.retryable and sink.delivered:
                     exc.retryable = False
                     exc.args = (f"{exc} (not retried: part of the answer was already shown)",)
