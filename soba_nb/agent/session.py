@@ -90,6 +90,18 @@ def thresholds_from(config: SobaConfig) -> Thresholds:
     )
 
 
+def counter_for(config: SobaConfig) -> TokenCounter:
+    """The embedded model counts with its own tokenizer; other models by family (tokens.py)."""
+    if config.model.provider == "local":
+        from soba_nb.resolution import embedded_model_installed
+
+        if embedded_model_installed():
+            from soba_nb.providers.local_model import count_tokens
+
+            return TokenCounter.exact(f"{config.model.name} (GGUF vocabulary)", count_tokens)
+    return TokenCounter.for_model(config.model.provider, config.model.name)
+
+
 class RewindError(ValueError):
     """The rewind target names no checkpoint or entry of this session."""
 
@@ -125,7 +137,7 @@ class AgentSession:
         header = SessionEntry(notebook=notebook, model=f"{config.model.provider}/{config.model.name}")
         self.transcript = Transcript.open(path, create_header=header)
         self.session_id = path.stem
-        self.counter = TokenCounter.for_model(config.model.provider, config.model.name)
+        self.counter = counter_for(config)
         self.compactor = Compactor(
             self.transcript,
             self.counter,
