@@ -48,14 +48,11 @@ def capsule_create(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
     args = parse(_create_arguments, rest)
     title = " ".join(args.title)
     agent.ensure_summarizer()
-    cancel = magics._running()
     try:
-        entry = agent.compactor.make_capsule(cancel=cancel)
+        with magics.cancellable() as cancel:
+            entry = agent.compactor.make_capsule(cancel=cancel)
     except KeyboardInterrupt:
         entry = None
-    finally:
-        with magics._guard:
-            magics._cancel = None
     if entry is None:
         print("cancelled: no capsule file was written")
         return
@@ -89,7 +86,7 @@ def capsule_load(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
         f"({entry.tokens_after:,} tokens · quality {entry.quality}); the next turn starts from it"
     )
     _show_markdown(magics, entry.content)
-    magics._refresh_monitor()
+    magics.refresh_monitor()
 
 
 def capsule_list(magics: SobaMagics, agent: AgentSession, rest: str) -> None:

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -142,16 +143,27 @@ class SobaMagics(Magics, Configurable):
             self.monitor = BudgetMonitor()
         return TurnRenderer(rich=rich, monitor=self.monitor if rich else None)
 
-    def _refresh_monitor(self) -> None:
+    def refresh_monitor(self) -> None:
         if self.monitor is not None and self.agent is not None:
             self.monitor.refresh(snapshot_of(self.agent))
 
-    def _running(self) -> threading.Event:
+    @contextmanager
+    def cancellable(self) -> Iterator[threading.Event]:
+        """The cancel signal of one operation (turn, compaction, capsule); one at a time.
+
+        `%soba --cancel` (e.g. from another thread) sets it; it is cleared when the
+        operation ends, however it ends.
+        """
         with self._guard:
             if self._cancel is not None:
                 raise UsageError("a turn is already running; `%soba --cancel` stops it")
             self._cancel = threading.Event()
-            return self._cancel
+            cancel = self._cancel
+        try:
+            yield cancel
+        finally:
+            with self._guard:
+                self._cancel = None
 
     # -- %soba ---------------------------------------------------------------------------
 
@@ -210,20 +222,17 @@ class SobaMagics(Magics, Configurable):
         """One turn of the current session, rendered; safe to call from another thread."""
         agent = self.get_session()
         renderer = self._renderer()
-        cancel = self._running()
-        try:
-            result = run_turn(
-                agent, prompt, on_event=renderer.on_event, cancel=cancel, max_steps=self.max_steps
-            )
-        except KeyboardInterrupt:
-            result = TurnResult("cancelled", message="interrupted; the next %soba works")
-        except ProviderError as exc:
-            result = TurnResult("failed", message=one_line(exc))
-        finally:
-            with self._guard:
-                self._cancel = None
+        with self.cancellable() as cancel:
+            try:
+                result = run_turn(
+                    agent, prompt, on_event=renderer.on_event, cancel=cancel, max_steps=self.max_steps
+                )
+            except KeyboardInterrupt:
+                result = TurnResult("cancelled", message="interrupted; the next %soba works")
+            except ProviderError as exc:
+                result = TurnResult("failed", message=one_line(exc))
         renderer.finish(result)
-        self._refresh_monitor()
+        self.refresh_monitor()
         self.last_result = result
         return result
 
@@ -262,20 +271,18 @@ class SobaMagics(Magics, Configurable):
         agent = self.get_session()
         agent.ensure_summarizer()
         renderer = self._renderer()
-        cancel = self._running()
         agent.compactor.listeners.append(renderer.on_event)
         try:
-            result = agent.compactor.compact(focus=line.strip() or None, cancel=cancel)
+            with self.cancellable() as cancel:
+                result = agent.compactor.compact(focus=line.strip() or None, cancel=cancel)
         except KeyboardInterrupt:
             renderer.show("cancelled: interrupted; no capsule was appended")
             return
         finally:
             agent.compactor.listeners.remove(renderer.on_event)
-            with self._guard:
-                self._cancel = None
         renderer.finish(None)
         self._mirror(agent, result.entry, renderer)
-        self._refresh_monitor()
+        self.refresh_monitor()
 
     def _mirror(self, agent: AgentSession, entry: CapsuleEntry | None, renderer: TurnRenderer) -> None:
         """An explicit `%compact` with a full, valid capsule is kept in project memory (SPEC §8)."""
@@ -315,7 +322,7 @@ class SobaMagics(Magics, Configurable):
         agent = self.get_session()
         state = "on" if agent.config.compaction.auto else "off"
         print(f"auto compaction {state} (soft triggers {state}; hard_limit and context_overflow always apply)")
-        self._refresh_monitor()
+        self.refresh_monitor()
 
     @line_magic
     @magic_arguments()
@@ -329,7 +336,7 @@ class SobaMagics(Magics, Configurable):
         except RewindError as exc:
             raise UsageError(one_line(exc)) from None
         print(f"rewound to {args.target} (entry {leaf.target_id}); the next turn continues from there")
-        self._refresh_monitor()
+        self.refresh_monitor()
 
     # -- %capsule ------------------------------------------------------------------------
 
