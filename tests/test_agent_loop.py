@@ -237,3 +237,61 @@ def test_secrets_never_reach_the_transcript(make_session, server, monkeypatch):
     assert "[redacted]" in tool_result.content
     raw = session.file.read_text()
     assert "hunter2-correct-horse-battery" not in raw and KEY_VALUE not in raw
+
+
+def anthropic_rules_problems(body) -> list[str]:
+    """What the Anthropic Messages API would refuse in a request body."""
+    problems = []
+    messages = body["messages"]
+    if not messages or messages[0]["role"] != "user":
+        problems.append("the first message must be a user message")
+    for before, after in zip(messages, messages[1:], strict=False):
+        if before["role"] == after["role"]:
+            problems.append("roles must alternate")
+    pending: set[str] = set()
+    for message in messages:
+        blocks = message["content"] if isinstance(message["content"], list) else [
+            {"type": "text", "text": message["content"]}
+        ]
+        results = {b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"}
+        if pending and results != pending:
+            problems.append(f"tool_use {sorted(pending)} not answered in the next message")
+        pending = {b["id"] for b in blocks if b.get("type") == "tool_use"}
+        problems += ["empty text block" for b in blocks if b.get("type") == "text" and not b["text"].strip()]
+    return problems
+
+
+def test_an_anthropic_session_with_tools_and_a_compaction_sends_valid_requests(tmp_path, server, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, KEY_VALUE)
+    from soba_nb.providers.anthropic import AnthropicProvider
+
+    config = build_config([(
+        "test",
+        {
+            "model": {
+                "provider": "anthropic", "name": "claude-test", "baseUrl": server.anthropic_url,
+                "apiKeyEnv": KEY_ENV, "contextWindow": 6000, "maxOutputTokens": 500,
+            },
+            "compaction": {
+                "minTokensForAutoCompact": 1500, "minReclaimableTokens": 500,
+                "keepRecentTokens": 1000, "safetyReserveTokens": 500,
+            },
+        },
+    )])
+    session = AgentSession(
+        config, sessions_dir=tmp_path / "nb.soba", project_root=tmp_path,
+        provider_factory=lambda cfg: AnthropicProvider(cfg.model, backoff_base_s=0.01),
+    )
+    try:
+        router = Router(server)
+        router.script(*[tool_calls(("python", {"code": "print('row,' * 1500)"})) for _ in range(6)], text("Done."))
+        assert run_turn(session, "Print rows six times.").status == "completed"
+        router.script(text("And again."))
+        assert run_turn(session, "One more thing.").status == "completed"
+        assert entries(session, CapsuleEntry)
+        inference = inference_requests(server)
+        assert all(r.path == "/v1/messages" for r in inference)
+        for request in inference:
+            assert anthropic_rules_problems(request.body) == [], request.body["messages"]
+    finally:
+        session.close()
