@@ -1,0 +1,673 @@
+"""SPEC §9: the budget monitor in a real browser, driven by the real magics.
+
+A notebook loads the extension, shows `%budget`, runs three `%soba` turns against the
+loopback LLM server (long text answers, then one `python` tool call), `%compact` (the
+summary streams for ~2.4 s) and `%budget` again. Real servers — `jupyter lab` (JupyterLab 4)
+and `jupyter notebook` (Notebook 7) — run it in a real kernel, and Debian's chromium, driven
+by Playwright, runs all cells and reads the page:
+
+- the inline monitor (plain ipywidgets, in both frontends): the bar filled to
+  effective / hardLimit with the soft threshold marked, `effective / hardLimit tokens`,
+  softLimit, the measurement source, auto on, the last compaction with its quality, and the
+  barrier's collapsed result line `Compacted (user) · before → after tokens · reclaimed N% ·
+  ck_…` — limits from the configuration, the result line from the capsule on disk;
+- the first `%budget` widget, kept updated by the later magics, ends equal to the last;
+- during the barrier, the live line `Compacting context before response · NN%` in the
+  `%compact` output, in that widget and (JupyterLab) in the sidebar: rising percentages,
+  no more than 10 updates a second, at most 0.5 s apart (plus delivery slack), collapsing
+  to the result line;
+- the answers as rendered Markdown and the tool call as a collapsed receipt;
+- in JupyterLab only, the "soba budget" panel of the right sidebar (the labextension)
+  with the same figures and result line; Notebook 7 has no such panel.
+
+With `SOBA_SCREENSHOT=path`, the JupyterLab test saves a screenshot there (the one in
+docs/monitor.png): `SOBA_SCREENSHOT=docs/monitor.png pytest tests/test_monitor_browser.py -k lab`.
+
+Each test starts and always stops its own server (temporary root folder, random token,
+its own Jupyter config/data/runtime/settings folders; the installed labextensions stay
+visible). Skipped, with the reason, without /usr/bin/chromium, Playwright, the built
+labextension (JupyterLab) or Notebook 7.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from compaction_support import good_summary
+from conftest import SMALL_LIMITS, TEST_KEY_ENV, TEST_KEY_VALUE, ScriptedModel, write_soba_json
+from llm_server import LLMServer, text, tool_calls
+
+from soba_nb.config import load_config
+from soba_nb.notebook.monitor import MAX_UPDATES_PER_S, capsule_line
+from soba_nb.transcript.entries import CapsuleEntry
+from soba_nb.transcript.store import Transcript
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SOBA_EXTENSION = "soba-nb-labextension"
+WIDGETS_EXTENSION = "@jupyter-widgets/jupyterlab-manager"
+SCREENSHOT_ENV = "SOBA_SCREENSHOT"
+SERVER_START_TIMEOUT_S = 60
+SERVER_STOP_TIMEOUT_S = 10
+UI_TIMEOUT_MS = 30_000
+VIEWPORT: Any = {"width": 1440, "height": 900}
+SCREENSHOT_VIEWPORT: Any = {"width": 1280, "height": 720}
+SETTLE_MS = 500
+RUN_ALL_ATTEMPTS = 5
+RUN_START_WAIT_MS = 3_000
+NOT_RUN_PROMPT = re.compile(r"^\[[\s\u00a0]*\]:$")
+"""The input prompt of a cell that has not run (and is not queued)."""
+SCREENSHOT_CONTEXT_PX = 110
+
+NOTEBOOK = "budget.ipynb"
+LAYER: dict[str, Any] = {
+    "model": SMALL_LIMITS["model"],
+    # The notebook decides when to compact (`%compact`); the soft threshold stays on.
+    "compaction": {**SMALL_LIMITS["compaction"], "compactOnTurnComplete": False},
+}
+"""hardLimit 5,000, softLimit 4,000 (SMALL_LIMITS); the turns stay below the soft limit."""
+
+REGIONS = ("North", "South", "East", "West")
+FIRST_ROWS, GAP_ROWS = 80, 55
+"""Table rows in the two long answers: the first is compacted, the second (with the tool
+turn) fills the kept window (keepRecentTokens 1,000); together they stay under softLimit."""
+COLUMNS = (
+    "- `date`: the day of the sale, one row per order line, January to June 2024;\n"
+    "- `region`: North, South, East or West; a few rows leave it empty;\n"
+    "- `product`: the article sold, as a catalogue code such as `A-113`;\n"
+    "- `units`: how many were sold, an integer; bulk orders reach a few hundred;\n"
+    "- `price`: the unit price in euros, two decimals; a handful look like typos.\n"
+)
+
+
+def _row(n: int, *, gaps: bool = False) -> str:
+    """One made-up row of sales.csv as a Markdown table row (`gaps`: a value missing)."""
+    region = "" if gaps and n % 3 == 0 else REGIONS[n % 4]
+    units = "" if gaps and n % 3 != 0 else str(3 + (n * 5) % 40)
+    return (
+        f"| {2 + 37 * n} | 2024-{1 + n % 6:02d}-{1 + n % 28:02d} | {region} | A-{100 + 7 * n} "
+        f"| {units} | {9.5 + (n * 1.25) % 30:.2f} |\n"
+    )
+
+
+TABLE_HEAD = "| row | date | region | product | units | price |\n|---:|---|---|---|---:|---:|\n"
+ANSWERS = (
+    "`sales.csv` has five columns, one row per order line:\n\n"
+    + COLUMNS
+    + "\nThe first rows:\n\n"
+    + TABLE_HEAD
+    + "".join(_row(n) for n in range(FIRST_ROWS)),
+    "These rows lack `units` or `region`:\n\n"
+    + TABLE_HEAD
+    + "".join(_row(n, gaps=True) for n in range(GAP_ROWS))
+    + "\nRows without `units` cannot count towards revenue: drop them rather than impute.",
+)
+TOOL_CODE = "units = [12, 7, 30]\nprint('total', sum(units))\nsum(units)"
+FINAL_ANSWER = "The total is **49** units; the list is kept in `units`."
+SUMMARY_CHUNKS, SUMMARY_CHUNK_DELAY_S = 6, 0.4
+"""The summary streams for about 2.4 s (timeoutMs is 5 s): the live line can be seen."""
+CELLS = (
+    "%load_ext soba_nb",
+    "%budget",
+    "%soba What do the columns of sales.csv hold?",
+    "%soba Which rows have missing values?",
+    "%soba Put the units 12, 7 and 30 in a list and add them up",
+    "%compact keep the totals",
+    "%budget",
+)
+FIRST_BUDGET_CELL, FIRST_TURN_CELL, TOOL_TURN_CELL, COMPACT_CELL, BUDGET_CELL = 1, 2, 4, 5, 6
+LIVE_REFRESH_S = 0.5
+"""SPEC §9: the live line is refreshed at least this often during a barrier."""
+LATENCY_SLACK_S = 0.25
+"""Kernel → browser delivery and the page's 20 ms polling, on a loaded machine."""
+LIVE_LINE = re.compile(r"^Compacting context before response · (\d+)%$")
+RESULT_LINE = re.compile(
+    r"Compacted \(user\) · [\d,]+ → [\d,]+ tokens · reclaimed \d+% · ck_[0-9a-f]+"
+)
+
+
+# -- the notebook and its model -------------------------------------------------------------
+
+
+def script_the_model(model: ScriptedModel) -> None:
+    model.summary = text(good_summary(), chunks=SUMMARY_CHUNKS, chunk_delay_s=SUMMARY_CHUNK_DELAY_S)
+    model.script(
+        text(ANSWERS[0], chunks=4),
+        text(ANSWERS[1], chunks=4),
+        tool_calls(("python", {"code": TOOL_CODE})),
+        text(FINAL_ANSWER, chunks=2),
+    )
+
+
+def write_notebook(root: Path, server_url: str) -> None:
+    write_soba_json(root, server_url, LAYER)
+    cells: list[dict[str, Any]] = [
+        {
+            "cell_type": "code",
+            "execution_count": None,
+            "id": f"cell-{index}",
+            "metadata": {},
+            "outputs": [],
+            "source": source,
+        }
+        for index, source in enumerate(CELLS)
+    ]
+    notebook = {
+        "cells": cells,
+        "metadata": {
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    (root / NOTEBOOK).write_text(json.dumps(notebook), encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the monitor should show, from the configuration and the transcript on disk."""
+
+    hard_limit: int
+    soft_limit: int
+    result_line: str
+
+
+def expected_figures(root: Path, env: dict[str, str]) -> Expected:
+    """`env`: the kernel's environment (its HOME, no SOBA_* variables) for the same config."""
+    config = load_config(root, environ=env, user_config=Path(env["HOME"]) / ".soba" / "config.json")
+    sessions = [
+        p
+        for p in (root / f"{Path(NOTEBOOK).stem}.soba").glob("*.jsonl")
+        if p.name != "flight.jsonl"
+    ]
+    assert len(sessions) == 1, f"expected one session next to the notebook, found {sessions}"
+    capsules = [e for e in Transcript.load(sessions[0]).path() if isinstance(e, CapsuleEntry)]
+    assert len(capsules) == 1, "the %compact cell appends one capsule"
+    return Expected(config.hard_limit, config.soft_limit, capsule_line(capsules[0]))
+
+
+# -- the server -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Server:
+    base_url: str
+    token: str
+    root: Path
+    env: dict[str, str]
+    """The server's environment, which its kernels inherit."""
+
+    def url(self, path: str) -> str:
+        return f"{self.base_url}{path}?token={self.token}"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _installed_data_dirs(*extensions: str) -> list[str]:
+    """The Jupyter data folders that hold these prebuilt labextensions."""
+    from jupyter_core.paths import jupyter_path
+
+    found: list[str] = []
+    for folder in jupyter_path("labextensions"):
+        if any((Path(folder) / name / "package.json").is_file() for name in extensions):
+            found.append(str(Path(folder).parent))
+    return found
+
+
+def _require_browser() -> None:
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing (Debian: apt-get install chromium)")
+    pytest.importorskip(
+        "playwright.sync_api", reason="Playwright is missing (pip install playwright)"
+    )
+
+
+def _server_env(tmp: Path) -> dict[str, str]:
+    """The server's (and so the kernel's) environment: nothing from the user's Jupyter or
+    soba settings, the test API key, and the soba_nb under test importable."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("SOBA_") and name != "JPY_SESSION_NAME"
+    }
+    for name, folder in {
+        "HOME": "home",
+        "JUPYTER_CONFIG_DIR": "config",
+        "JUPYTER_DATA_DIR": "data",
+        "JUPYTER_RUNTIME_DIR": "runtime",
+        "JUPYTERLAB_SETTINGS_DIR": "settings",
+        "JUPYTERLAB_WORKSPACES_DIR": "workspaces",
+        "IPYTHONDIR": "ipython",
+    }.items():
+        env[name] = str(tmp / folder)
+        (tmp / folder).mkdir(parents=True, exist_ok=True)
+    # The prebuilt extensions (ours, the widget manager) stay visible wherever they are
+    # installed, including a user data folder the isolated JUPYTER_DATA_DIR hides.
+    shared = _installed_data_dirs(SOBA_EXTENSION, WIDGETS_EXTENSION)
+    env["JUPYTER_PATH"] = os.pathsep.join(filter(None, [*shared, env.get("JUPYTER_PATH")]))
+    # No "get notified about Jupyter news?" toast over the page (and no fetch for it).
+    announcements = tmp / "settings" / "@jupyterlab" / "apputils-extension"
+    announcements.mkdir(parents=True)
+    (announcements / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env[TEST_KEY_ENV] = TEST_KEY_VALUE
+    return env
+
+
+def _wait_until_ready(process: subprocess.Popen[bytes], server: Server, log: Path) -> None:
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"the Jupyter server exited with {process.returncode}:\n{log.read_text()}")
+        try:
+            with urllib.request.urlopen(server.url("/api/status"), timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.25)
+    pytest.fail(
+        f"the Jupyter server is not ready after {SERVER_START_TIMEOUT_S} s:\n{log.read_text()}"
+    )
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """Terminate (the server shuts its kernels down), then kill its process group."""
+    if process.poll() is None:
+        process.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=SERVER_STOP_TIMEOUT_S)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+@contextlib.contextmanager
+def jupyter_server(module: str, tmp: Path, root: Path) -> Iterator[Server]:
+    """`python -m jupyterlab` or `python -m notebook` on a free port; always stopped."""
+    env = _server_env(tmp)
+    port = _free_port()
+    server = Server(f"http://127.0.0.1:{port}", secrets.token_hex(16), root, env)
+    app = "LabApp" if module == "jupyterlab" else "JupyterNotebookApp"
+    log = tmp / f"{module}.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                module,
+                "--no-browser",
+                "--ServerApp.ip=127.0.0.1",
+                f"--ServerApp.port={port}",
+                "--ServerApp.port_retries=0",
+                f"--IdentityProvider.token={server.token}",
+                f"--ServerApp.root_dir={root}",
+                "--ServerApp.disable_check_xsrf=True",
+                f"--{app}.news_url=None",
+                f"--{app}.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                # CI and these machines run as root; the server refuses that unless told.
+                *(["--allow-root"] if os.geteuid() == 0 else []),
+            ],
+            cwd=root,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        _wait_until_ready(process, server, log)
+        yield server
+    finally:
+        _stop(process)
+
+
+@pytest.fixture
+def model(llm_server: LLMServer) -> ScriptedModel:
+    scripted = ScriptedModel(llm_server)
+    script_the_model(scripted)
+    return scripted
+
+
+@pytest.fixture
+def root(tmp_path: Path, model: ScriptedModel) -> Path:
+    folder = tmp_path / "root"
+    folder.mkdir()
+    write_notebook(folder, model.server.url)
+    return folder
+
+
+@contextlib.contextmanager
+def browser_page() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            page = browser.new_page(viewport=VIEWPORT)
+            page.set_default_timeout(UI_TIMEOUT_MS)
+            yield page
+        finally:
+            browser.close()
+
+
+# -- the page -------------------------------------------------------------------------------
+
+RECORDER = """
+([compactCell, firstBudgetCell]) => {
+  // Every 20 ms, note what the barrier line shows where the user can see it: the
+  // %compact cell's output, the first %budget widget (kept updated by the magics) and
+  // the sidebar panel (JupyterLab).
+  const cells = () => document.querySelectorAll('.jp-Notebook .jp-Cell');
+  const sources = {
+    cell: () => cells()[compactCell]?.querySelector('.jp-OutputArea-output')?.textContent,
+    widget: () =>
+      cells()[firstBudgetCell]?.querySelectorAll('.widget-html-content')[2]?.textContent,
+    sidebar: () =>
+      document.querySelector('#soba-budget-panel .soba-Budget-live')?.textContent ??
+      document.querySelector('#soba-budget-panel .soba-Budget-result div:last-child')?.textContent
+  };
+  const seen = [];
+  const last = {};
+  const started = performance.now();
+  window.sobaSeen = seen;
+  setInterval(() => {
+    for (const [source, read] of Object.entries(sources)) {
+      const text = (read() ?? '').trim();
+      if (text && text !== last[source]) {
+        last[source] = text;
+        seen.push({ source, text, t: (performance.now() - started) / 1000 });
+      }
+    }
+  }, 20);
+}
+"""
+
+
+@dataclass(frozen=True)
+class Seen:
+    source: str
+    text: str
+    t: float
+
+
+def cell(page: Any, index: int) -> Any:
+    return page.locator(".jp-Notebook .jp-Cell").nth(index)
+
+
+def widget_parts(page: Any, index: int) -> Any:
+    """The monitor's three `ipywidgets.HTML` views in a cell: bar, figures, barrier line."""
+    return cell(page, index).locator(".widget-html-content")
+
+
+def run_all_cells(page: Any) -> None:
+    """Run > Run All Cells from the menu bar (JupyterLab and Notebook 7 alike), with the
+    barrier-line recorder running.
+
+    The toolbar's execution indicator starts out "idle" before the notebook has a kernel,
+    and cells run before the kernel is attached are skipped silently (their prompt stays
+    `[ ]:`): then Run All Cells is chosen again.
+    """
+    from playwright.sync_api import expect
+
+    cell(page, 0).wait_for()
+    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for()
+    page.evaluate(RECORDER, [COMPACT_CELL, FIRST_BUDGET_CELL])
+    prompt = cell(page, 0).locator(".jp-InputPrompt")
+    for _attempt in range(RUN_ALL_ATTEMPTS):
+        cell(page, 0).click()
+        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+        page.get_by_text("Run All Cells", exact=True).click()
+        try:
+            expect(prompt).not_to_have_text(NOT_RUN_PROMPT, timeout=RUN_START_WAIT_MS)
+            return
+        except AssertionError:
+            print("Run All Cells ran nothing (no kernel attached yet): again")
+    pytest.fail(f"Run All Cells ran nothing in {RUN_ALL_ATTEMPTS} attempts")
+
+
+def wait_for_the_run(page: Any, model: ScriptedModel, server: Server) -> Expected:
+    """All cells ran (the last `%budget` shows its widget); the figures to expect."""
+    from playwright.sync_api import expect
+
+    # The final `%budget` runs last: once its widget shows the last compaction, all ran.
+    expect(widget_parts(page, BUDGET_CELL).nth(1)).to_contain_text(
+        "Last compaction: Compacted", timeout=UI_TIMEOUT_MS
+    )
+    assert [r.operation for r in model.server.requests] == ["inference"] * 4 + ["compaction"]
+    return expected_figures(server.root, server.env)
+
+
+def check_outputs(page: Any) -> None:
+    """Answers as rendered Markdown, the tool call as a collapsed receipt, no errors."""
+    from playwright.sync_api import expect
+
+    first = cell(page, FIRST_TURN_CELL).locator(".jp-RenderedMarkdown")
+    expect(first.locator("code").first).to_have_text("sales.csv")
+    expect(first.locator("table tbody tr")).to_have_count(FIRST_ROWS)
+    answer = cell(page, TOOL_TURN_CELL).locator(".jp-RenderedMarkdown")
+    expect(answer).to_have_text("The total is 49 units; the list is kept in units.")
+    expect(answer.locator("strong")).to_have_text("49")
+
+    receipt = cell(page, TOOL_TURN_CELL).locator("details.soba-receipt")
+    expect(receipt).to_have_count(1)
+    expect(receipt.locator("summary")).to_have_text(
+        re.compile(r"python: units = \[12, 7, 30\]… · ok · \d+\.\d s")
+    )
+    expect(receipt.locator("pre")).not_to_be_visible()
+    receipt.locator("summary").click()
+    expect(receipt.locator("pre")).to_have_text("stdout:\ntotal 49\nresult: 49")
+
+    notebook = page.locator(".jp-Notebook")
+    expect(notebook.locator(".jp-OutputArea-output[data-mime-type*='stderr']")).to_have_count(0)
+    for marker in ("Traceback", "Error displaying widget", "failed:", "UsageError", "skipped:"):
+        expect(notebook).not_to_contain_text(marker)
+
+
+def check_inline_monitor(page: Any, expected: Expected) -> int:
+    """The final `%budget` widget: bar with the soft threshold, figures, result line; and
+    the first `%budget` widget, updated by the later magics, shows the same. Returns the
+    effective tokens shown."""
+    from playwright.sync_api import expect
+
+    expect(cell(page, COMPACT_CELL).locator(".jp-OutputArea-output").first).to_have_text(
+        expected.result_line
+    )
+    assert RESULT_LINE.fullmatch(expected.result_line), expected.result_line
+
+    parts = widget_parts(page, BUDGET_CELL)
+    expect(parts).to_have_count(3)
+    bar, figures, barrier = parts.nth(0), parts.nth(1), parts.nth(2)
+    hard, soft = f"{expected.hard_limit:,}", f"{expected.soft_limit:,}"
+    budget_line = re.compile(
+        rf"Budget: ([\d,]+) / {hard} tokens \((\d+)% of hardLimit\) · softLimit {soft}"
+        r" · source (provider_usage|estimated) · auto on"
+    )
+    expect(figures).to_contain_text(budget_line)
+    expect(figures).to_contain_text(f"Last compaction: {expected.result_line} · quality full")
+    expect(figures).to_contain_text("Model: openai/gpt-4o")
+    expect(barrier).to_have_text(expected.result_line)
+
+    shown = budget_line.search(figures.inner_text())
+    assert shown is not None
+    effective = int(shown.group(1).replace(",", ""))
+    assert int(shown.group(2)) == round(100 * effective / expected.hard_limit)
+    assert effective < expected.soft_limit  # the notebook stays below the soft threshold
+
+    # The bar: filled to effective / hardLimit, the soft threshold marked where it falls.
+    track = bar.locator("div").first
+    fill, marker = bar.locator(".soba-bar-fill"), bar.locator(".soba-soft-marker")
+    expect(fill).to_be_visible()
+    expect(marker).to_be_visible()
+    expect(marker).to_have_attribute("title", f"softLimit {soft}")
+    track_box, fill_box, marker_box = (
+        track.bounding_box(),
+        fill.bounding_box(),
+        marker.bounding_box(),
+    )
+    assert track_box and fill_box and marker_box
+    assert fill_box["width"] == pytest.approx(
+        track_box["width"] * effective / expected.hard_limit, abs=2
+    )
+    assert marker_box["x"] - track_box["x"] == pytest.approx(
+        track_box["width"] * expected.soft_limit / expected.hard_limit, abs=2
+    )
+
+    # `%budget` showed the widget before the turns; `%soba` and `%compact` kept it updated.
+    first = widget_parts(page, FIRST_BUDGET_CELL)
+    for index in range(3):
+        expect(first.nth(index)).to_have_text(parts.nth(index).text_content() or "")
+    return effective
+
+
+def seen_lines(page: Any) -> list[Seen]:
+    return [Seen(**item) for item in page.evaluate("window.sobaSeen")]
+
+
+def check_live_lines(seen: list[Seen], sources: tuple[str, ...], result_line: str) -> str:
+    """Each source showed the live barrier line, its percent rising (at most
+    MAX_UPDATES_PER_S changes a second), then the result line. Returns a summary line per
+    source: the percents seen and the longest wait between two updates."""
+    summary = []
+    for source in sources:
+        shown = [item for item in seen if item.source == source]
+        live = [item for item in shown if LIVE_LINE.match(item.text)]
+        assert live, f"{source}: no live line 'Compacting context before response · NN%' in {shown}"
+        percents = [int(LIVE_LINE.match(item.text).group(1)) for item in live]  # type: ignore[union-attr]
+        assert percents == sorted(percents) and len(set(percents)) >= 2, (source, percents)
+        after = shown[shown.index(live[-1]) + 1 :]
+        assert after and after[0].text == result_line, (source, after)
+        times = [item.t for item in live]
+        assert all(
+            sum(1 for t in times if start <= t < start + 1) <= MAX_UPDATES_PER_S for start in times
+        ), (source, times)
+        longest = max(b - a for a, b in zip(times, [*times[1:], after[0].t], strict=True))
+        assert longest <= LIVE_REFRESH_S + LATENCY_SLACK_S, (source, times, after[0].t)
+        summary.append(f"{source}: {percents} % → result, longest wait {longest:.2f} s")
+    return "\n".join(summary)
+
+
+def open_soba_panel(page: Any) -> Any:
+    """Click the "soba budget" tab of JupyterLab's right sidebar."""
+    page.locator(".jp-SideBar.jp-mod-right .lm-TabBar-tab[data-id='soba-budget-panel']").click()
+    panel = page.locator("#soba-budget-panel")
+    panel.wait_for(state="visible")
+    return panel
+
+
+def save_screenshot(page: Any, path: Path) -> None:
+    """The tool turn, the compaction and the monitor, with the sidebar panel open."""
+    page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").click()  # more room
+    page.set_viewport_size(SCREENSHOT_VIEWPORT)
+    # The tool turn near the top, under the end of the answer before it.
+    cell(page, TOOL_TURN_CELL).evaluate(
+        """(node, above) => {
+          node.scrollIntoView({block: 'start'});
+          node.closest('.jp-WindowedPanel-outer').scrollTop -= above;
+        }""",
+        SCREENSHOT_CONTEXT_PX,
+    )
+    page.wait_for_timeout(SETTLE_MS)  # let the scroll and the relayout finish
+    path.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(path))
+
+
+# -- the tests ------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_inline_monitor_and_sidebar_in_jupyterlab(
+    tmp_path: Path, root: Path, model: ScriptedModel
+) -> None:
+    _require_browser()
+    if not _installed_data_dirs(SOBA_EXTENSION):
+        pytest.skip(
+            f"{SOBA_EXTENSION} is not built and installed "
+            "(bash labextension/build.sh && pip install --no-deps -e .)"
+        )
+    from playwright.sync_api import expect
+
+    with jupyter_server("jupyterlab", tmp_path / "jupyter", root) as server, browser_page() as page:
+        page.goto(server.url(f"/lab/tree/{NOTEBOOK}"))
+        panel = open_soba_panel(page)
+        expect(panel).to_contain_text("Run %budget or %soba in this notebook")
+        run_all_cells(page)
+        expected = wait_for_the_run(page, model, server)
+        check_outputs(page)
+        effective = check_inline_monitor(page, expected)
+
+        # The sidebar shows the same budget and result line.
+        hard, soft = f"{expected.hard_limit:,}", f"{expected.soft_limit:,}"
+        expect(panel.locator(".soba-Budget-notebook")).to_have_text(NOTEBOOK)
+        expect(panel.locator(".soba-Budget-figures")).to_have_text(
+            f"{effective:,} / {hard} tokens · {round(100 * effective / expected.hard_limit)}%"
+        )
+        expect(panel.locator(".soba-Budget-legend")).to_have_text(
+            f"soft threshold {soft} · hard limit {hard}"
+        )
+        expect(panel.locator(".soba-Budget-source .soba-Budget-value")).to_have_text(
+            re.compile(r"^(provider usage|estimated)$")
+        )
+        expect(panel.locator(".soba-Budget-auto .soba-Budget-value")).to_have_text("on")
+        result = panel.locator(".soba-Budget-result")
+        expect(result).to_contain_text(expected.result_line)
+        expect(result).not_to_contain_text("fallback")
+        expect(result).to_have_attribute("data-degraded", "false")
+        expect(panel.locator(".soba-Budget-live")).to_have_count(0)
+
+        print(
+            check_live_lines(seen_lines(page), ("cell", "widget", "sidebar"), expected.result_line)
+        )
+
+        screenshot = os.environ.get(SCREENSHOT_ENV)
+        if screenshot:
+            save_screenshot(page, Path(screenshot))
+
+
+@pytest.mark.timeout(120)
+def test_inline_monitor_in_notebook_7(tmp_path: Path, root: Path, model: ScriptedModel) -> None:
+    _require_browser()
+    pytest.importorskip(
+        "notebook", minversion="7", reason="Notebook 7 is missing (pip install 'notebook>=7')"
+    )
+    from playwright.sync_api import expect
+
+    with jupyter_server("notebook", tmp_path / "jupyter", root) as server, browser_page() as page:
+        page.goto(server.url(f"/notebooks/{NOTEBOOK}"))
+        run_all_cells(page)
+        expected = wait_for_the_run(page, model, server)
+        check_outputs(page)
+        check_inline_monitor(page, expected)
+        print(check_live_lines(seen_lines(page), ("cell", "widget"), expected.result_line))
+        expect(page.locator("#soba-budget-panel")).to_have_count(0)  # no sidebar panel here
