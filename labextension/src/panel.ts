@@ -28,9 +28,10 @@ const SOURCE_LABELS: Record<string, string> = {
 /** Thousands separators as Python's `f"{n:,}"` writes them, whatever the browser locale. */
 export const tokens = (count: number): string => count.toLocaleString('en-US');
 
-/** `ok` below the soft threshold, `soft` from it, `hard` at or over the hard limit. */
+/** `ok` below the soft threshold, `soft` from it, `hard` over the hard limit (SPEC §6:
+ * the `hard_limit` trigger fires when effective > hardLimit), as the inline monitor does. */
 export function level(snapshot: ISnapshot): 'ok' | 'soft' | 'hard' {
-  if (snapshot.effective >= snapshot.hardLimit) {
+  if (snapshot.effective > snapshot.hardLimit) {
     return 'hard';
   }
   return snapshot.effective >= snapshot.softLimit ? 'soft' : 'ok';
