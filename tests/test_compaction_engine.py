@@ -218,3 +218,29 @@ def test_the_current_request_reaches_the_model_verbatim_even_if_the_summary_drop
     assert request in result.entry.content
     sent = "\n".join(m.content for m in engine.request_for_sending().messages)
     assert request in sent
+
+
+def test_the_provider_calibration_carries_across_a_compaction(tmp_path):
+    """SPEC §2: provider usage plus what was appended since, minus what a compaction removed."""
+    t = open_transcript(tmp_path)
+    grow(t, 3000)
+    engine = make_compactor(t, summarizer=FakeSummarizer())
+    estimated = engine.measure().estimated
+    answer = [e for e in t.path() if isinstance(e, MessageEntry)][-1]
+    assert answer.role == "assistant"
+    # The provider counts 10% more than we do for the request before the last answer.
+    from soba_nb.compaction.model_input import entry_tokens
+
+    before_answer = estimated - entry_tokens(answer, engine.counter)
+    t.append(UsageEntry(input_tokens=int(before_answer * 1.1)))
+    measured = engine.measure()
+    assert measured.source == "provider_usage"
+    delta = measured.effective - measured.estimated
+    assert delta > 0
+    result = engine.compact()
+    assert result.outcome is Outcome.COMPLETED
+    after = engine.measure()
+    assert after.source == "provider_usage"
+    assert after.effective - after.estimated == delta
+    assert result.tokens_after == result.entry.tokens_after == after.effective
+    assert result.tokens_before - result.tokens_after == measured.estimated - after.estimated

@@ -421,8 +421,9 @@ def test_data_analysis_notebook(tmp_path, model, kernel_env):
         budget = cell_text(cell_starting(notebook, "%budget", index))
         assert HARD_LIMIT_SHOWN in budget and SOFT_LIMIT_SHOWN in budget, budget
         assert "auto on" in budget
-        # the server's usage figure, until a compaction makes it stale (then counted locally)
-        assert ("source provider_usage" if index < 2 else "source estimated") in budget
+        # the server's usage figure; after the compaction its calibration carries over
+        # (SPEC §2: usage plus what was appended since, minus what the compaction removed)
+        assert "source provider_usage" in budget
     assert "Last compaction: none on this path" in cell_text(cell_starting(notebook, "%budget"))
 
     # The explicit compaction: result line, then the budget and the next request show it.

@@ -80,6 +80,8 @@ class CompactionPlan:
     focus: str | None = None
     consumed: tuple[str, ...] = ()
     """Checkpoint ids of pending intents this operation consumes."""
+    estimated_before: int | None = None
+    """The local estimate at planning time (equal to `tokens_before` when estimated)."""
     must_be_below: int | None = None
     """Overflow recovery: the continuation must be strictly smaller than this."""
     unplannable: str | None = None
@@ -268,13 +270,17 @@ def generate_capsule(
         quality=quality,
         tokens_before=plan.tokens_before,
         tokens_after=0,
+        estimated_before=plan.estimated_before,
         first_kept_entry_id=cut.first_kept_entry_id,
         rolls_up=cut.previous.id if cut.previous else None,
         model=model,
         provider=provider,
         content=render_capsule(capsule),
     )
-    tokens_after = measure_continuation(entry, cut, plan.hard_limit, ctx).tokens
+    # Measured locally and exactly, then put on the scale of `tokens_before`: when that was
+    # the provider's figure, its difference from our estimate carries over (like with like).
+    calibration = plan.tokens_before - (plan.estimated_before if plan.estimated_before is not None else plan.tokens_before)
+    tokens_after = max(measure_continuation(entry, cut, plan.hard_limit, ctx).tokens + calibration, 0)
     ctx.counter.forget(entry.id)
     return Generated(entry.model_copy(update={"tokens_after": tokens_after}), tokens_after, note)
 

@@ -46,6 +46,10 @@ class Measurement:
     """The last provider usage figure on this path since the latest capsule, if any."""
 
 
+def _usage_after(path: Sequence[Entry], index: int) -> bool:
+    return any(isinstance(entry, UsageEntry) for entry in path[index + 1 :])
+
+
 class BudgetTracker:
     """Incremental effective-token measurement of one transcript path."""
 
@@ -139,16 +143,21 @@ class BudgetTracker:
         for entry in path[start:]:
             if not isinstance(entry, CapsuleEntry | SkillEntry):
                 self._add(entry)
-        # A usage figure from before the latest capsule measured a different input.
-        if capsule_at is not None and self._usage_input is not None:
-            self._drop_usage_before(path, capsule_at)
+        # A usage figure from before the latest capsule measured a different input: the
+        # provider's calibration carries over through the capsule's before-figures instead
+        # (SPEC §2: "minus what a compaction removed").
+        if capsule_at is not None and not _usage_after(path, capsule_at):
+            capsule = path[capsule_at]
+            assert isinstance(capsule, CapsuleEntry)
+            if capsule.estimated_before is not None and capsule.estimated_before != capsule.tokens_before:
+                self._usage_input = capsule.tokens_before
+                self._usage_offset = capsule.estimated_before
+            else:
+                self._usage_input = None
+                self._usage_offset = 0
         self._intents = list(pending_intents(path))
         self._mark(path)
 
-    def _drop_usage_before(self, path: Sequence[Entry], capsule_at: int) -> None:
-        if not any(isinstance(entry, UsageEntry) for entry in path[capsule_at + 1 :]):
-            self._usage_input = None
-            self._usage_offset = 0
 
     def _add(self, entry: Entry) -> None:
         if isinstance(entry, MessageEntry):

@@ -142,8 +142,11 @@ class Compactor:
     def request_for_sending(self) -> ModelInput:
         """Model input known to be under the hard limit, or `HardLimitExceeded` (fail-closed)."""
         built = self.model_input()
-        if built.tokens > self.thresholds.hard_limit:
-            raise HardLimitExceeded(built.tokens, self.thresholds.hard_limit)
+        measurement = self.measure()
+        # When the provider counts more than we do, its figure is the one that must fit.
+        tokens = built.tokens + max(measurement.effective - measurement.estimated, 0)
+        if tokens > self.thresholds.hard_limit:
+            raise HardLimitExceeded(tokens, self.thresholds.hard_limit)
         return built
 
     # -- intents -------------------------------------------------------------------------
@@ -283,6 +286,7 @@ class Compactor:
             hard_limit=t.hard_limit,
             soft_limit=t.soft_limit,
             tokens_before=measurement.effective,
+            estimated_before=measurement.estimated,
             measurement_source=measurement.source,
             summary_output_tokens=summary_tokens,
             summary_input_tokens=t.hard_limit,

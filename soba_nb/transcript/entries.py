@@ -133,7 +133,12 @@ class CapsuleEntry(_Entry):
     trigger: TriggerName
     quality: Quality
     tokens_before: int
+    """Effective tokens before (as measured: provider usage when there was a figure)."""
     tokens_after: int
+    """Tokens of the continuation, measured locally and exactly."""
+    estimated_before: int | None = None
+    """The local estimate before; with `tokensBefore` it carries the provider's calibration
+    across the compaction (effective = tokensBefore - estimatedBefore + local count now)."""
     first_kept_entry_id: str | None
     """First entry carried in full after the capsule; null when nothing is kept."""
     rolls_up: str | None = None
