@@ -11,44 +11,33 @@ built extension (`bash labextension/build.sh && pip install --no-deps -e .`).
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import secrets
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from jupyter_support import (
+    LABEXTENSION_BUILD,
+    SOBA_LABEXTENSION,
+    JupyterServer,
+    browser_page,
+    choose_from_menu,
+    jupyter_server,
+    require_browser,
+    run_all_cells,
+    server_env,
+    wait_for_kernel_idle,
+    write_code_notebook,
+)
 
 from soba_nb.notebook import comm as monitor_comm
 from soba_nb.notebook.comm import TARGET_NAME, publish
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-EXTENSION_NAME = "soba-nb-labextension"
-REPO_ROOT = Path(monitor_comm.__file__).resolve().parents[2]
 SCREENSHOT = Path("/tmp/soba-sidebar.png")
-SERVER_START_TIMEOUT_S = 60
-SERVER_STOP_TIMEOUT_S = 10
-UI_TIMEOUT_MS = 30_000
+VIEWPORT: Any = {"width": 1400, "height": 800}
 PALETTE_ATTEMPTS = 5
 PALETTE_WAIT_MS = 2_000
 BARRIER_SECONDS = 4
@@ -176,16 +165,6 @@ def test_publish_never_raises(fake_kernel: list[FakeComm], monkeypatch: pytest.M
 # --- the sidebar in JupyterLab -----------------------------------------------------------
 
 
-@dataclass
-class LabServer:
-    base_url: str
-    token: str
-    root: Path
-
-    def url(self, path: str) -> str:
-        return f"{self.base_url}{path}?token={self.token}"
-
-
 def _extension_installed() -> bool:
     listing = subprocess.run(
         [sys.executable, "-m", "jupyter", "labextension", "list"],
@@ -194,187 +173,67 @@ def _extension_installed() -> bool:
         timeout=60,
     )
     lines = (listing.stdout + listing.stderr).splitlines()
-    return any(EXTENSION_NAME in line and "enabled" in line and "OK" in line for line in lines)
+    return any(SOBA_LABEXTENSION in line and "enabled" in line and "OK" in line for line in lines)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _code_cell(source: str) -> dict[str, Any]:
-    return {
-        "cell_type": "code",
-        "execution_count": None,
-        "id": secrets.token_hex(4),
-        "metadata": {},
-        "outputs": [],
-        "source": source,
-    }
-
-
-def _write_notebook(path: Path) -> None:
-    """A notebook whose cells publish what the budget monitor would during a barrier."""
-    cells = [
-        f"from soba_nb.notebook.comm import publish\nassert publish({SNAPSHOT!r})",
-        f"import time\nassert publish({PROGRESS!r})\ntime.sleep({BARRIER_SECONDS})\nassert publish({RESULT!r})",
-    ]
-    notebook = {
-        "cells": [_code_cell(source) for source in cells],
-        "metadata": {
-            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}
-        },
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
-    path.write_text(json.dumps(notebook), encoding="utf-8")
-
-
-def _wait_until_ready(server: subprocess.Popen[bytes], lab: LabServer, log: Path) -> None:
-    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            pytest.fail(f"jupyter lab exited with {server.returncode}:\n{log.read_text()}")
-        try:
-            with urllib.request.urlopen(lab.url("/api/status"), timeout=2) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.25)
-    pytest.fail(f"jupyter lab not ready after {SERVER_START_TIMEOUT_S} s:\n{log.read_text()}")
-
-
-def _stop(server: subprocess.Popen[bytes]) -> None:
-    """Terminate (the server shuts its kernels down), then kill its process group."""
-    if server.poll() is None:
-        server.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            server.wait(timeout=SERVER_STOP_TIMEOUT_S)
-    # The server started its own session: kernels it could not stop die with it.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(server.pid, signal.SIGKILL)
-    server.wait()
+NOTEBOOK_CELLS = (
+    f"from soba_nb.notebook.comm import publish\nassert publish({SNAPSHOT!r})",
+    f"import time\nassert publish({PROGRESS!r})\ntime.sleep({BARRIER_SECONDS})\nassert publish({RESULT!r})",
+)
+"""A notebook whose cells publish what the budget monitor would during a barrier."""
 
 
 @pytest.fixture(scope="module")
-def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
+def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
     """`jupyter lab` on a free port, with a token, in a temp folder; always stopped."""
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing (Debian: apt-get install chromium)")
-    pytest.importorskip(
-        "playwright.sync_api", reason="Playwright is missing (pip install playwright)"
-    )
+    require_browser()
     if not _extension_installed():
-        pytest.skip(
-            f"{EXTENSION_NAME} is not installed in JupyterLab "
-            "(bash labextension/build.sh && pip install --no-deps -e .)"
-        )
+        pytest.skip(f"{SOBA_LABEXTENSION} is not installed in JupyterLab ({LABEXTENSION_BUILD})")
     tmp = tmp_path_factory.mktemp("lab")
     root = tmp / "root"
     root.mkdir()
-    _write_notebook(root / "budget.ipynb")
-    env = dict(os.environ)
-    for name, folder in {
-        "JUPYTER_CONFIG_DIR": "config",
-        "JUPYTER_RUNTIME_DIR": "runtime",
-        "JUPYTERLAB_SETTINGS_DIR": "settings",
-        "JUPYTERLAB_WORKSPACES_DIR": "workspaces",
-        "IPYTHONDIR": "ipython",
-    }.items():
-        env[name] = str(tmp / folder)
-    # No "get notified about Jupyter news?" toast over the page (and no fetch for it).
-    announcements = tmp / "settings" / "@jupyterlab" / "apputils-extension"
-    announcements.mkdir(parents=True)
-    (announcements / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    # The kernel imports the soba_nb under test, wherever the environment's install points.
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    lab = LabServer(
-        base_url=f"http://127.0.0.1:{_free_port()}", token=secrets.token_hex(16), root=root
-    )
-    log = tmp / "jupyter-lab.log"
-    with log.open("wb") as output:
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "jupyterlab",
-                "--no-browser",
-                "--ServerApp.ip=127.0.0.1",
-                f"--ServerApp.port={lab.base_url.rsplit(':', 1)[1]}",
-                "--ServerApp.port_retries=0",
-                f"--IdentityProvider.token={lab.token}",
-                f"--ServerApp.root_dir={root}",
-                "--ServerApp.disable_check_xsrf=True",
-                "--LabApp.news_url=None",
-                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-                # CI and these machines run as root; the server refuses that unless told.
-                *(["--allow-root"] if os.geteuid() == 0 else []),
-            ],
-            cwd=root,
-            env=env,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        _wait_until_ready(server, lab, log)
+    write_code_notebook(root / "budget.ipynb", NOTEBOOK_CELLS)
+    env = server_env(tmp, os.environ)
+    with jupyter_server("jupyterlab", tmp, root, env) as lab:
         yield lab
-    finally:
-        _stop(server)
 
 
 @pytest.mark.timeout(180)
-def test_sidebar_shows_the_budget_the_barrier_and_the_result(lab_server: LabServer) -> None:
-    from playwright.sync_api import expect, sync_playwright
+def test_sidebar_shows_the_budget_the_barrier_and_the_result(lab_server: JupyterServer) -> None:
+    from playwright.sync_api import expect
 
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
-        )
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 800})
-            page.set_default_timeout(UI_TIMEOUT_MS)
-            page.goto(lab_server.url("/lab/tree/budget.ipynb"))
-            _wait_for_idle_kernel(page)
+    with browser_page(VIEWPORT) as page:
+        page.goto(lab_server.url("/lab/tree/budget.ipynb"))
+        wait_for_kernel_idle(page)
 
-            panel = _open_panel(page)
-            expect(panel).to_contain_text("Run %budget or %soba in this notebook")
+        panel = _open_panel(page)
+        expect(panel).to_contain_text("Run %budget or %soba in this notebook")
 
-            _run_all_cells(page)
-            expect(panel).to_contain_text("41,210 / 48,808 tokens")
-            expect(panel).to_contain_text("soft threshold 39,046 · hard limit 48,808")
-            expect(panel).to_contain_text("provider usage")
-            expect(panel.locator(".soba-Budget-auto")).to_contain_text("on")
-            expect(panel.locator(".soba-Budget-fill")).to_have_attribute("data-level", "soft")
+        run_all_cells(page)
+        expect(panel).to_contain_text("41,210 / 48,808 tokens")
+        expect(panel).to_contain_text("soft threshold 39,046 · hard limit 48,808")
+        expect(panel).to_contain_text("provider usage")
+        expect(panel.locator(".soba-Budget-auto")).to_contain_text("on")
+        expect(panel.locator(".soba-Budget-fill")).to_have_attribute("data-level", "soft")
 
-            expect(panel).to_contain_text("Compacting context before response · 82%")
-            expect(panel).to_contain_text(RESULT_LINE, timeout=(BARRIER_SECONDS + 10) * 1000)
-            expect(panel.locator(".soba-Budget-live")).to_have_count(0)
-            SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(SCREENSHOT))
+        expect(panel).to_contain_text("Compacting context before response · 82%")
+        expect(panel).to_contain_text(RESULT_LINE, timeout=(BARRIER_SECONDS + 10) * 1000)
+        expect(panel.locator(".soba-Budget-live")).to_have_count(0)
+        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOT))
 
-            # A reloaded page adopts the kernel's open comm and asks for the last snapshot.
-            page.reload()
-            _wait_for_idle_kernel(page)
-            panel = _open_panel(page)
-            expect(panel).to_contain_text("41,210 / 48,808 tokens")
-            expect(panel).to_contain_text(RESULT_LINE)
+        # A reloaded page adopts the kernel's open comm and asks for the last snapshot.
+        page.reload()
+        wait_for_kernel_idle(page)
+        panel = _open_panel(page)
+        expect(panel).to_contain_text("41,210 / 48,808 tokens")
+        expect(panel).to_contain_text(RESULT_LINE)
 
-            # A restarted kernel starts a new session: nothing to show until it publishes.
-            _restart_kernel(page)
-            expect(panel).to_contain_text("Run %budget or %soba in this notebook")
-            _run_all_cells(page)
-            expect(panel).to_contain_text("41,210 / 48,808 tokens")
-        finally:
-            browser.close()
-
-
-def _wait_for_idle_kernel(page: Any) -> None:
-    """The notebook is shown and its kernel is idle (started, nothing running)."""
-    page.locator(".jp-Notebook .jp-Cell").first.wait_for()
-    page.locator(".jp-StatusBar-TextItem", has_text="| Idle").first.wait_for()
+        # A restarted kernel starts a new session: nothing to show until it publishes.
+        _restart_kernel(page)
+        expect(panel).to_contain_text("Run %budget or %soba in this notebook")
+        run_all_cells(page)
+        expect(panel).to_contain_text("41,210 / 48,808 tokens")
 
 
 def _open_panel(page: Any) -> Any:
@@ -387,8 +246,7 @@ def _open_panel(page: Any) -> Any:
     # activating the notebook), and the modal palette closes when it loses the focus.
     for _attempt in range(PALETTE_ATTEMPTS):
         try:
-            page.locator(".lm-MenuBar-itemLabel", has_text="View").first.click()
-            page.get_by_text("Activate Command Palette", exact=True).click(timeout=PALETTE_WAIT_MS)
+            choose_from_menu(page, "View", "Activate Command Palette", timeout=PALETTE_WAIT_MS)
             palette_input.fill("soba: show budget", timeout=PALETTE_WAIT_MS)
             page.locator(
                 ".lm-CommandPalette-item.lm-mod-active[data-command='soba:show-budget']"
@@ -401,17 +259,9 @@ def _open_panel(page: Any) -> Any:
     pytest.fail(f"'soba: show budget' did not open the panel in {PALETTE_ATTEMPTS} attempts")
 
 
-def _run_all_cells(page: Any) -> None:
-    """Run > Run All Cells, from the menu bar."""
-    page.locator(".jp-Notebook .jp-Cell").first.click()
-    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-    page.get_by_text("Run All Cells", exact=True).click()
-
-
 def _restart_kernel(page: Any) -> None:
     """Kernel > Restart Kernel…, confirmed, then wait until the new kernel is idle."""
-    page.locator(".lm-MenuBar-itemLabel", has_text="Kernel").first.click()
-    page.get_by_text("Restart Kernel…", exact=True).click()
+    choose_from_menu(page, "Kernel", "Restart Kernel…")
     page.locator(".jp-Dialog .jp-mod-accept").click()
     page.locator(".jp-Dialog").wait_for(state="detached")
     page.locator(".jp-StatusBar-TextItem", has_text="| Idle").first.wait_for()

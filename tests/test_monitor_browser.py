@@ -31,19 +31,8 @@ labextension (JupyterLab) or Notebook 7.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import re
-import secrets
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +40,21 @@ from typing import Any
 import pytest
 from compaction_support import good_summary
 from conftest import SMALL_LIMITS, TEST_KEY_ENV, TEST_KEY_VALUE, ScriptedModel, write_soba_json
+from jupyter_support import (
+    JUPYTER_FOLDERS,
+    LABEXTENSION_BUILD,
+    SOBA_LABEXTENSION,
+    UI_TIMEOUT_MS,
+    JupyterServer,
+    browser_page,
+    cell,
+    jupyter_server,
+    require_browser,
+    run_all_cells,
+    server_env,
+    wait_for_kernel_idle,
+    write_code_notebook,
+)
 from llm_server import LLMServer, text, tool_calls
 
 from soba_nb.config import load_config
@@ -58,31 +62,11 @@ from soba_nb.notebook.monitor import MAX_UPDATES_PER_S, capsule_line
 from soba_nb.transcript.entries import CapsuleEntry
 from soba_nb.transcript.store import Transcript
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SOBA_EXTENSION = "soba-nb-labextension"
 WIDGETS_EXTENSION = "@jupyter-widgets/jupyterlab-manager"
 SCREENSHOT_ENV = "SOBA_SCREENSHOT"
-SERVER_START_TIMEOUT_S = 60
-SERVER_STOP_TIMEOUT_S = 10
-UI_TIMEOUT_MS = 30_000
 VIEWPORT: Any = {"width": 1440, "height": 900}
 SCREENSHOT_VIEWPORT: Any = {"width": 1280, "height": 720}
 SETTLE_MS = 500
-RUN_ALL_ATTEMPTS = 5
-RUN_START_WAIT_MS = 3_000
-NOT_RUN_PROMPT = re.compile(r"^\[[\s\u00a0]*\]:$")
-"""The input prompt of a cell that has not run (and is not queued)."""
 SCREENSHOT_CONTEXT_PX = 110
 
 NOTEBOOK = "budget.ipynb"
@@ -167,26 +151,7 @@ def script_the_model(model: ScriptedModel) -> None:
 
 def write_notebook(root: Path, server_url: str) -> None:
     write_soba_json(root, server_url, LAYER)
-    cells: list[dict[str, Any]] = [
-        {
-            "cell_type": "code",
-            "execution_count": None,
-            "id": f"cell-{index}",
-            "metadata": {},
-            "outputs": [],
-            "source": source,
-        }
-        for index, source in enumerate(CELLS)
-    ]
-    notebook = {
-        "cells": cells,
-        "metadata": {
-            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}
-        },
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
-    (root / NOTEBOOK).write_text(json.dumps(notebook), encoding="utf-8")
+    write_code_notebook(root / NOTEBOOK, CELLS)
 
 
 @dataclass(frozen=True)
@@ -215,24 +180,6 @@ def expected_figures(root: Path, env: dict[str, str]) -> Expected:
 # -- the server -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Server:
-    base_url: str
-    token: str
-    root: Path
-    env: dict[str, str]
-    """The server's environment, which its kernels inherit."""
-
-    def url(self, path: str) -> str:
-        return f"{self.base_url}{path}?token={self.token}"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _installed_data_dirs(*extensions: str) -> list[str]:
     """The Jupyter data folders that hold these prebuilt labextensions."""
     from jupyter_core.paths import jupyter_path
@@ -244,111 +191,22 @@ def _installed_data_dirs(*extensions: str) -> list[str]:
     return found
 
 
-def _require_browser() -> None:
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing (Debian: apt-get install chromium)")
-    pytest.importorskip(
-        "playwright.sync_api", reason="Playwright is missing (pip install playwright)"
-    )
-
-
 def _server_env(tmp: Path) -> dict[str, str]:
     """The server's (and so the kernel's) environment: nothing from the user's Jupyter or
     soba settings, the test API key, and the soba_nb under test importable."""
-    env = {
+    base = {
         name: value
         for name, value in os.environ.items()
         if not name.startswith("SOBA_") and name != "JPY_SESSION_NAME"
     }
-    for name, folder in {
-        "HOME": "home",
-        "JUPYTER_CONFIG_DIR": "config",
-        "JUPYTER_DATA_DIR": "data",
-        "JUPYTER_RUNTIME_DIR": "runtime",
-        "JUPYTERLAB_SETTINGS_DIR": "settings",
-        "JUPYTERLAB_WORKSPACES_DIR": "workspaces",
-        "IPYTHONDIR": "ipython",
-    }.items():
-        env[name] = str(tmp / folder)
-        (tmp / folder).mkdir(parents=True, exist_ok=True)
+    folders = {"HOME": "home", **JUPYTER_FOLDERS, "JUPYTER_DATA_DIR": "data"}
+    env = server_env(tmp, base, folders)
     # The prebuilt extensions (ours, the widget manager) stay visible wherever they are
     # installed, including a user data folder the isolated JUPYTER_DATA_DIR hides.
-    shared = _installed_data_dirs(SOBA_EXTENSION, WIDGETS_EXTENSION)
+    shared = _installed_data_dirs(SOBA_LABEXTENSION, WIDGETS_EXTENSION)
     env["JUPYTER_PATH"] = os.pathsep.join(filter(None, [*shared, env.get("JUPYTER_PATH")]))
-    # No "get notified about Jupyter news?" toast over the page (and no fetch for it).
-    announcements = tmp / "settings" / "@jupyterlab" / "apputils-extension"
-    announcements.mkdir(parents=True)
-    (announcements / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     env[TEST_KEY_ENV] = TEST_KEY_VALUE
     return env
-
-
-def _wait_until_ready(process: subprocess.Popen[bytes], server: Server, log: Path) -> None:
-    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"the Jupyter server exited with {process.returncode}:\n{log.read_text()}")
-        try:
-            with urllib.request.urlopen(server.url("/api/status"), timeout=2) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.25)
-    pytest.fail(
-        f"the Jupyter server is not ready after {SERVER_START_TIMEOUT_S} s:\n{log.read_text()}"
-    )
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """Terminate (the server shuts its kernels down), then kill its process group."""
-    if process.poll() is None:
-        process.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=SERVER_STOP_TIMEOUT_S)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-
-
-@contextlib.contextmanager
-def jupyter_server(module: str, tmp: Path, root: Path) -> Iterator[Server]:
-    """`python -m jupyterlab` or `python -m notebook` on a free port; always stopped."""
-    env = _server_env(tmp)
-    port = _free_port()
-    server = Server(f"http://127.0.0.1:{port}", secrets.token_hex(16), root, env)
-    app = "LabApp" if module == "jupyterlab" else "JupyterNotebookApp"
-    log = tmp / f"{module}.log"
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                module,
-                "--no-browser",
-                "--ServerApp.ip=127.0.0.1",
-                f"--ServerApp.port={port}",
-                "--ServerApp.port_retries=0",
-                f"--IdentityProvider.token={server.token}",
-                f"--ServerApp.root_dir={root}",
-                "--ServerApp.disable_check_xsrf=True",
-                f"--{app}.news_url=None",
-                f"--{app}.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-                # CI and these machines run as root; the server refuses that unless told.
-                *(["--allow-root"] if os.geteuid() == 0 else []),
-            ],
-            cwd=root,
-            env=env,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        _wait_until_ready(process, server, log)
-        yield server
-    finally:
-        _stop(process)
 
 
 @pytest.fixture
@@ -364,22 +222,6 @@ def root(tmp_path: Path, model: ScriptedModel) -> Path:
     folder.mkdir()
     write_notebook(folder, model.server.url)
     return folder
-
-
-@contextlib.contextmanager
-def browser_page() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
-        )
-        try:
-            page = browser.new_page(viewport=VIEWPORT)
-            page.set_default_timeout(UI_TIMEOUT_MS)
-            yield page
-        finally:
-            browser.close()
 
 
 # -- the page -------------------------------------------------------------------------------
@@ -422,42 +264,19 @@ class Seen:
     t: float
 
 
-def cell(page: Any, index: int) -> Any:
-    return page.locator(".jp-Notebook .jp-Cell").nth(index)
-
-
 def widget_parts(page: Any, index: int) -> Any:
     """The monitor's three `ipywidgets.HTML` views in a cell: bar, figures, barrier line."""
     return cell(page, index).locator(".widget-html-content")
 
 
-def run_all_cells(page: Any) -> None:
-    """Run > Run All Cells from the menu bar (JupyterLab and Notebook 7 alike), with the
-    barrier-line recorder running.
-
-    The toolbar's execution indicator starts out "idle" before the notebook has a kernel,
-    and cells run before the kernel is attached are skipped silently (their prompt stays
-    `[ ]:`): then Run All Cells is chosen again.
-    """
-    from playwright.sync_api import expect
-
-    cell(page, 0).wait_for()
-    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for()
+def record_and_run_all(page: Any) -> None:
+    """Once the kernel is idle, start the barrier-line recorder, then Run All Cells."""
+    wait_for_kernel_idle(page)
     page.evaluate(RECORDER, [COMPACT_CELL, FIRST_BUDGET_CELL])
-    prompt = cell(page, 0).locator(".jp-InputPrompt")
-    for _attempt in range(RUN_ALL_ATTEMPTS):
-        cell(page, 0).click()
-        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-        page.get_by_text("Run All Cells", exact=True).click()
-        try:
-            expect(prompt).not_to_have_text(NOT_RUN_PROMPT, timeout=RUN_START_WAIT_MS)
-            return
-        except AssertionError:
-            print("Run All Cells ran nothing (no kernel attached yet): again")
-    pytest.fail(f"Run All Cells ran nothing in {RUN_ALL_ATTEMPTS} attempts")
+    run_all_cells(page)
 
 
-def wait_for_the_run(page: Any, model: ScriptedModel, server: Server) -> Expected:
+def wait_for_the_run(page: Any, model: ScriptedModel, server: JupyterServer) -> Expected:
     """All cells ran (the last `%budget` shows its widget); the figures to expect."""
     from playwright.sync_api import expect
 
@@ -610,19 +429,18 @@ def save_screenshot(page: Any, path: Path) -> None:
 def test_inline_monitor_and_sidebar_in_jupyterlab(
     tmp_path: Path, root: Path, model: ScriptedModel
 ) -> None:
-    _require_browser()
-    if not _installed_data_dirs(SOBA_EXTENSION):
-        pytest.skip(
-            f"{SOBA_EXTENSION} is not built and installed "
-            "(bash labextension/build.sh && pip install --no-deps -e .)"
-        )
+    require_browser()
+    if not _installed_data_dirs(SOBA_LABEXTENSION):
+        pytest.skip(f"{SOBA_LABEXTENSION} is not built and installed ({LABEXTENSION_BUILD})")
     from playwright.sync_api import expect
 
-    with jupyter_server("jupyterlab", tmp_path / "jupyter", root) as server, browser_page() as page:
+    jupyter = tmp_path / "jupyter"
+    env = _server_env(jupyter)
+    with jupyter_server("jupyterlab", jupyter, root, env) as server, browser_page(VIEWPORT) as page:
         page.goto(server.url(f"/lab/tree/{NOTEBOOK}"))
         panel = open_soba_panel(page)
         expect(panel).to_contain_text("Run %budget or %soba in this notebook")
-        run_all_cells(page)
+        record_and_run_all(page)
         expected = wait_for_the_run(page, model, server)
         check_outputs(page)
         effective = check_inline_monitor(page, expected)
@@ -657,15 +475,17 @@ def test_inline_monitor_and_sidebar_in_jupyterlab(
 
 @pytest.mark.timeout(120)
 def test_inline_monitor_in_notebook_7(tmp_path: Path, root: Path, model: ScriptedModel) -> None:
-    _require_browser()
+    require_browser()
     pytest.importorskip(
         "notebook", minversion="7", reason="Notebook 7 is missing (pip install 'notebook>=7')"
     )
     from playwright.sync_api import expect
 
-    with jupyter_server("notebook", tmp_path / "jupyter", root) as server, browser_page() as page:
+    jupyter = tmp_path / "jupyter"
+    env = _server_env(jupyter)
+    with jupyter_server("notebook", jupyter, root, env) as server, browser_page(VIEWPORT) as page:
         page.goto(server.url(f"/notebooks/{NOTEBOOK}"))
-        run_all_cells(page)
+        record_and_run_all(page)
         expected = wait_for_the_run(page, model, server)
         check_outputs(page)
         check_inline_monitor(page, expected)

@@ -1,0 +1,275 @@
+"""Real Jupyter servers and a real browser for the browser tests.
+
+`jupyter_server` starts `python -m jupyterlab` (JupyterLab 4) or `python -m notebook`
+(Notebook 7) on a free loopback port, with a random token, in an environment from
+`server_env` (Jupyter's own folders in a temp folder, no news toast, the soba_nb under test
+importable), and always stops it. `browser_page` opens a page in Debian's chromium driven by
+Playwright. `wait_for_kernel_idle` and `run_all_cells` drive a notebook in both frontends.
+`require_browser` skips a test, with the reason, without chromium or Playwright.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import soba_nb
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+REPO_ROOT = Path(soba_nb.__file__).resolve().parents[1]
+"""The folder holding the soba_nb under test: the kernels import it from there."""
+SOBA_LABEXTENSION = "soba-nb-labextension"
+LABEXTENSION_BUILD = "bash labextension/build.sh && pip install --no-deps -e ."
+"""How to build and install the labextension (said when a test skips without it)."""
+SERVER_START_TIMEOUT_S = 60
+SERVER_STOP_TIMEOUT_S = 10
+UI_TIMEOUT_MS = 30_000
+RUN_ALL_ATTEMPTS = 5
+RUN_START_WAIT_MS = 3_000
+NOT_RUN_PROMPT = re.compile(r"^\[[\s\u00a0]*\]:$")
+"""The input prompt of a cell that has not run (and is not queued)."""
+JUPYTER_FOLDERS = {
+    "JUPYTER_CONFIG_DIR": "config",
+    "JUPYTER_RUNTIME_DIR": "runtime",
+    "JUPYTERLAB_SETTINGS_DIR": "settings",
+    "JUPYTERLAB_WORKSPACES_DIR": "workspaces",
+    "IPYTHONDIR": "ipython",
+}
+"""Environment variable → folder (in the server's temp folder): no user config, settings,
+workspaces or runtime files. The data folders (installed labextensions) stay as they are."""
+
+
+# -- skip rules ----------------------------------------------------------------------------
+
+
+def require_browser() -> None:
+    """Skip the test, with the reason, without /usr/bin/chromium or Playwright."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing (Debian: apt-get install chromium)")
+    pytest.importorskip(
+        "playwright.sync_api", reason="Playwright is missing (pip install playwright)"
+    )
+
+
+# -- the server ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JupyterServer:
+    base_url: str
+    token: str
+    root: Path
+    env: dict[str, str]
+    """The server's environment, which its kernels inherit."""
+
+    def url(self, path: str) -> str:
+        return f"{self.base_url}{path}?token={self.token}"
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (for now)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def server_env(
+    tmp: Path, base: Mapping[str, str], folders: Mapping[str, str] = JUPYTER_FOLDERS
+) -> dict[str, str]:
+    """`base` with each variable of `folders` pointing at its own (new) folder in `tmp`, no
+    "get notified about Jupyter news?" toast over the page (and no fetch for it), and the
+    soba_nb under test first on PYTHONPATH."""
+    env = dict(base)
+    for name, folder in folders.items():
+        env[name] = str(tmp / folder)
+        (tmp / folder).mkdir(parents=True, exist_ok=True)
+    announcements = Path(env["JUPYTERLAB_SETTINGS_DIR"]) / "@jupyterlab" / "apputils-extension"
+    announcements.mkdir(parents=True)
+    (announcements / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def wait_until_ready(process: subprocess.Popen[bytes], server: JupyterServer, log: Path) -> None:
+    """Poll `/api/status` until it answers; fail (with the server's log) if the server exits
+    or is not ready after SERVER_START_TIMEOUT_S."""
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"the Jupyter server exited with {process.returncode}:\n{log.read_text()}")
+        try:
+            with urllib.request.urlopen(server.url("/api/status"), timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.25)
+    pytest.fail(
+        f"the Jupyter server is not ready after {SERVER_START_TIMEOUT_S} s:\n{log.read_text()}"
+    )
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Terminate (the server shuts its kernels down), then kill its process group."""
+    if process.poll() is None:
+        process.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=SERVER_STOP_TIMEOUT_S)
+    # The server started its own session: kernels it could not stop die with it.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+@contextlib.contextmanager
+def jupyter_server(
+    module: str, tmp: Path, root: Path, env: dict[str, str]
+) -> Iterator[JupyterServer]:
+    """`python -m jupyterlab` or `python -m notebook` serving `root` on a free port, with a
+    random token and the environment `env` (see `server_env`), its log in `tmp`; ready when
+    entered, always stopped on exit."""
+    port = free_port()
+    server = JupyterServer(f"http://127.0.0.1:{port}", secrets.token_hex(16), root, env)
+    app = "LabApp" if module == "jupyterlab" else "JupyterNotebookApp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    log = tmp / f"{module}.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                module,
+                "--no-browser",
+                "--ServerApp.ip=127.0.0.1",
+                f"--ServerApp.port={port}",
+                "--ServerApp.port_retries=0",
+                f"--IdentityProvider.token={server.token}",
+                f"--ServerApp.root_dir={root}",
+                "--ServerApp.disable_check_xsrf=True",
+                f"--{app}.news_url=None",
+                f"--{app}.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                # CI and these machines run as root; the server refuses that unless told.
+                *(["--allow-root"] if os.geteuid() == 0 else []),
+            ],
+            cwd=root,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_until_ready(process, server, log)
+        yield server
+    finally:
+        stop(process)
+
+
+def write_code_notebook(path: Path, sources: Sequence[str]) -> None:
+    """A Python 3 notebook (nbformat 4.5) of code cells with these sources, none run yet."""
+    notebook = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "execution_count": None,
+                "id": f"cell-{index}",
+                "metadata": {},
+                "outputs": [],
+                "source": source,
+            }
+            for index, source in enumerate(sources)
+        ],
+        "metadata": {
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    path.write_text(json.dumps(notebook), encoding="utf-8")
+
+
+# -- the browser ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def browser_page(viewport: Any) -> Iterator[Any]:
+    """A page of headless chromium (Playwright) with this viewport and UI_TIMEOUT_MS as its
+    default timeout; the browser is always closed."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            page = browser.new_page(viewport=viewport)
+            page.set_default_timeout(UI_TIMEOUT_MS)
+            yield page
+        finally:
+            browser.close()
+
+
+def cell(page: Any, index: int) -> Any:
+    """The notebook's cell at `index` (JupyterLab and Notebook 7 alike)."""
+    return page.locator(".jp-Notebook .jp-Cell").nth(index)
+
+
+def choose_from_menu(page: Any, menu: str, item: str, *, timeout: float | None = None) -> None:
+    """Open `menu` of the menu bar and click its `item` (waiting up to `timeout` ms for it)."""
+    page.locator(".lm-MenuBar-itemLabel", has_text=menu).first.click()
+    page.get_by_text(item, exact=True).click(timeout=timeout)
+
+
+def wait_for_kernel_idle(page: Any) -> None:
+    """The notebook is shown and the toolbar's execution indicator says idle.
+
+    The indicator can say idle before the notebook has a kernel attached: `run_all_cells`
+    checks that the run did start.
+    """
+    cell(page, 0).wait_for()
+    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for()
+
+
+def run_all_cells(page: Any) -> None:
+    """Run > Run All Cells from the menu bar (JupyterLab and Notebook 7 alike).
+
+    Cells run before the kernel is attached are skipped silently (their prompt stays `[ ]:`):
+    if the first cell has not started within RUN_START_WAIT_MS, Run All Cells is chosen again.
+    """
+    from playwright.sync_api import expect
+
+    prompt = cell(page, 0).locator(".jp-InputPrompt")
+    for _attempt in range(RUN_ALL_ATTEMPTS):
+        cell(page, 0).click()
+        choose_from_menu(page, "Run", "Run All Cells")
+        try:
+            expect(prompt).not_to_have_text(NOT_RUN_PROMPT, timeout=RUN_START_WAIT_MS)
+            return
+        except AssertionError:
+            print("Run All Cells ran nothing (no kernel attached yet): again")
+    pytest.fail(f"Run All Cells ran nothing in {RUN_ALL_ATTEMPTS} attempts")
