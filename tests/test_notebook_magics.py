@@ -29,7 +29,10 @@ from soba_nb.transcript.store import Transcript
 
 MAGIC_NAMES = ("soba", "compact", "budget", "capsule", "auto_compact", "rewind")
 LONG_ANSWER = "The data has many columns worth describing. " * 45
-"""About 400 tokens: three turns are enough to have something to compact."""
+"""About 400 tokens."""
+TURNS_TO_COMPACT = 6
+"""With keepRecentTokens 1,000, six such turns leave enough before the kept window that a
+capsule really makes the input smaller (the engine refuses one that would not)."""
 WORKED_EXAMPLE = {
     "model": {"contextWindow": 65000, "maxOutputTokens": 8000},
     "compaction": {"safetyReserveTokens": 8192},
@@ -50,7 +53,7 @@ def user_messages(request) -> list[str]:
     return [m["content"] for m in request["messages"] if m["role"] == "user"]
 
 
-def some_turns(ip, scripted, count: int = 3) -> None:
+def some_turns(ip, scripted, count: int = TURNS_TO_COMPACT) -> None:
     ip.run_line_magic("auto_compact", "off")  # the test decides when to compact
     for index in range(count):
         scripted.script(text(f"Answer {index}. {LONG_ANSWER}", chunks=3))

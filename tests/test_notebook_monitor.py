@@ -30,6 +30,8 @@ PROGRESS_EVENT_INTERVAL_S = 0.05
 BARRIER_S = 6.0
 MAX_REFRESH_GAP_S = 0.5
 LONG_ANSWER = "The data has many columns worth describing. " * 45
+TURNS_TO_COMPACT = 6
+"""Enough turns that a capsule really makes the input smaller (see test_notebook_magics)."""
 
 
 class FakeClock:
@@ -152,7 +154,7 @@ def test_snapshot_text_bar_and_levels():
 def test_widget_state_after_a_degraded_barrier(ip, scripted):
     ip.run_line_magic("config", "SobaMagics.display_mode = 'rich'")
     ip.run_line_magic("auto_compact", "off")
-    for index in range(3):
+    for index in range(TURNS_TO_COMPACT):
         scripted.script(text(f"Answer {index}. {LONG_ANSWER}"))
         with capture_output():
             ip.run_line_magic("soba", f"question {index}")
@@ -179,7 +181,7 @@ def test_widget_state_after_a_degraded_barrier(ip, scripted):
 def test_a_real_barrier_refreshes_the_line_at_least_every_half_second(ip, scripted):
     ip.run_line_magic("config", "SobaMagics.display_mode = 'rich'")
     ip.run_line_magic("auto_compact", "off")
-    for index in range(3):
+    for index in range(TURNS_TO_COMPACT):
         scripted.script(text(f"Answer {index}. {LONG_ANSWER}"))
         with capture_output():
             ip.run_line_magic("soba", f"question {index}")
@@ -199,7 +201,7 @@ def test_a_real_barrier_refreshes_the_line_at_least_every_half_second(ip, script
 
 def test_the_last_compaction_survives_a_restart(ip, nb_dir, scripted, capsys):
     ip.run_line_magic("auto_compact", "off")
-    for index in range(3):
+    for index in range(TURNS_TO_COMPACT):
         scripted.script(text(f"Answer {index}. {LONG_ANSWER}"))
         ip.run_line_magic("soba", f"question {index}")
     ip.run_line_magic("compact", "")
@@ -253,7 +255,7 @@ def test_the_monitor_feeds_the_jupyterlab_sidebar(ip, scripted, monkeypatch):
     monkeypatch.setattr(ip, "kernel", object(), raising=False)  # as in ipykernel
     ip.run_line_magic("config", "SobaMagics.display_mode = 'rich'")
     ip.run_line_magic("auto_compact", "off")
-    for index in range(3):
+    for index in range(TURNS_TO_COMPACT):
         scripted.script(text(f"Answer {index}. {LONG_ANSWER}"))
         with capture_output():
             ip.run_line_magic("soba", f"question {index}")
