@@ -152,6 +152,14 @@ def test_a_prompt_ending_with_a_question_mark_reaches_soba(ip, scripted):
     assert protect_question_marks not in ip.input_transformers_cleanup
 
 
+def test_one_pair_of_outer_quotes_is_not_part_of_the_prompt(ip, scripted):
+    ip.run_cell('%soba "clean this dataframe and plot the outliers"')
+    ip.run_cell("%soba 'it''s' quoted twice inside")
+    first, second = (user_messages(r)[-1] for r in scripted.inference_requests()[-2:])
+    assert first == "clean this dataframe and plot the outliers"
+    assert second == "'it''s' quoted twice inside"
+
+
 def test_options_come_first_and_the_prompt_stays_verbatim():
     options, prompt = split_options(
         '--model gpt-x --new   what\'s "this"  --not-an-option', frozenset({"--model"})

@@ -66,6 +66,14 @@ def split_options(line: str, takes_value: frozenset[str]) -> tuple[list[str], st
     return options, line[position:].strip()
 
 
+def unquote_prompt(prompt: str) -> str:
+    """`%soba "clean df"` asks for `clean df`: one pair of matching outer quotes is shell
+    habit, not part of the request. Anything else is kept as typed."""
+    if len(prompt) >= 2 and prompt[0] == prompt[-1] and prompt[0] in "\"'" and prompt[0] not in prompt[1:-1]:
+        return prompt[1:-1].strip()
+    return prompt
+
+
 def parse(func: Callable[..., Any], argv: str | list[str]) -> Any:
     """Parse with the magic's `magic_arguments` parser; errors are one-line `UsageError`s."""
     name = getattr(func, "argcmd_name", func.__name__)

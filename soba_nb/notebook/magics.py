@@ -41,7 +41,13 @@ from soba_nb.capsules.memory import mirror, should_mirror
 from soba_nb.config import ConfigError, load_config
 from soba_nb.notebook import capsule_commands, input_transform
 from soba_nb.notebook.arguments import PROMPT_VALUE_CHARS as PROMPT_VALUE_CHARS  # re-exported
-from soba_nb.notebook.arguments import one_line, parse, split_options, substitute_variables
+from soba_nb.notebook.arguments import (
+    one_line,
+    parse,
+    split_options,
+    substitute_variables,
+    unquote_prompt,
+)
 from soba_nb.notebook.location import locate
 from soba_nb.notebook.monitor import BudgetMonitor, snapshot_of
 from soba_nb.notebook.render import TurnRenderer, ipython_display
@@ -192,6 +198,7 @@ class SobaMagics(Magics, Configurable):
         buttons cannot receive clicks while a cell runs.
         """
         options, prompt = split_options(line, frozenset({"--model", "--session", "--skill"}))
+        prompt = unquote_prompt(prompt)
         args = parse(self.soba, options)
         if cell is not None:
             prompt = f"{prompt}\n{cell}".strip() if prompt else cell.strip()
