@@ -76,6 +76,18 @@ def degraded_result() -> CompactionResult:
     return CompactionResult("op_1", "user", Outcome.COMPLETED, "fallback: timeout", 4000, 1500, "ck_0123abcd", "degraded", 900)
 
 
+def turns_to_compact(ip, scripted, *, quiet: bool = True) -> None:
+    """Enough long turns, with auto-compaction off, that `%compact` has something to do."""
+    ip.run_line_magic("auto_compact", "off")
+    for index in range(TURNS_TO_COMPACT):
+        scripted.script(text(f"Answer {index}. {LONG_ANSWER}"))
+        if quiet:
+            with capture_output():
+                ip.run_line_magic("soba", f"question {index}")
+        else:
+            ip.run_line_magic("soba", f"question {index}")
+
+
 # -- throttling ----------------------------------------------------------------------------
 
 
@@ -153,11 +165,7 @@ def test_snapshot_text_bar_and_levels():
 
 def test_widget_state_after_a_degraded_barrier(ip, scripted):
     ip.run_line_magic("config", "SobaMagics.display_mode = 'rich'")
-    ip.run_line_magic("auto_compact", "off")
-    for index in range(TURNS_TO_COMPACT):
-        scripted.script(text(f"Answer {index}. {LONG_ANSWER}"))
-        with capture_output():
-            ip.run_line_magic("soba", f"question {index}")
+    turns_to_compact(ip, scripted)
     scripted.summary = text("I'm sorry, I cannot summarize this conversation.")
     with capture_output() as cap:
         ip.run_line_magic("compact", "")
@@ -180,11 +188,7 @@ def test_widget_state_after_a_degraded_barrier(ip, scripted):
 
 def test_a_real_barrier_refreshes_the_line_at_least_every_half_second(ip, scripted):
     ip.run_line_magic("config", "SobaMagics.display_mode = 'rich'")
-    ip.run_line_magic("auto_compact", "off")
-    for index in range(TURNS_TO_COMPACT):
-        scripted.script(text(f"Answer {index}. {LONG_ANSWER}"))
-        with capture_output():
-            ip.run_line_magic("soba", f"question {index}")
+    turns_to_compact(ip, scripted)
     scripted.summary = text(good_summary(), chunks=30, chunk_delay_s=0.05)
     magics = ip.magics_manager.registry["SobaMagics"]
     changes: list[float] = []
@@ -200,10 +204,7 @@ def test_a_real_barrier_refreshes_the_line_at_least_every_half_second(ip, script
 
 
 def test_the_last_compaction_survives_a_restart(ip, nb_dir, scripted, capsys):
-    ip.run_line_magic("auto_compact", "off")
-    for index in range(TURNS_TO_COMPACT):
-        scripted.script(text(f"Answer {index}. {LONG_ANSWER}"))
-        ip.run_line_magic("soba", f"question {index}")
+    turns_to_compact(ip, scripted, quiet=False)
     ip.run_line_magic("compact", "")
     capsys.readouterr()
     ip.run_line_magic("budget", "")
@@ -254,11 +255,7 @@ def test_the_monitor_feeds_the_jupyterlab_sidebar(ip, scripted, monkeypatch):
     monkeypatch.setattr(sidebar, "_comms", {})
     monkeypatch.setattr(ip, "kernel", object(), raising=False)  # as in ipykernel
     ip.run_line_magic("config", "SobaMagics.display_mode = 'rich'")
-    ip.run_line_magic("auto_compact", "off")
-    for index in range(TURNS_TO_COMPACT):
-        scripted.script(text(f"Answer {index}. {LONG_ANSWER}"))
-        with capture_output():
-            ip.run_line_magic("soba", f"question {index}")
+    turns_to_compact(ip, scripted)
     scripted.summary = text("Error: upstream model unavailable")
     with capture_output():
         ip.run_line_magic("compact", "")
