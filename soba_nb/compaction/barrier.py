@@ -9,7 +9,6 @@ is dropped (`cancelled` / `stale`), even if the model answers afterwards.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -25,7 +24,7 @@ from soba_nb.compaction.capsule import (
     render_capsule,
     validate_summary,
 )
-from soba_nb.compaction.deterministic import build_deterministic_capsule
+from soba_nb.compaction.deterministic import build_deterministic_capsule, with_latest_request
 from soba_nb.compaction.flight import FlightRecord, FlightRecorder
 from soba_nb.compaction.model_input import VISIBLE_TYPES, ModelInput, VisibleContext, assemble
 from soba_nb.compaction.planner import Cut
@@ -37,7 +36,6 @@ from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     CompactionEntry,
-    MessageEntry,
     Quality,
     SkillEntry,
     new_checkpoint_id,
@@ -250,7 +248,14 @@ def generate_capsule(
     Returns a terminal `CompactionResult` only when cancelled while the summary ran.
     """
     previous = _previous_capsule(cut)
-    capsule = build_deterministic_capsule(cut.summarize, previous=previous, kept=cut.kept, kernel_state=ctx.kernel_state)
+    request, quote = _request_to_quote(cut)
+    capsule = build_deterministic_capsule(
+        cut.summarize,
+        previous=previous,
+        kept=cut.kept,
+        kernel_state=ctx.kernel_state,
+        latest_request=request if quote else None,
+    )
     model = provider = None
     note = "no summarizer model"
     quality: Quality = "degraded"
@@ -259,7 +264,9 @@ def generate_capsule(
         if isinstance(outcome, CompactionResult):
             return outcome
         if isinstance(outcome, Capsule):
-            capsule, quality, note = with_latest_request(outcome, cut), "full", ""
+            capsule, quality, note = outcome, "full", ""
+            if request is not None:
+                capsule = with_latest_request(capsule, request, quote=quote)
             model, provider = ctx.summarizer.model, ctx.summarizer.provider
         else:
             note = outcome
@@ -285,23 +292,14 @@ def generate_capsule(
     return Generated(entry.model_copy(update={"tokens_after": tokens_after}), tokens_after, note)
 
 
-LATEST_REQUEST_HEADING = "Latest request (verbatim):"
-
-
-def with_latest_request(capsule: Capsule, cut: Cut) -> Capsule:
-    """SPEC §5: the request being worked on reaches the model verbatim. When it is not in the
-    kept tail and the model's Goal section does not quote it whole, quote it there."""
-    if any(isinstance(e, MessageEntry) and e.role == "user" for e in cut.kept):
-        return capsule
-    latest = next(
-        (e for e in reversed(cut.summarize) if isinstance(e, MessageEntry) and e.role == "user"), None
-    )
-    if latest is None or latest.content.strip() in capsule.goal_and_constraints:
-        return capsule
-    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`{3,}", latest.content)), default=0))
-    quoted = f"{LATEST_REQUEST_HEADING}\n{fence}\n{latest.content}\n{fence}"
-    goal = f"{quoted}\n\n{capsule.goal_and_constraints}".strip()
-    return capsule.model_copy(update={"goal_and_constraints": goal})
+def _request_to_quote(cut: Cut) -> tuple[str | None, bool]:
+    """(the request being worked on, whether the capsule must quote it): SPEC §5, it must
+    reach the model verbatim, in the kept tail or quoted whole in the Goal section."""
+    request = cut.request
+    if request is None:
+        return None, False
+    in_kept = any(entry.id == request.id for entry in cut.kept)
+    return request.content, not in_kept
 
 
 def _summarize(

@@ -67,8 +67,15 @@ _NEXT_STEP = re.compile(
     re.IGNORECASE,
 )
 _ITEM_MARKER = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+")
+LEGACY_REQUEST_LABEL = "Latest request (verbatim):"
+"""The label model capsules got before 0.2 (one line, no blank line before the fence)."""
 _REQUEST_BLOCK = re.compile(
     re.escape(LATEST_REQUEST_LABEL) + r"\n\n(?P<fence>`{3,})\n(?P<text>.*?)\n(?P=fence)(?:\n|$)",
+    re.DOTALL,
+)
+_ANY_REQUEST_BLOCK = re.compile(
+    rf"(?:{re.escape(LATEST_REQUEST_LABEL)}|{re.escape(LEGACY_REQUEST_LABEL)})\n\n?"
+    r"(?P<fence>`{3,})\n(?P<text>.*?)\n(?P=fence)[ \t]*(?:\n(?:\(clipped here[^\n]*\)))?",
     re.DOTALL,
 )
 _BACKTICK_NAME = re.compile(r"`([A-Za-z_]\w*)`")
@@ -189,7 +196,9 @@ def _constraints(messages: Iterable[str]) -> list[str]:
     return found
 
 
-def _goal(scan: Scan, kept_requests: list[str], previous_body: str, latest_whole: bool) -> str:
+def _goal(
+    scan: Scan, kept_requests: list[str], previous_body: str, latest_whole: bool, current: str | None
+) -> str:
     old_request, earlier, constraints, carried = _decompose_goal(previous_body)
     earlier_source = [*scan.user_messages, *kept_requests]
     request: str | None = None
@@ -203,6 +212,11 @@ def _goal(scan: Scan, kept_requests: list[str], previous_body: str, latest_whole
             request = old_request  # no newer request: the previous one is still the latest
         else:
             earlier = [*earlier, bullet(one_line(old_request, REQUEST_CLIP_CHARS))]
+    if current is not None and request != current:
+        # The request being worked on lies before this region (an earlier capsule holds it).
+        if request is not None:
+            earlier = [*earlier, bullet(one_line(request, REQUEST_CLIP_CHARS))]
+        request, note = current, ""
     newest = earlier_source[-EARLIER_REQUESTS_KEPT:] if latest_whole else earlier_source[-EARLIER_REQUESTS_KEPT - 1 :]
     earlier = _cap(_merge(earlier, [bullet(one_line(m, REQUEST_CLIP_CHARS)) for m in newest if m.strip()]), EARLIER_REQUESTS_MAX)
     constraints = _cap(_merge(constraints, _constraints(scan.user_messages)), CONSTRAINTS_MAX)
@@ -275,6 +289,7 @@ def build_deterministic_capsule(
     kept: Sequence[Entry] = (),
     kernel_state: Sequence[str] = (),
     latest_request_whole: bool = True,
+    latest_request: str | None = None,
 ) -> Capsule:
     """A capsule of `entries` built without a model.
 
@@ -284,6 +299,8 @@ def build_deterministic_capsule(
     clipped with a note when it is long, since the tail carries it whole). `kernel_state`:
     lines such as `df: DataFrame 120000×14`. `latest_request_whole=False` clips the latest
     request like the earlier ones (for an extract whose request is shown elsewhere).
+    `latest_request`: the request being worked on when it is in neither `entries` nor
+    `kept` (it came before an earlier capsule): quoted whole all the same (SPEC §5).
     """
     results = {e.call_id: e for e in (*entries, *kept) if isinstance(e, ToolResultEntry)}
     scan = Scan(results)
@@ -304,7 +321,9 @@ def build_deterministic_capsule(
     ]
     work = [*_select(scan.work, WORK_DONE_NEW_LINES), *_tool_summary(scan)]
     return Capsule(
-        goal_and_constraints=_goal(scan, kept_requests, prior.goal_and_constraints, latest_request_whole),
+        goal_and_constraints=_goal(
+            scan, kept_requests, prior.goal_and_constraints, latest_request_whole, latest_request
+        ),
         work_done=_body(_cap(_merge(items("work_done"), work), NARRATIVE_MAX_ITEMS)),
         in_progress=_body(_cap(_merge(items("in_progress"), _in_progress(scan, kept_requests)), NARRATIVE_MAX_ITEMS)),
         pending=_body(_cap(_merge(items("pending"), scan.pending), NARRATIVE_MAX_ITEMS)),
@@ -321,3 +340,32 @@ def build_deterministic_capsule(
         artifacts=_body(_merge(items("artifacts"), outputs, _path_key)),
         extra_sections=list(prior.extra_sections),
     )
+
+
+def with_latest_request(capsule: Capsule, request: str, *, quote: bool) -> Capsule:
+    """The capsule with `request` (the one being worked on) quoted whole under
+    `LATEST_REQUEST_LABEL` at the top of its Goal section when `quote` (SPEC §5: it is not in
+    the kept tail), and with no other text under that label: a quote of an earlier request
+    (copied by a model from the previous capsule) moves to the earlier requests, clipped.
+    """
+    goal = capsule.goal_and_constraints
+    stale: list[str] = []
+    found = False
+
+    def drop(match: re.Match[str]) -> str:
+        nonlocal found
+        if match["text"].strip() == request.strip():
+            found = True
+        else:
+            stale.append(bullet(one_line(match["text"], REQUEST_CLIP_CHARS)))
+        return ""
+
+    rest = _ANY_REQUEST_BLOCK.sub(drop, goal).strip()
+    if not stale and (found or not quote):
+        return capsule
+    parts = [f"{LATEST_REQUEST_LABEL}\n\n{_fenced(request)}"] if quote or found else []
+    if stale:
+        parts.append(EARLIER_REQUESTS_LABEL + "\n" + "\n".join(stale))
+    if rest:
+        parts.append(rest)
+    return capsule.model_copy(update={"goal_and_constraints": "\n\n".join(parts)})

@@ -33,7 +33,7 @@ from soba_nb.compaction.model_input import (
     system_text,
     visible_context,
 )
-from soba_nb.compaction.planner import Cut, NothingToCompact, plan_cut, region
+from soba_nb.compaction.planner import Cut, NothingToCompact, current_request, plan_cut, region
 from soba_nb.compaction.summarizer import Summarizer
 from soba_nb.compaction.triggers import (
     SOFT_TRIGGERS,
@@ -208,8 +208,9 @@ class Compactor:
         """
         cancel = cancel or threading.Event()
         measurement = self.measure()
-        summarize, previous = region(self.transcript.path_view())
-        cut = Cut(tuple(summarize), (), None, 0, measurement.estimated, previous)
+        path = self.transcript.path_view()
+        summarize, previous = region(path)
+        cut = Cut(tuple(summarize), (), None, 0, measurement.estimated, previous, current_request(path))
         plan = replace(self._plan(Trigger.USER, measurement, focus, (), None, None), cut=cut, unplannable=None)
         generated = generate_capsule(plan, cut, self._barrier_context(), cancel, time.monotonic())
         if isinstance(generated, CompactionResult) or cancel.is_set():

@@ -35,6 +35,8 @@ class Cut:
     summarized_tokens: int
     previous: CapsuleEntry | None
     """The capsule this one rolls up, if any."""
+    request: MessageEntry | None = None
+    """The request being worked on (`current_request` of the path), wherever it is."""
 
     @property
     def empty(self) -> bool:
@@ -64,6 +66,22 @@ def region(path: Sequence[Entry]) -> tuple[list[Entry], CapsuleEntry | None]:
                 start = index
                 break
     return [*path[start:capsule_at], *path[capsule_at + 1 :]], previous
+
+
+def current_request(path: Sequence[Entry]) -> MessageEntry | None:
+    """The user message that started the current turn: the latest one on the path.
+
+    It may lie before any number of capsules (a long tool loop compacts several times in
+    one turn), so the whole path is searched, not only the region being summarized; a
+    capsule loaded from a file (a handoff) starts the session afresh, so the search stops
+    there.
+    """
+    for entry in reversed(path):
+        if isinstance(entry, MessageEntry) and entry.role == "user":
+            return entry
+        if isinstance(entry, CapsuleEntry) and entry.source is not None:
+            return None
+    return None
 
 
 def valid_cuts(entries: Sequence[Entry]) -> list[int]:
@@ -128,4 +146,5 @@ def plan_cut(
         kept_tokens=suffix[cut],
         summarized_tokens=summarized,
         previous=previous,
+        request=current_request(path),
     )
