@@ -93,11 +93,17 @@ class SobaConfig(_Section):
     model: ModelSettings = Field(default_factory=lambda: ModelSettings())
     compaction: CompactionSettings = Field(default_factory=lambda: CompactionSettings())
     _provider_source: str = PrivateAttr(default="defaults")
+    _explicit: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @property
     def provider_source(self) -> str:
         """How the provider was chosen (see `soba_nb.resolution`), for `%budget` and doctor."""
         return self._provider_source
+
+    def set_by(self, key: str) -> str | None:
+        """Which layer set a key (`"model.contextWindow"`) explicitly: a config file's path,
+        "environment" or "arguments"; None for defaults and provider profiles."""
+        return self._explicit.get(key)
 
     @model_validator(mode="after")
     def _check_limits(self) -> SobaConfig:
@@ -270,6 +276,22 @@ def _one_line(exc: ValidationError, merged: Mapping[str, Any]) -> str:
     return f"{key} = {json.dumps(value, default=str)}: {rule.lower()}"
 
 
+RESOLUTION_LAYER = "provider resolution"
+"""The layer `load_config` adds when it chose the provider (not a user's setting)."""
+
+
+def _explicit_keys(layers: list[tuple[str, Mapping[str, Any]]]) -> dict[str, str]:
+    """`section.key` → the last layer that set it (the resolution layer does not count)."""
+    explicit: dict[str, str] = {}
+    for name, layer in layers:
+        if name == RESOLUTION_LAYER:
+            continue
+        for section, values in layer.items():
+            if isinstance(values, Mapping):
+                explicit.update({f"{section}.{key}": name for key in values})
+    return explicit
+
+
 def build_config(layers: list[tuple[str, Mapping[str, Any]]]) -> SobaConfig:
     """Merge layers (name, camelCase dict) in order and validate once."""
     merged: dict[str, Any] = {}
@@ -284,9 +306,11 @@ def build_config(layers: list[tuple[str, Mapping[str, Any]]]) -> SobaConfig:
     for _name, layer in renamed:
         merged = _deep_merge(merged, layer)
     try:
-        return SobaConfig.model_validate(merged)
+        config = SobaConfig.model_validate(merged)
     except ValidationError as exc:
         raise ConfigError(f"invalid configuration: {_one_line(exc, merged)}") from None
+    config._explicit = _explicit_keys(renamed)
+    return config
 
 
 def load_config(
@@ -310,7 +334,7 @@ def load_config(
         layers.append(("arguments", overrides))
     resolution = resolve_provider(layers, environ)
     if resolution.layer:
-        layers.insert(0, ("provider resolution", resolution.layer))
+        layers.insert(0, (RESOLUTION_LAYER, resolution.layer))
     config = build_config(layers)
     config._provider_source = resolution.explanation
     return config

@@ -122,31 +122,45 @@ class TestIntents:
         # soft triggers need minTokensForAutoCompact and the ROI gates, not the soft limit
         assert run(1500, intents=[intent("milestone")]).trigger is Trigger.MILESTONE
 
-    def test_pending_intents_are_those_after_the_latest_capsule_or_record(self):
+    def test_pending_intents_are_those_after_the_latest_capsule_not_consumed_by_a_record(self):
         first = intent("turn")
-        record = CompactionEntry(operation_id="op", trigger="turn_complete", outcome="skipped", reason="x")
+        record = CompactionEntry(
+            operation_id="op", trigger="turn_complete", outcome="skipped", reason="x", consumed=[first.checkpoint_id]
+        )
         second = intent("milestone")
-        path = [MessageEntry(role="user", content="x"), first, record, second]
+        unrelated = CompactionEntry(operation_id="op2", trigger="auto_threshold", outcome="skipped", reason="y")
+        path = [MessageEntry(role="user", content="x"), first, record, second, unrelated]
         assert [i.id for i in pending_intents(path)] == [second.id]
         not_intent = CheckpointEntry(kind="user", note="named point")
         assert pending_intents([not_intent]) == []
 
 
+    def test_a_milestone_waits_out_the_per_turn_limit_instead_of_being_consumed(self):
+        decision = run(3500, intents=[intent("milestone")], turn=TurnState(soft_attempted=True))
+        assert decision.trigger is None and decision.consumed == ()
+        assert "one soft compaction attempt per turn" in (decision.waiting or "")
+        assert run(3500, intents=[intent("milestone")]).trigger is Trigger.MILESTONE
+
+    def test_a_milestone_right_after_a_completed_compaction_waits(self):
+        decision = run(3500, intents=[intent("milestone")], guard=LoopGuard(just_completed=True))
+        assert decision.trigger is None and decision.consumed == ()
+
+
 class TestLoopGuard:
     def test_pauses_after_repeated_fruitless_soft_attempts(self):
-        guard = LoopGuard()
-        for _ in range(LOOP_GUARD_FAILURES):
-            guard.record("skipped", 3500, soft=True)
+        guard = LoopGuard(failures=LOOP_GUARD_FAILURES, tokens_at_last_attempt=3500)
         assert run(3500, guard=guard).trigger is None
         assert run(3999, guard=guard).trigger is None
         # grew by minReclaimableTokens since the last attempt: soft triggers resume
         t = thresholds(hard=6000, ratio=0.5, min_reclaimable=500)
         assert run(4000, t, guard=guard).trigger is Trigger.AUTO_THRESHOLD
 
-    def test_a_completed_compaction_resets_and_blocks_immediate_retrigger(self):
-        guard = LoopGuard(failures=2)
-        guard.record("completed", 3500, soft=True)
-        assert guard.failures == 0
-        assert run(3500, guard=guard).trigger is None
-        guard.just_completed = False
-        assert run(3500, guard=guard).trigger is Trigger.AUTO_THRESHOLD
+    def test_a_paused_guard_consumes_an_intent_with_its_reason(self):
+        guard = LoopGuard(failures=LOOP_GUARD_FAILURES, tokens_at_last_attempt=3500)
+        decision = run(3500, intents=[intent("milestone")], guard=guard)
+        assert decision.trigger is None and len(decision.consumed) == 1
+        assert "paused after" in (decision.skip_reason or "")
+
+    def test_a_just_completed_compaction_blocks_immediate_retrigger(self):
+        assert run(3500, guard=LoopGuard(just_completed=True)).trigger is None
+        assert run(3500, guard=LoopGuard()).trigger is Trigger.AUTO_THRESHOLD

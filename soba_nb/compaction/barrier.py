@@ -195,8 +195,8 @@ def run_barrier(plan: CompactionPlan, ctx: BarrierContext, cancel: threading.Eve
     except KeyboardInterrupt:
         cancel.set()
         result = _result(plan, Outcome.CANCELLED, "interrupted", started)
-    if result.outcome in (Outcome.SKIPPED, Outcome.FAILED) and plan.consumed:
-        _record_consumed(plan, ctx, result)
+    if result.outcome in (Outcome.SKIPPED, Outcome.FAILED):
+        _record_without_capsule(plan, ctx, result)
     if ctx.flight is not None:
         ctx.flight.record(_flight(plan, result))
     _emit(ctx, CompactionEvent("compaction_end", plan.operation_id, plan.trigger.value, 100, result))
@@ -400,7 +400,9 @@ def _previous_capsule(cut: Cut) -> Capsule | None:
         return None
 
 
-def _record_consumed(plan: CompactionPlan, ctx: BarrierContext, result: CompactionResult) -> None:
+def _record_without_capsule(plan: CompactionPlan, ctx: BarrierContext, result: CompactionResult) -> None:
+    """A receipt of an operation that appended no capsule: it consumes the plan's intents
+    and counts for the loop guard (soft triggers), across a kernel restart too."""
     if ctx.transcript.leaf != plan.expected_leaf:
         return
     outcome: Literal["skipped", "failed"] = "skipped" if result.outcome is Outcome.SKIPPED else "failed"
@@ -411,6 +413,7 @@ def _record_consumed(plan: CompactionPlan, ctx: BarrierContext, result: Compacti
             outcome=outcome,
             reason=result.reason,
             consumed=list(plan.consumed),
+            tokens_before=plan.tokens_before,
         )
     )
 

@@ -17,7 +17,7 @@ from soba_nb.compaction.model_input import (
     entry_tokens,
     latest_capsule_index,
 )
-from soba_nb.compaction.triggers import INTENT_KINDS, pending_intents
+from soba_nb.compaction.triggers import INTENT_KINDS, SOFT_TRIGGERS, LoopGuard, Trigger, pending_intents
 from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import (
     CapsuleEntry,
@@ -47,7 +47,7 @@ class Measurement:
 
 
 def _usage_after(path: Sequence[Entry], index: int) -> bool:
-    return any(isinstance(entry, UsageEntry) for entry in path[index + 1 :])
+    return any(isinstance(entry, UsageEntry) and not entry.truncated for entry in path[index + 1 :])
 
 
 class BudgetTracker:
@@ -66,6 +66,9 @@ class BudgetTracker:
         self._skills: dict[str, SkillEntry] = {}
         self._intents: list[CheckpointEntry] = []
         self._capsule_at: int | None = None
+        self._soft_failures = 0
+        self._tokens_at_last_soft = 0
+        self._visible_since_capsule = False
         self.rebuilds = 0
         """How many full rebuilds happened (tests and benchmarks read it)."""
 
@@ -103,6 +106,15 @@ class BudgetTracker:
         return tuple(self._skills.values())
 
     @property
+    def guard(self) -> LoopGuard:
+        """The loop guard's state on the path (as of the last `measure`)."""
+        return LoopGuard(
+            failures=self._soft_failures,
+            tokens_at_last_attempt=self._tokens_at_last_soft,
+            just_completed=self._capsule_at is not None and not self._visible_since_capsule,
+        )
+
+    @property
     def capsule_index(self) -> int | None:
         """Index on the path of the latest capsule (as of the last `measure`)."""
         return self._capsule_at
@@ -123,6 +135,8 @@ class BudgetTracker:
         self._usage_input = None
         self._usage_offset = 0
         self._skills = {}
+        self._soft_failures = self._tokens_at_last_soft = 0
+        self._visible_since_capsule = False
         for entry in path:
             if isinstance(entry, SkillEntry):
                 self._add(entry)
@@ -140,8 +154,13 @@ class BudgetTracker:
                     if path[index].id == kept:
                         start = index
                         break
-        for entry in path[start:]:
-            if not isinstance(entry, CapsuleEntry | SkillEntry):
+        for index in range(start, len(path)):
+            entry = path[index]
+            if index == capsule_at:
+                # What the guard counts, and "just completed", start after the capsule.
+                self._soft_failures = self._tokens_at_last_soft = 0
+                self._visible_since_capsule = False
+            elif not isinstance(entry, CapsuleEntry | SkillEntry):
                 self._add(entry)
         # A usage figure from before the latest capsule measured a different input: the
         # provider's calibration carries over through the capsule's before-figures instead
@@ -164,16 +183,22 @@ class BudgetTracker:
             if entry.role == "assistant":
                 self._before_last_assistant = self._estimated
             self._estimated += entry_tokens(entry, self.counter)
+            self._visible_since_capsule = True
         elif isinstance(entry, ToolCallEntry | ToolResultEntry):
             self._estimated += entry_tokens(entry, self.counter)
-        elif isinstance(entry, UsageEntry):
+            self._visible_since_capsule = True
+        elif isinstance(entry, UsageEntry) and not entry.truncated:
             # The figure measures the request that produced the preceding assistant message.
             self._usage_input = entry.input_tokens
             self._usage_offset = self._before_last_assistant
         elif isinstance(entry, CheckpointEntry) and entry.intent and entry.kind in INTENT_KINDS:
             self._intents.append(entry)
         elif isinstance(entry, CompactionEntry):
-            self._intents.clear()
+            consumed = set(entry.consumed)
+            self._intents = [i for i in self._intents if i.checkpoint_id not in consumed]
+            if entry.tokens_before is not None and Trigger(entry.trigger) in SOFT_TRIGGERS:
+                self._soft_failures += 1
+                self._tokens_at_last_soft = entry.tokens_before
         elif isinstance(entry, SkillEntry):
             previous = self._skills.pop(entry.name, None)
             if previous is None:

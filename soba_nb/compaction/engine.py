@@ -38,7 +38,6 @@ from soba_nb.compaction.summarizer import Summarizer
 from soba_nb.compaction.triggers import (
     SOFT_TRIGGERS,
     Decision,
-    LoopGuard,
     Thresholds,
     Trigger,
     TurnState,
@@ -110,7 +109,6 @@ class Compactor:
         self.summarizer = summarizer
         self.flight = flight
         self.kernel_state = kernel_state
-        self.guard = LoopGuard()
         self.last_result: CompactionResult | None = None
         self.listeners: list[Emit] = []
         self.tracker = BudgetTracker(counter, fixed_tokens(system, self.tools, counter))
@@ -175,12 +173,9 @@ class Compactor:
         """Run before every inference: at most one compaction, to a terminal outcome."""
         cancel = cancel or threading.Event()
         measurement = self.measure()
-        path = self.transcript.path_view()
-        # "Never re-trigger immediately after a completed compaction": only until new entries.
-        self.guard.just_completed = self.guard.just_completed and not _appended_since_capsule(path)
         intents = self.tracker.pending_intents
         decision = decide(
-            effective=measurement.effective, t=self.thresholds, intents=intents, turn=turn, guard=self.guard
+            effective=measurement.effective, t=self.thresholds, intents=intents, turn=turn, guard=self.tracker.guard
         )
         if decision.trigger is None:
             if decision.consumed:
@@ -249,7 +244,7 @@ class Compactor:
     ) -> CompactionResult:
         plan = self._plan(trigger, measurement, focus, consumed, target, must_be_below)
         result = run_barrier(plan, self._barrier_context(), cancel)
-        self._finish(result, measurement)
+        self._finish(result)
         return result
 
     def _plan(
@@ -323,11 +318,8 @@ class Compactor:
             )
         )
 
-    def _finish(self, result: CompactionResult, measurement: Measurement) -> None:
+    def _finish(self, result: CompactionResult) -> None:
         self.last_result = result
-        soft = Trigger(result.trigger) in SOFT_TRIGGERS
-        if result.outcome in (Outcome.COMPLETED, Outcome.SKIPPED, Outcome.FAILED):
-            self.guard.record(result.outcome.value, measurement.effective, soft=soft)
 
     def _skills(self) -> tuple[SkillEntry, ...]:
         self.measure()
@@ -339,10 +331,6 @@ class Compactor:
 
     def system_with_skills(self) -> str:
         return system_text(self.system, self._skills())
-
-
-def _appended_since_capsule(path: Sequence[object]) -> bool:
-    return bool(path) and not isinstance(path[-1], CapsuleEntry)
 
 
 def _intent_trigger(decision: Decision) -> Trigger:

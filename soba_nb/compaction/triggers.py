@@ -78,35 +78,31 @@ def post_generation_roi(tokens_before: int, tokens_after: int, t: Thresholds) ->
 
 
 def pending_intents(path: Sequence[Entry]) -> list[CheckpointEntry]:
-    """Intent checkpoints not yet consumed: after the latest capsule or compaction record."""
-    start = 0
+    """Intent checkpoints not yet consumed: after the latest capsule (an operation that
+    appended one consumed every intent before it), minus those a `compaction` entry names."""
     capsule_at = latest_capsule_index(path)
-    if capsule_at is not None:
-        start = capsule_at + 1
-    for index in range(len(path) - 1, start - 1, -1):
-        if isinstance(path[index], CompactionEntry):
-            start = index + 1
-            break
-    return [e for e in path[start:] if isinstance(e, CheckpointEntry) and e.intent and e.kind in INTENT_KINDS]
+    after = path[capsule_at + 1 :] if capsule_at is not None else path
+    consumed = {cid for entry in after if isinstance(entry, CompactionEntry) for cid in entry.consumed}
+    return [
+        e
+        for e in after
+        if isinstance(e, CheckpointEntry) and e.intent and e.kind in INTENT_KINDS and e.checkpoint_id not in consumed
+    ]
 
 
 @dataclass
 class LoopGuard:
-    """Pauses soft triggers after repeated fruitless attempts (the thrash guard)."""
+    """Pauses soft triggers after repeated fruitless attempts (the thrash guard).
+
+    Derived from the path (`BudgetTracker.guard`), so it survives a kernel restart: soft
+    operations that ended skipped or failed are `compaction` entries since the latest capsule.
+    """
 
     failures: int = 0
+    """Consecutive soft operations that ended skipped or failed since the latest capsule."""
     tokens_at_last_attempt: int = 0
     just_completed: bool = False
-    """A compaction just completed and nothing was appended since: never re-trigger."""
-
-    def record(self, outcome: str, effective: int, *, soft: bool) -> None:
-        self.just_completed = outcome == "completed"
-        if not soft:
-            if outcome == "completed":
-                self.failures = 0
-            return
-        self.tokens_at_last_attempt = effective
-        self.failures = 0 if outcome == "completed" else self.failures + 1
+    """A capsule is the latest thing on the path (nothing the model sees came after it)."""
 
     def paused(self, effective: int, min_reclaimable_tokens: int) -> bool:
         if self.failures < LOOP_GUARD_FAILURES:
@@ -131,6 +127,9 @@ class Decision:
     """Intents this decision consumes (recorded whatever the outcome)."""
     skip_reason: str | None = None
     """For consumed intents that fail their gates: why nothing runs."""
+    waiting: str | None = None
+    """Pending intents kept for a later preflight, and why they wait (a soft attempt was
+    already made this turn, or a compaction just completed)."""
 
 
 def decide(
@@ -156,24 +155,35 @@ def decide(
     if wanted is None:
         reason = "auto-compaction is off for this intent" if consumed else None
         return Decision(None, consumed, reason)
-    reason = _soft_gate(effective, t, turn, guard)
+    waiting = _not_now(turn, guard)
+    if waiting is not None:
+        # An intent is honoured at the next allowed attempt (the next turn at the latest),
+        # not thrown away because this moment is not one.
+        return Decision(None, (), None, waiting if consumed else None)
+    reason = _soft_gate(effective, t, guard)
     if reason is not None:
         return Decision(None, consumed, reason if consumed else None)
     return Decision(wanted, consumed)
 
 
-def _soft_gate(effective: int, t: Thresholds, turn: TurnState, guard: LoopGuard) -> str | None:
+def _not_now(turn: TurnState, guard: LoopGuard) -> str | None:
+    """Why no soft attempt may run at this preflight, for reasons that pass by the next turn."""
     if guard.just_completed:
         return "a compaction just completed"
     if turn.soft_attempted:
         return "one soft compaction attempt per turn already made"
-    if effective < t.min_tokens_for_auto_compact:
-        return f"effective {effective} < minTokensForAutoCompact {t.min_tokens_for_auto_compact}"
+    return None
+
+
+def _soft_gate(effective: int, t: Thresholds, guard: LoopGuard) -> str | None:
+    """Why a soft trigger's gates fail now (the attempt is evaluated, and its intents consumed)."""
     if guard.paused(effective, t.min_reclaimable_tokens):
         return (
             f"paused after {guard.failures} fruitless attempts until effective grows by "
             f"{t.min_reclaimable_tokens} tokens"
         )
+    if effective < t.min_tokens_for_auto_compact:
+        return f"effective {effective} < minTokensForAutoCompact {t.min_tokens_for_auto_compact}"
     roi = pre_generation_roi(effective, t)
     if not roi.passes:
         return roi.reason

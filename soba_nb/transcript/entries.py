@@ -7,9 +7,13 @@ leaves open, documented in the README:
   `message` that made them; each `tool_result` names its call by `callId`;
 - provider usage figures are their own `usage` entries, following the assistant message
   whose request they measure;
-- a compaction operation that ends without a capsule but consumed a pending intent is
-  recorded as a `compaction` entry (outcome and reason), so intents are consumed once even
-  across a kernel restart.
+- a compaction operation that ends without a capsule (skipped / failed) is recorded as a
+  `compaction` entry (outcome, reason, the intents it consumed), so intents are consumed
+  once and the loop guard's pause holds even across a kernel restart;
+- settings the user changes for the session (`%auto_compact off`) are `setting` entries, and
+  what the session learned of the model's real window (from the server, an overflow error,
+  a silently truncated prompt) is a `window` entry: both are read back on resume, from any
+  branch of the file (they are facts about the session, not steps of the conversation).
 """
 
 from __future__ import annotations
@@ -122,6 +126,11 @@ class UsageEntry(_Entry):
     provider: str | None = None
     model: str | None = None
     operation_id: str | None = None
+    sent_tokens: int | None = None
+    """Our own count of the request this figure measures."""
+    truncated: bool = False
+    """The server counted far fewer input tokens than were sent: it cut the prompt silently
+    (Ollama does when its num_ctx is smaller). Not used to measure the budget."""
 
 
 class CapsuleEntry(_Entry):
@@ -189,6 +198,40 @@ class CompactionEntry(_Entry):
     reason: str
     consumed: list[str] = Field(default_factory=list)
     """Checkpoint ids of the intents this operation consumed."""
+    tokens_before: int | None = None
+    """Effective tokens when the operation ran; absent when intents were consumed without
+    an operation (their gates failed). The loop guard counts soft operations with it."""
+
+
+SettingKey = Literal["compaction.auto"]
+
+
+class SettingEntry(_Entry):
+    """A setting the user changed for this session (`%auto_compact off`); read on resume."""
+
+    type: Literal["setting"] = "setting"
+    key: SettingKey
+    value: bool
+
+
+WindowSource = Literal["server", "overflow", "truncation"]
+
+
+class WindowEntry(_Entry):
+    """The model's real context window as the session learned it; a resumed session keeps it.
+
+    `server`: the server said so when asked (llama.cpp `/props`, Ollama `/api/show`, vLLM
+    `/v1/models`); `overflow`: an overflow error stated the limit; `truncation`: the server
+    silently cut a prompt to this many tokens.
+    """
+
+    type: Literal["window"] = "window"
+    context_window: int = Field(gt=0)
+    source: WindowSource
+    detail: str = ""
+    """Where exactly the figure came from, one line (no secrets, no message text)."""
+    model: str
+    """`provider/name` of the model the figure applies to."""
 
 
 Entry = Annotated[
@@ -201,7 +244,9 @@ Entry = Annotated[
     | CheckpointEntry
     | LeafEntry
     | SkillEntry
-    | CompactionEntry,
+    | CompactionEntry
+    | SettingEntry
+    | WindowEntry,
     Field(discriminator="type"),
 ]
 

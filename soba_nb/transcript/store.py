@@ -26,6 +26,8 @@ from soba_nb.transcript.entries import (
     Entry,
     LeafEntry,
     SessionEntry,
+    SettingEntry,
+    WindowEntry,
     entry_to_dict,
     new_entry_id,
 )
@@ -34,7 +36,7 @@ LOCK_SUFFIX = ".lock"
 # The first entry appended after a torn last line carries this flag, so a later load can
 # tell the (tolerated, already-warned) torn line apart from corruption.
 TORN_MARKER = "followsTornLine"
-DURABLE_TYPES = (CapsuleEntry, CheckpointEntry, SessionEntry)
+DURABLE_TYPES = (CapsuleEntry, CheckpointEntry, SessionEntry, SettingEntry, WindowEntry)
 
 
 class TranscriptError(ValueError):
@@ -162,6 +164,8 @@ class Transcript:
         """Lines in the file (torn ones included), so appended entries get true line numbers."""
         self.torn_lines: list[int] = list(torn_lines or [])
         """Line numbers of torn lines (crash leftovers) that loading tolerated and skipped."""
+        self._settings: dict[str, SettingEntry] = {}
+        self._windows: list[WindowEntry] = []
         for number, entry in entries:
             self._index(entry, number)
 
@@ -261,6 +265,10 @@ class Transcript:
             else:
                 self._path = None
             self._leaf = entry.id
+        if isinstance(entry, SettingEntry):
+            self._settings[entry.key] = entry
+        elif isinstance(entry, WindowEntry):
+            self._windows.append(entry)
         self._entries.append(entry)
         self._by_id[entry.id] = entry
         self._line_of[entry.id] = line
@@ -285,6 +293,15 @@ class Transcript:
     def line_of(self, entry_id: str) -> int:
         """1-based line number of an entry in the file."""
         return self._line_of[entry_id]
+
+    def setting(self, key: str) -> SettingEntry | None:
+        """The latest `setting` entry for `key`, on any branch (settings are not steps)."""
+        return self._settings.get(key)
+
+    @property
+    def windows(self) -> tuple[WindowEntry, ...]:
+        """Every `window` entry, in file order, on any branch."""
+        return tuple(self._windows)
 
     @property
     def leaf(self) -> str | None:
