@@ -7,18 +7,22 @@ background thread and answers
 - `POST /v1/messages` in Anthropic Messages style,
 
 streamed (SSE over chunked transfer encoding, flushed chunk by chunk) or not, as the
-request asks. Answers follow a script: a queue of `Reply` objects (build them with
+request asks. Other routes (a llama.cpp `GET /props`, an Ollama `POST /api/show`, a vLLM
+`GET /v1/models`) answer what a test registered with `route`; any other path is a 404.
+Answers follow a script: a queue of `Reply` objects (build them with
 `text`, `tool_calls`, `overflow`, `rate_limited`, `server_error`, `http_error`,
 `stream_error`, `truncated`, `empty_stream`, `malformed`), or callables that receive the
 `RecordedRequest` and return a `Reply`. When the queue is empty the default reply is
-used. Every request is recorded (path, headers, JSON body, time, whether the client
-hung up mid-answer).
+used. Every request is recorded (method, path, headers, JSON body, time, whether the
+client hung up mid-answer).
 
     with LLMServer() as server:
         server.script(text("Hello", chunks=3), rate_limited(retry_after=0.2))
         provider = OpenAIProvider(ModelSettings(base_url=server.url))
         ...
         assert server.requests[0].operation == "inference"
+
+        server.route("GET", "/props", body={"default_generation_settings": {"n_ctx": 8192}})
 """
 
 from __future__ import annotations
@@ -170,6 +174,8 @@ class RecordedRequest:
     """The client hung up before the answer was fully written."""
     completed: bool = False
     """The whole answer was written."""
+    method: str = "POST"
+    """HTTP method, upper case."""
 
     def __getitem__(self, key: str) -> Any:
         return self.body[key]
@@ -188,6 +194,19 @@ class RecordedRequest:
     @property
     def wire(self) -> str:
         return "anthropic" if self.path == ANTHROPIC_PATH else "openai"
+
+
+@dataclass(frozen=True)
+class Route:
+    """A canned answer for one method and path (see `LLMServer.route`)."""
+
+    status: int = 200
+    body: Any = None
+    """dict or list → JSON; text is sent verbatim (so "" is an empty body and "<html>" is
+    not JSON); None is an empty body."""
+    delay_s: float = 0.0
+    """Wait before answering at all (before the status line)."""
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 class _ClientGone(Exception):
@@ -217,16 +236,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.owner._track(self.connection, add=False)
         super().finish()
 
+    def do_GET(self) -> None:
+        record = self._receive("GET")
+        if not self._answer_route(record):
+            self._send_body(404, {"error": {"message": f"no route {self.path}"}})
+
     def do_POST(self) -> None:
-        raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        try:
-            body = json.loads(raw) if raw else None
-        except json.JSONDecodeError:
-            body = None
-        headers = {key.lower(): value for key, value in self.headers.items()}
-        record = RecordedRequest(self.path, headers, body, raw, time.monotonic())
+        record = self._receive("POST")
         owner = self.server.owner
-        owner._record(record)
+        if self._answer_route(record):
+            return
         if self.path not in (OPENAI_PATH, ANTHROPIC_PATH):
             self._send_body(404, {"error": {"message": f"no route {self.path}"}})
             return
@@ -239,6 +258,34 @@ class _Handler(BaseHTTPRequestHandler):
         except (_ClientGone, BrokenPipeError, ConnectionResetError):
             record.disconnected = True
             self.close_connection = True
+
+    def _receive(self, method: str) -> RecordedRequest:
+        """Read the request body and record the request."""
+        raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        try:
+            body = json.loads(raw) if raw else None
+        except json.JSONDecodeError:
+            body = None
+        headers = {key.lower(): value for key, value in self.headers.items()}
+        record = RecordedRequest(self.path, headers, body, raw, time.monotonic(), method=method)
+        self.server.owner._record(record)
+        return record
+
+    def _answer_route(self, record: RecordedRequest) -> bool:
+        """Answer a registered route; False when none matches the method and path."""
+        owner = self.server.owner
+        route = owner._route_for(record.method, record.path)
+        if route is None:
+            return False
+        try:
+            if route.delay_s and owner._pause(route.delay_s):
+                return True
+            self._send_body(route.status, "" if route.body is None else route.body, route.headers)
+            record.completed = True
+        except (BrokenPipeError, ConnectionResetError):
+            record.disconnected = True
+            self.close_connection = True
+        return True
 
     # -- low-level writing ----------------------------------------------------------
 
@@ -507,6 +554,7 @@ class LLMServer:
         self._lock = threading.Lock()
         self._script: deque[ScriptItem] = deque()
         self._requests: list[RecordedRequest] = []
+        self._routes: dict[tuple[str, str], Route] = {}
         self._connections: set[socket.socket] = set()
         self._closing = threading.Event()
         self._server = _Server(("127.0.0.1", 0), _Handler)
@@ -536,6 +584,22 @@ class LLMServer:
         """Queue replies, answered in order, one per request."""
         with self._lock:
             self._script.extend(replies)
+
+    def route(
+        self,
+        method: str,
+        path: str,
+        *,
+        status: int = 200,
+        body: Any = None,
+        delay_s: float = 0.0,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Answer every `method` request for `path` (query string ignored) with a canned
+        reply; registering the same method and path again replaces it."""
+        route = Route(status=status, body=body, delay_s=delay_s, headers=headers or {})
+        with self._lock:
+            self._routes[(method.upper(), path)] = route
 
     @property
     def pending(self) -> int:
@@ -583,6 +647,10 @@ class LLMServer:
     def _record(self, record: RecordedRequest) -> None:
         with self._lock:
             self._requests.append(record)
+
+    def _route_for(self, method: str, path: str) -> Route | None:
+        with self._lock:
+            return self._routes.get((method, path.split("?", 1)[0]))
 
     def _next_reply(self, record: RecordedRequest) -> Reply:
         with self._lock:

@@ -116,7 +116,7 @@ def test_a_tool_loop_compacts_between_tool_batches(make_session, server):
     router.script(*[tool_calls(("python", {"code": "print('row,' * 1500)"})) for _ in range(7)], text("All done."))
     result = run_turn(session, "Print the rows seven times.")
     assert result.status == "completed" and result.answer == "All done."
-    operations = [r.operation for r in server.requests]
+    operations = [r.operation for r in server.requests if r.operation]
     first_compaction = operations.index("compaction")
     assert 0 < first_compaction < len(operations) - 1  # between inference requests
     assert entries(session, CapsuleEntry)
@@ -139,7 +139,7 @@ def test_overflow_recovers_with_one_compaction_and_one_retry(make_session, serve
     router.script(overflow(), text("Recovered answer."))
     result = run_turn(session, "Summarize the data.")
     assert result.status == "completed" and result.answer == "Recovered answer."
-    assert [r.operation for r in server.requests] == ["inference", "compaction", "inference"]
+    assert [r.operation for r in server.requests if r.operation] == ["inference", "compaction", "inference"]
     first, retry = inference_requests(server)
     assert len(json.dumps(retry.body)) < len(json.dumps(first.body))
     [capsule] = entries(session, CapsuleEntry)

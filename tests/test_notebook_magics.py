@@ -294,7 +294,7 @@ def test_auto_compact_off_turns_soft_triggers_off(ip, scripted):
         ip.run_line_magic("auto_compact", "off")
     agent = magics(ip).agent
     assert "auto compaction off" in out.stdout
-    assert agent.config.compaction.auto is False and agent.compactor.thresholds.auto is False
+    assert agent.limits.auto is False and agent.compactor.thresholds.auto is False
     assert agent.compactor.thresholds.hard_limit == agent.config.hard_limit  # the hard limit stays
     ip.run_line_magic("soba", "--new start over")  # the setting outlives the session
     assert magics(ip).agent.compactor.thresholds.auto is False

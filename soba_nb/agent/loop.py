@@ -28,6 +28,11 @@ from soba_nb.providers.base import ModelRequest, ModelResponse
 from soba_nb.providers.errors import Cancelled, ContextOverflowError, ProviderError
 from soba_nb.transcript.entries import MessageEntry, ToolCallEntry, ToolResultEntry, UsageEntry
 
+TRUNCATION_SHARE = 0.5
+"""A usage figure below this share of our count of what was sent means the server cut the
+prompt (Ollama does, silently, when its num_ctx is smaller than the prompt)."""
+TRUNCATION_MIN_TOKENS = 1024
+"""Below this size, tokenizers may disagree too much for the comparison to mean anything."""
 DEFAULT_MAX_STEPS = 25
 """Inference requests per turn before the loop stops with a clear message."""
 INFERENCE_TIMEOUT_S = 600.0
@@ -73,10 +78,15 @@ class TurnRunner:
         self.turn = TurnState()
         self.result = TurnResult("completed")
         self._overflow_recovered = False
+        self._retry_ceiling: int | None = None
+        """After an overflow that stated the limit: the most the retry may be on our scale."""
 
     def run(self, prompt: str) -> TurnResult:
         session = self.session
         session.ensure_summarizer()
+        session.refresh_limits(ask_server=True)
+        for note in session.limits.notes:
+            self.emit(Notice(note, "warning"))
         listener = self.emit
         session.compactor.listeners.append(listener)
         try:
@@ -98,16 +108,19 @@ class TurnRunner:
             if self.cancel.is_set():
                 return self._end("cancelled", "cancelled")
             try:
-                model_input = self.session.compactor.request_for_sending()
+                model_input = self.session.compactor.request_for_sending(self.cancel)
             except HardLimitExceeded as exc:
-                return self._end("failed", str(exc))
+                return self._end("failed", f"{exc}. {self._advice()}")
+            refusal = self._beyond_stated_limit(model_input)
+            if refusal is not None:
+                return self._end("failed", refusal)
             response = self._infer(model_input)
             if isinstance(response, TurnResult):
                 return response
             if response is None:
                 continue  # overflow recovered: retry once with the smaller input
             self.result.steps += 1
-            self._record_answer(response)
+            self._record_answer(response, truncated=self._truncated(response, model_input.tokens))
             if not response.tool_calls:
                 self.result.answer = response.text
                 self.session.compactor.record_turn_complete()
@@ -119,16 +132,41 @@ class TurnRunner:
             f"stopped after {self.max_steps} model requests (the step limit); ask again to continue",
         )
 
+    def _advice(self) -> str:
+        """What a user can do about a refused request."""
+        limits = self.session.limits
+        return (
+            "To continue: `%compact` with a focus, `%rewind` to an earlier checkpoint, or "
+            f"`%soba --new`; the window is {limits.context_window:,} ({limits.window_source}): "
+            "if the model's real window is larger, set model.contextWindow in soba.json"
+        )
+
+    def _beyond_stated_limit(self, model_input: ModelInput) -> str | None:
+        """The retry after an overflow must fit the limit the server stated (SPEC §6)."""
+        if self._retry_ceiling is None:
+            return None
+        tokens = self.session.compactor.send_figure(model_input)
+        if tokens <= self._retry_ceiling:
+            return None
+        return (
+            f"request not sent: the retry after the overflow would still be {tokens:,} tokens, "
+            f"more than the {self._retry_ceiling:,} that fit the limit the server stated. {self._advice()}"
+        )
+
     def _infer(self, model_input: ModelInput) -> ModelResponse | TurnResult | None:
         for note in model_input.notes:
             self.emit(Notice(note, "warning"))
+        compactor = self.session.compactor
+        sent = compactor.send_figure(model_input)
         request = ModelRequest(
             system=model_input.system,
             messages=list(model_input.messages),
             tools=list(model_input.tools),
-            max_output_tokens=self.session.config.model.max_output_tokens,
+            max_output_tokens=self.session.limits.max_output_tokens,
             operation="inference",
             operation_id="op_" + uuid.uuid4().hex[:12],
+            input_tokens=sent,
+            near_window=sent >= compactor.thresholds.soft_limit,
         )
         streamed: list[str] = []
 
@@ -137,17 +175,38 @@ class TurnRunner:
             self.emit(TextDelta(text))
 
         try:
-            return self.session.provider.complete(
+            response = self.session.provider.complete(
                 request, on_text=on_text, cancel=self.cancel, timeout_s=INFERENCE_TIMEOUT_S
             )
         except ContextOverflowError as exc:
-            return self._recover(exc, model_input.tokens)
+            return self._recover(exc, sent)
         except (Cancelled, KeyboardInterrupt):
             self.cancel.set()
             self._record_partial("".join(streamed))
             return self._end("cancelled", "cancelled while the answer streamed")
         except ProviderError as exc:
             return self._end("failed", f"{self.session.config.model.provider}: {exc}")
+        return response
+
+    def _truncated(self, response: ModelResponse, sent: int) -> bool:
+        """The server counted far fewer input tokens than we sent: it cut the prompt silently.
+        Warn, learn the window it really used, and keep the budget on our own count."""
+        usage = response.usage
+        if usage is None or sent < TRUNCATION_MIN_TOKENS or usage.input_tokens >= sent * TRUNCATION_SHARE:
+            return False
+        self.session.learn_window(
+            usage.input_tokens, "truncation", f"the server counted {usage.input_tokens:,} of about {sent:,} tokens sent"
+        )
+        self.emit(
+            Notice(
+                f"the server counted {usage.input_tokens:,} input tokens where about {sent:,} were sent: it cut "
+                "the prompt silently (Ollama does when num_ctx is smaller), so the answer may have missed part "
+                f"of the context. The window is now {self.session.limits.context_window:,} for this session; "
+                "give the server a larger context (Ollama: OLLAMA_CONTEXT_LENGTH or PARAMETER num_ctx) to use more",
+                "warning",
+            )
+        )
+        return True
 
     def _recover(self, exc: ContextOverflowError, refused_tokens: int) -> TurnResult | None:
         if self._overflow_recovered:
@@ -158,7 +217,13 @@ class TurnRunner:
             )
         self._overflow_recovered = True
         self.emit(Notice(f"context overflow from the provider ({exc}); compacting once and retrying", "warning"))
-        result = self.session.compactor.recover_overflow(refused_tokens, exc.limit, self.cancel)
+        session = self.session
+        # The server's count of the refused request against ours: the retry is sized on its scale.
+        ratio = max(1.0, exc.requested / refused_tokens) if exc.requested and refused_tokens > 0 else 1.0
+        if exc.limit is not None:
+            session.learn_window(exc.limit, "overflow", f"the server's stated limit is {exc.limit:,} tokens")
+            self._retry_ceiling = max(int((exc.limit - session.limits.max_output_tokens) / ratio), 0)
+        result = session.compactor.recover_overflow(refused_tokens, self._retry_ceiling, self.cancel)
         self.result.compactions.append(result)
         if result.outcome is not Outcome.COMPLETED:
             return self._end(
@@ -167,7 +232,7 @@ class TurnRunner:
             )
         return None
 
-    def _record_answer(self, response: ModelResponse) -> None:
+    def _record_answer(self, response: ModelResponse, *, truncated: bool) -> None:
         transcript = self.session.transcript
         transcript.append(MessageEntry(role="assistant", content=redact(response.text)))
         for call in response.tool_calls:
@@ -179,6 +244,7 @@ class TurnRunner:
                     output_tokens=response.usage.output_tokens,
                     provider=response.provider,
                     model=response.model,
+                    truncated=truncated,
                 )
             )
 

@@ -7,6 +7,7 @@ unless a new one is asked for.
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -19,10 +20,11 @@ from soba_nb.agent.summarizer import ProviderSummarizer
 from soba_nb.agent.tools import TOOL_SCHEMAS
 from soba_nb.compaction.engine import Compactor, EngineSettings
 from soba_nb.compaction.flight import FLIGHT_FILE, FlightRecorder
-from soba_nb.compaction.triggers import Thresholds
+from soba_nb.catalogue import lookup
 from soba_nb.config import SobaConfig
 from soba_nb.providers import make_provider
 from soba_nb.providers.base import Provider
+from soba_nb.providers.discovery import ServerWindow, discover_window
 from soba_nb.providers.errors import ProviderError
 from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import (
@@ -30,9 +32,20 @@ from soba_nb.transcript.entries import (
     CheckpointEntry,
     LeafEntry,
     SessionEntry,
+    SettingEntry,
     SkillEntry,
+    WindowEntry,
+    WindowSource,
 )
 from soba_nb.transcript.store import Transcript
+from soba_nb.window import (
+    AUTO_KEY,
+    SessionLimits,
+    learned_window,
+    model_key,
+    recorded_server_window,
+    resolve_limits,
+)
 
 SESSION_SUFFIX = ".jsonl"
 SESSIONS_FOLDER_SUFFIX = ".soba"
@@ -75,18 +88,19 @@ def latest_session(folder: Path) -> Path | None:
     return files[-1] if files else None
 
 
-def thresholds_from(config: SobaConfig) -> Thresholds:
-    c = config.compaction
-    return Thresholds(
-        hard_limit=config.hard_limit,
-        soft_limit=config.soft_limit,
-        auto=c.auto,
-        compact_on_turn_complete=c.compact_on_turn_complete,
-        compact_on_milestone=c.compact_on_milestone,
-        min_tokens_for_auto_compact=c.min_tokens_for_auto_compact,
-        min_reclaimable_tokens=c.min_reclaimable_tokens,
-        min_savings_ratio=c.min_savings_ratio,
-        keep_recent_tokens=c.keep_recent_tokens,
+def session_limits(
+    config: SobaConfig, transcript: Transcript, server: ServerWindow | None = None
+) -> SessionLimits:
+    """The limits of a session: its config, the catalogue, the server's figure (or the one
+    recorded last), what the session learned and its `%auto_compact` setting."""
+    model = model_key(config)
+    windows = transcript.windows
+    return resolve_limits(
+        config,
+        catalogue=lookup(config.model.provider, config.model.name),
+        server=server or recorded_server_window(windows, model),
+        learned=learned_window(windows, model),
+        auto_setting=transcript.setting(AUTO_KEY),
     )
 
 
@@ -138,6 +152,10 @@ class AgentSession:
         self.transcript = Transcript.open(path, create_header=header)
         self.session_id = path.stem
         self.counter = counter_for(config)
+        self._server_window: ServerWindow | None = None
+        self._asked: tuple[str, str] | None = None
+        """(baseUrl, model) the server was last asked about, so it is asked once."""
+        self.limits = session_limits(config, self.transcript)
         self.compactor = Compactor(
             self.transcript,
             self.counter,
@@ -153,20 +171,69 @@ class AgentSession:
 
     def _engine_settings(self) -> EngineSettings:
         return EngineSettings(
-            thresholds=thresholds_from(self.config),
+            thresholds=self.limits.thresholds(self.config),
             timeout_ms=self.config.compaction.timeout_ms,
-            max_output_tokens=self.config.model.max_output_tokens,
+            max_output_tokens=self.limits.max_output_tokens,
             session_id=self.session_id,
         )
 
     def apply_config(self, config: SobaConfig) -> None:
-        """New settings (e.g. `%auto_compact off`); a model change also changes the provider."""
+        """New settings (e.g. soba.json edited); a model change also changes the provider."""
         model_changed = config.model != self.config.model
         self.config = config
-        self.compactor.update_settings(self._engine_settings())
         if model_changed:
             self._provider = None
+            self._server_window = None
             self.compactor.summarizer = None
+        self.refresh_limits()
+
+    def refresh_limits(self, *, ask_server: bool = False) -> SessionLimits:
+        """Recompute the limits (asking the server first, once per model, when told to)."""
+        if ask_server:
+            self._ask_server()
+        self.limits = session_limits(self.config, self.transcript, self._server_window)
+        self.compactor.update_settings(self._engine_settings())
+        return self.limits
+
+    def _ask_server(self) -> None:
+        """An OpenAI-compatible server at `baseUrl` may say its real window (llama.cpp,
+        Ollama, vLLM); the answer is recorded when it is new, so `soba-nb budget` knows it."""
+        model = self.config.model
+        if model.provider != "openai" or not model.base_url:
+            return
+        asked = (model.base_url, model.name)
+        if self._asked == asked:
+            return
+        self._asked = asked
+        key = os.environ.get(model.api_key_env, "").strip() if model.api_key_env else ""
+        found = discover_window(model.base_url, model.name, api_key=key or None)
+        self._server_window = found
+        if found is None:
+            return
+        known = recorded_server_window(self.transcript.windows, model_key(self.config))
+        if known is None or known != found:
+            self._record_window(found.context_window, "server", found.source)
+
+    def learn_window(self, context_window: int, source: WindowSource, detail: str) -> bool:
+        """The model's window is smaller than we thought (an overflow error stated it, or the
+        server cut a prompt): record it for the session and recompute. False if not news."""
+        if context_window >= self.limits.context_window:
+            return False
+        self._record_window(context_window, source, detail)
+        self.refresh_limits()
+        return True
+
+    def _record_window(self, context_window: int, source: WindowSource, detail: str) -> None:
+        self.transcript.append(
+            WindowEntry(context_window=context_window, source=source, detail=detail, model=model_key(self.config))
+        )
+
+    def set_auto(self, on: bool) -> None:
+        """`%auto_compact on|off`: kept in the transcript, so a resumed session keeps it."""
+        recorded = self.transcript.setting(AUTO_KEY)
+        if recorded is None or recorded.value != on:
+            self.transcript.append(SettingEntry(key=AUTO_KEY, value=on))
+        self.refresh_limits()
 
     @property
     def provider(self) -> Provider:

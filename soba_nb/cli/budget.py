@@ -17,6 +17,7 @@ from soba_nb.cli.session import (
     "budget", "hardLimit, softLimit and effective tokens of a session", session_and_json_arguments
 )
 def budget_command(args: argparse.Namespace) -> int:
+    from soba_nb.agent.session import session_limits
     from soba_nb.config import ConfigError, load_config
 
     transcript = load_session(args.session)
@@ -25,26 +26,31 @@ def budget_command(args: argparse.Namespace) -> int:
         config = load_config(folder)
     except ConfigError as error:
         raise CommandError(f"{PROG} budget: {error}") from None
+    limits = session_limits(config, transcript)
+    hard, soft = limits.hard_limit, limits.soft_limit(config)
     tokens = token_figures(transcript)
     effective = tokens["effectiveTokens"]
     info = {
         "session": str(args.session),
         "configFolder": str(folder),
         "model": f"{config.model.provider}/{config.model.name}",
-        "contextWindow": config.model.context_window,
-        "hardLimit": config.hard_limit,
-        "softLimit": config.soft_limit,
+        "contextWindow": limits.context_window,
+        "windowSource": limits.window_source,
+        "maxOutputTokens": limits.max_output_tokens,
+        "hardLimit": hard,
+        "softLimit": soft,
         "effectiveTokens": effective,
         "source": tokens["source"],
         "estimatedTokens": tokens["estimatedTokens"],
-        "auto": config.compaction.auto,
-        "overHardLimit": effective > config.hard_limit,
-        "overSoftLimit": effective >= config.soft_limit,
+        "auto": limits.auto,
+        "autoSource": limits.auto_source,
+        "overHardLimit": effective > hard,
+        "overSoftLimit": effective >= soft,
     }
     if args.json:
         print_json(info)
         return EXIT_OK
-    share = effective / config.hard_limit if config.hard_limit > 0 else 0.0
+    share = effective / hard if hard > 0 else 0.0
     state = (
         "over hardLimit: the next request would compact first (hard_limit)"
         if info["overHardLimit"]
@@ -56,12 +62,13 @@ def budget_command(args: argparse.Namespace) -> int:
         "\n".join(
             [
                 f"session    {args.session}",
-                f"config     {folder} · model {info['model']} · window {config.model.context_window}",
-                f"hardLimit  {config.hard_limit}",
-                f"softLimit  {config.soft_limit}",
+                f"config     {folder} · model {info['model']}",
+                f"window     {limits.context_window} ({limits.window_source}) · maxOutputTokens {limits.max_output_tokens}",
+                f"hardLimit  {hard}",
+                f"softLimit  {soft}",
                 f"effective  {effective} ({tokens['source']}) · {share:.0%} of hardLimit · {state}",
                 f"estimated  {tokens['estimatedTokens']}",
-                f"auto       {'on' if config.compaction.auto else 'off'}",
+                f"auto       {'on' if limits.auto else 'off'} ({limits.auto_source})",
             ]
         )
     )

@@ -110,6 +110,7 @@ class Compactor:
         self.flight = flight
         self.kernel_state = kernel_state
         self.last_result: CompactionResult | None = None
+        self._leaf_after_operation: str | None = None
         self.listeners: list[Emit] = []
         self.tracker = BudgetTracker(counter, fixed_tokens(system, self.tools, counter))
 
@@ -137,15 +138,37 @@ class Compactor:
         fit_to = self.thresholds.hard_limit if fit else None
         return assemble(context, system=self.system, tools=self.tools, counter=self.counter, fit_to=fit_to)
 
-    def request_for_sending(self) -> ModelInput:
-        """Model input known to be under the hard limit, or `HardLimitExceeded` (fail-closed)."""
-        built = self.model_input()
+    def send_figure(self, built: ModelInput) -> int:
+        """The size of `built` on the scale the trigger reads: effective tokens (SPEC §2, the
+        provider's last usage figure plus our count of what came after it; our estimate
+        before any figure), less what the assembler clipped. One figure for both decisions,
+        so the send check never refuses what the trigger thought fits."""
         measurement = self.measure()
-        # When the provider counts more than we do, its figure is the one that must fit.
-        tokens = built.tokens + max(measurement.effective - measurement.estimated, 0)
-        if tokens > self.thresholds.hard_limit:
-            raise HardLimitExceeded(tokens, self.thresholds.hard_limit)
+        return built.tokens + (measurement.effective - measurement.estimated)
+
+    def request_for_sending(self, cancel: threading.Event | None = None) -> ModelInput:
+        """Model input known to be under the hard limit, or `HardLimitExceeded` (fail-closed).
+
+        Whenever the check would refuse, a `hard_limit` compaction runs first, whatever `auto`
+        says, unless one already ran with nothing appended since (the preflight's).
+        """
+        built = self.model_input()
+        tokens = self.send_figure(built)
+        hard = self.thresholds.hard_limit
+        if tokens > hard and not self._forced_attempt_is_current():
+            self._operate(Trigger.HARD_LIMIT, self.measure(), cancel or threading.Event())
+            built = self.model_input()
+            tokens = self.send_figure(built)
+        if tokens > hard:
+            last = self.last_result
+            reason = last.reason if last is not None and last.outcome is not Outcome.COMPLETED else ""
+            raise HardLimitExceeded(tokens, hard, reason)
         return built
+
+    def _forced_attempt_is_current(self) -> bool:
+        last = self.last_result
+        forced = (Trigger.HARD_LIMIT.value, Trigger.CONTEXT_OVERFLOW.value)
+        return last is not None and last.trigger in forced and self._leaf_after_operation == self.transcript.leaf
 
     # -- intents -------------------------------------------------------------------------
 
@@ -215,13 +238,15 @@ class Compactor:
     def recover_overflow(
         self,
         refused_tokens: int,
-        stated_limit: int | None,
+        ceiling: int | None,
         cancel: threading.Event | None = None,
     ) -> CompactionResult:
-        """One forced compaction after a provider overflow: the retry must be strictly smaller."""
+        """One forced compaction after a provider overflow: the retry must be strictly smaller
+        than the refused request (`refused_tokens`, on the effective scale) and, when the
+        server stated its limit, at most `ceiling` (what fits that limit on our scale)."""
         target = self.thresholds.hard_limit
-        if stated_limit is not None:
-            target = min(target, stated_limit - self.settings.max_output_tokens - OVERFLOW_MARGIN_TOKENS)
+        if ceiling is not None:
+            target = min(target, ceiling - OVERFLOW_MARGIN_TOKENS)
         target = min(target, refused_tokens - 1)
         return self._operate(
             Trigger.CONTEXT_OVERFLOW,
@@ -320,6 +345,7 @@ class Compactor:
 
     def _finish(self, result: CompactionResult) -> None:
         self.last_result = result
+        self._leaf_after_operation = self.transcript.leaf
 
     def _skills(self) -> tuple[SkillEntry, ...]:
         self.measure()

@@ -97,8 +97,6 @@ class SobaMagics(Magics, Configurable):
         overrides: dict[str, Any] = {}
         if self.model:
             overrides["model"] = {"name": self.model}
-        if self.auto_compact is not None:
-            overrides["compaction"] = {"auto": self.auto_compact}
         return overrides
 
     def get_session(self, *, new: bool = False, session_file: str | None = None) -> AgentSession:
@@ -113,17 +111,21 @@ class SobaMagics(Magics, Configurable):
             config = load_config(folder, self._overrides())
             if self.agent is not None and not new and requested is None:
                 self.agent.apply_config(config)
-                return self.agent
-            self.close()
-            self.agent = AgentSession(
-                config,
-                sessions_dir=location.sessions_dir,
-                project_root=location.project_root,
-                namespace=self.user_ns,
-                notebook=str(location.notebook) if location.notebook else None,
-                session_file=requested,
-                new=new,
-            )
+            else:
+                self.close()
+                self.agent = AgentSession(
+                    config,
+                    sessions_dir=location.sessions_dir,
+                    project_root=location.project_root,
+                    namespace=self.user_ns,
+                    notebook=str(location.notebook) if location.notebook else None,
+                    session_file=requested,
+                    new=new,
+                )
+            # `%auto_compact` / `%config SobaMagics.auto_compact`: kept in the transcript, so
+            # the session keeps it after a restart (when the trait is None again).
+            if self.auto_compact is not None:
+                self.agent.set_auto(self.auto_compact)
         except SESSION_ERRORS as exc:
             raise UsageError(one_line(exc)) from None
         return self.agent
@@ -308,7 +310,9 @@ class SobaMagics(Magics, Configurable):
         """%budget — effective tokens vs hardLimit and softLimit, measurement source, auto
         on/off and the last compaction. A widget in a notebook, text elsewhere."""
         parse(self.budget, line)
-        snapshot = snapshot_of(self.get_session())
+        agent = self.get_session()
+        agent.refresh_limits(ask_server=True)
+        snapshot = snapshot_of(agent)
         if not self.rich:
             print(snapshot.text())
             return
@@ -327,8 +331,11 @@ class SobaMagics(Magics, Configurable):
         if args.state is not None:
             self.auto_compact = args.state == "on"
         agent = self.get_session()
-        state = "on" if agent.config.compaction.auto else "off"
-        print(f"auto compaction {state} (soft triggers {state}; hard_limit and context_overflow always apply)")
+        state = "on" if agent.limits.auto else "off"
+        print(
+            f"auto compaction {state} (soft triggers {state}; hard_limit and context_overflow always apply; "
+            f"{agent.limits.auto_source}, kept in the session)"
+        )
         self.refresh_monitor()
 
     @line_magic

@@ -108,6 +108,12 @@ class BudgetSnapshot:
     """Session id (the transcript's file stem)."""
     provider_source: str = ""
     """How the provider was chosen (see `soba_nb.resolution`)."""
+    context_window: int = 0
+    max_output_tokens: int = 0
+    window_source: str = ""
+    """Where the context window came from (`soba_nb.window`)."""
+    paused: str | None = None
+    """Why soft triggers are paused (the loop guard), when they are."""
 
     @property
     def percent(self) -> float:
@@ -136,6 +142,13 @@ class BudgetSnapshot:
             out.append(f"Last compaction: {self.last_compaction} · quality {self.last_quality}")
         if self.last_attempt is not None:
             out.append(f"Last attempt: {self.last_attempt}")
+        if self.paused is not None:
+            out.append(f"Soft triggers paused: {self.paused}")
+        if self.context_window:
+            out.append(
+                f"Window: {self.context_window:,} tokens ({self.window_source}) · "
+                f"maxOutputTokens {self.max_output_tokens:,}"
+            )
         if self.model:
             source = f" · {self.provider_source}" if self.provider_source else ""
             out.append(f"Model: {self.model}{source}")
@@ -157,6 +170,8 @@ class BudgetSnapshot:
             "degraded": self.last_quality == "degraded",
             "provider": self.model,
             "session": self.session,
+            "contextWindow": self.context_window,
+            "windowSource": self.window_source,
         }
 
 
@@ -165,6 +180,14 @@ def snapshot_of(session: AgentSession) -> BudgetSnapshot:
     compactor = session.compactor
     measurement = compactor.measure()
     thresholds = compactor.thresholds
+    limits = session.limits
+    guard = compactor.tracker.guard
+    paused = (
+        f"{guard.failures} fruitless attempts; they resume when effective reaches "
+        f"{guard.tokens_at_last_attempt + thresholds.min_reclaimable_tokens:,}"
+        if guard.paused(measurement.effective, thresholds.min_reclaimable_tokens)
+        else None
+    )
     capsules = session.capsules()
     latest = capsules[-1] if capsules else None
     attempt = compactor.last_result
@@ -180,6 +203,10 @@ def snapshot_of(session: AgentSession) -> BudgetSnapshot:
         model=f"{session.config.model.provider}/{session.config.model.name}",
         session=session.session_id,
         provider_source=session.config.provider_source,
+        context_window=limits.context_window,
+        max_output_tokens=limits.max_output_tokens,
+        window_source=limits.window_source,
+        paused=paused,
     )
 
 

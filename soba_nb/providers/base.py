@@ -47,6 +47,11 @@ class ModelRequest(BaseModel):
     operation: Operation = "inference"
     operation_id: str
     stream: bool = True
+    input_tokens: int | None = None
+    """Our count of the input (never sent); error messages quote it."""
+    near_window: bool = False
+    """The input is near the model's window (at or past the soft limit; never sent): an
+    empty answer is then read as a context overflow, not retried as a glitch."""
 
 
 class ModelResponse(BaseModel):

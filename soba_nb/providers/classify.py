@@ -21,7 +21,7 @@ from typing import Any
 from soba_nb.providers.errors import (
     BadResponseError,
     ContextOverflowError,
-    IncompleteResponseError,
+    EmptyAnswerError,
     ProviderError,
     RateLimitError,
     RequestRejectedError,
@@ -282,11 +282,11 @@ def classify_stream_error(source: str, payload: Mapping[str, Any]) -> ProviderEr
 def parse_json_answer(source: str, text: str) -> dict[str, Any]:
     """Parse a 200 answer's JSON body; anything but a JSON object is a `BadResponseError`.
 
-    An empty body is an `IncompleteResponseError` (a failure that is retried, never an
-    empty answer), like an empty stream.
+    An empty body is an `EmptyAnswerError` (a failure, never an empty answer), like an
+    empty stream.
     """
     if not text.strip():
-        raise IncompleteResponseError(f"{source}: the server answered 200 with an empty body")
+        raise EmptyAnswerError(f"{source}: the server answered 200 with an empty body")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -47,6 +47,13 @@ class IncompleteResponseError(ProviderError):
     retryable = True
 
 
+class EmptyAnswerError(IncompleteResponseError):
+    """HTTP 200 with nothing in it: an empty body, or a stream with no event at all.
+
+    llama.cpp and Ollama answer so when the prompt is at or over their real window; for a
+    request near the window it is therefore an overflow, not a reason for ordinary retries."""
+
+
 class BadResponseError(ProviderError):
     """The server answered something we cannot parse (malformed JSON, wrong shape)."""
 

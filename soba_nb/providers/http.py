@@ -38,6 +38,8 @@ from soba_nb.providers.classify import (
 )
 from soba_nb.providers.errors import (
     BadResponseError,
+    ContextOverflowError,
+    EmptyAnswerError,
     IncompleteResponseError,
     MissingApiKeyError,
     ProviderError,
@@ -233,6 +235,8 @@ class HttpProvider(ABC):
             except ProviderError as exc:
                 if isinstance(exc, IncompleteResponseError) and streaming and not sink.delivered:
                     streaming = False
+                elif isinstance(exc, EmptyAnswerError) and request.near_window:
+                    raise self._empty_overflow(request) from None
                 if exc.retryable and sink.delivered:
                     exc.retryable = False
                     exc.args = (f"{exc} (not retried: part of the answer was already shown)",)
@@ -250,6 +254,13 @@ class HttpProvider(ABC):
         except ProviderError as exc:
             redact(exc, api_key)
             raise
+
+    def _empty_overflow(self, request: ModelRequest) -> ContextOverflowError:
+        size = f"about {request.input_tokens:,} tokens" if request.input_tokens else "a prompt"
+        return ContextOverflowError(
+            f"{self.source}: the server answered 200 with nothing to {size}, near the model's "
+            "window: read as a context overflow (llama.cpp and Ollama answer an oversized prompt so)"
+        )
 
     def _timeout(self, deadline: Deadline) -> tuple[httpx.Timeout, bool]:
         """httpx timeouts for one attempt, and whether the deadline is what bounds them."""
@@ -331,8 +342,19 @@ class HttpProvider(ABC):
             result = self.parse_answer(data)
             sink(result.text)
             return result
-        lines = self._guarded_lines(response, cancel, deadline)
-        return self.parse_stream(iter_sse_events(lines), sink)
+        seen = [0]
+
+        def counted() -> Iterator[str]:
+            for line in self._guarded_lines(response, cancel, deadline):
+                seen[0] += bool(line.strip())
+                yield line
+
+        try:
+            return self.parse_stream(iter_sse_events(counted()), sink)
+        except IncompleteResponseError:
+            if not seen[0]:
+                raise EmptyAnswerError(f"{self.source}: the server answered 200 with an empty stream") from None
+            raise
 
     def _guarded_lines(
         self, response: httpx.Response, cancel: threading.Event | None, deadline: Deadline

@@ -1,0 +1,199 @@
+"""The session's limits (SPEC §2): where the context window comes from, and what follows.
+
+`contextWindow` is the figure every limit hangs on, and a wrong one is worse than none: with
+128,000 configured for a llama.cpp server started with `-c 8192`, the hard limit is fiction
+and every turn relies on overflow recovery. So the window is resolved, in this order:
+
+1. the base: `model.contextWindow` when a config file, the environment or a magic argument
+   sets it; otherwise the model catalogue (`soba_nb.catalogue`) when it knows the model's
+   family; otherwise the provider profile or the default (128,000);
+2. the server's own figure, when it can tell (`soba_nb.providers.discovery`): it replaces a
+   catalogue or default base, and caps an explicit one (a server cannot take more than it
+   was started with);
+3. what the session learned (`window` entries in the transcript): an overflow error that
+   stated the limit, or a prompt the server cut silently. It caps everything above for the
+   rest of the session, resumed or not (`%soba --new` starts afresh).
+
+`maxOutputTokens` is the configured figure (explicit, or the default 8,000) capped at the
+model's own maximum from the catalogue. When the window ends up smaller than the configured
+one, the compaction figures the user did not set are scaled to it (`SCALED_SHARES`), and
+explicit ones that no longer fit are scaled too, with a note: a session is never stranded by
+a limit arithmetic that cannot hold.
+
+`auto`: a `setting` entry in the transcript (`%auto_compact on|off`) wins over the config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from soba_nb.catalogue import CatalogueEntry
+from soba_nb.compaction.limits import hard_limit, soft_limit
+from soba_nb.compaction.triggers import Thresholds
+from soba_nb.config import SobaConfig
+from soba_nb.providers.discovery import ServerWindow
+from soba_nb.transcript.entries import SettingEntry, WindowEntry
+
+AUTO_KEY = "compaction.auto"
+MAX_OUTPUT_SHARE = 4
+"""A scaled maxOutputTokens is at most a quarter of the window."""
+SAFETY_SHARE = 16
+"""A scaled safetyReserveTokens is at most a sixteenth of the window."""
+KEEP_SHARE = 4
+"""A scaled keepRecentTokens is at most a quarter of the hard limit."""
+MIN_AUTO_SHARE = 2
+"""A scaled minTokensForAutoCompact is at most half the hard limit."""
+MIN_RECLAIMABLE_SHARE = 8
+"""A scaled minReclaimableTokens is at most an eighth of the hard limit."""
+LEARNED_SOURCES = {"overflow": "overflow error", "truncation": "truncated prompt", "server": "server"}
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    """The figures a session works with, and where its window came from."""
+
+    context_window: int
+    max_output_tokens: int
+    window_source: str
+    """One line, e.g. "catalogue: Llama 3", "server: llama.cpp GET /props n_ctx"."""
+    safety_reserve_tokens: int
+    keep_recent_tokens: int
+    min_tokens_for_auto_compact: int
+    min_reclaimable_tokens: int
+    auto: bool
+    auto_source: str
+    """"config" or "session setting" (`%auto_compact`, kept in the transcript)."""
+    notes: tuple[str, ...] = ()
+    """Adjustments a user should know about (an explicit figure that did not fit)."""
+
+    @property
+    def hard_limit(self) -> int:
+        return hard_limit(self.context_window, self.max_output_tokens, self.safety_reserve_tokens)
+
+    def soft_limit(self, config: SobaConfig) -> int:
+        c = config.compaction
+        return soft_limit(self.hard_limit, self.min_tokens_for_auto_compact, c.auto_compact_threshold_ratio)
+
+    def thresholds(self, config: SobaConfig) -> Thresholds:
+        c = config.compaction
+        return Thresholds(
+            hard_limit=self.hard_limit,
+            soft_limit=self.soft_limit(config),
+            auto=self.auto,
+            compact_on_turn_complete=c.compact_on_turn_complete,
+            compact_on_milestone=c.compact_on_milestone,
+            min_tokens_for_auto_compact=self.min_tokens_for_auto_compact,
+            min_reclaimable_tokens=self.min_reclaimable_tokens,
+            min_savings_ratio=c.min_savings_ratio,
+            keep_recent_tokens=self.keep_recent_tokens,
+        )
+
+
+def model_key(config: SobaConfig) -> str:
+    """`provider/name`: what `window` entries are scoped to."""
+    return f"{config.model.provider}/{config.model.name}"
+
+
+def learned_window(entries: Sequence[WindowEntry], model: str) -> WindowEntry | None:
+    """The smallest window an overflow or truncation taught this session for `model`."""
+    learned = [e for e in entries if e.model == model and e.source != "server"]
+    return min(learned, key=lambda e: e.context_window, default=None)
+
+
+def recorded_server_window(entries: Sequence[WindowEntry], model: str) -> ServerWindow | None:
+    """The latest figure a server gave for `model`, as recorded in the transcript."""
+    for entry in reversed(entries):
+        if entry.model == model and entry.source == "server":
+            return ServerWindow(entry.context_window, entry.detail)
+    return None
+
+
+def _base_window(config: SobaConfig, catalogue: CatalogueEntry | None) -> tuple[int, str, bool]:
+    """(window, source, explicit) before the server and the session have their say."""
+    window = config.model.context_window
+    layer = config.set_by("model.contextWindow")
+    if layer is not None:
+        return window, f"model.contextWindow from {layer}", True
+    if catalogue is not None:
+        return catalogue.context_window, f"catalogue: {catalogue.family}", False
+    if config.model.provider == "local":
+        return window, "embedded model", False
+    return window, "default (model not in the catalogue; set model.contextWindow)", False
+
+
+def _window(
+    config: SobaConfig,
+    catalogue: CatalogueEntry | None,
+    server: ServerWindow | None,
+    learned: WindowEntry | None,
+    notes: list[str],
+) -> tuple[int, str]:
+    window, source, explicit = _base_window(config, catalogue)
+    if server is not None and (not explicit or server.context_window < window):
+        if explicit:
+            notes.append(f"{source} is {window:,}, but the server says {server.context_window:,}: using the server's")
+        window, source = server.context_window, f"server: {server.source}"
+    if learned is not None and learned.context_window < window:
+        what = LEARNED_SOURCES[learned.source]
+        detail = f" ({learned.detail})" if learned.detail else ""
+        window, source = learned.context_window, f"{what}{detail}"
+    return window, source
+
+
+def _fit(config: SobaConfig, key: str, value: int, ceiling: int, notes: list[str], *, scale: bool) -> int:
+    """`value`, or `ceiling` when it is smaller and the figure may be scaled (or must be)."""
+    if value <= ceiling:
+        return value
+    layer = config.set_by(key)
+    if layer is None:
+        return ceiling if scale else value
+    if scale:
+        notes.append(f"{key} {value:,} (from {layer}) does not fit the window: using {ceiling:,}")
+        return ceiling
+    return value
+
+
+def resolve_limits(
+    config: SobaConfig,
+    *,
+    catalogue: CatalogueEntry | None = None,
+    server: ServerWindow | None = None,
+    learned: WindowEntry | None = None,
+    auto_setting: SettingEntry | None = None,
+) -> SessionLimits:
+    """The session's limits from the config and what is known of the model and server."""
+    notes: list[str] = []
+    window, source = _window(config, catalogue, server, learned, notes)
+    smaller = window < config.model.context_window
+    c = config.compaction
+    max_output = config.model.max_output_tokens
+    if catalogue is not None and config.set_by("model.maxOutputTokens") is None:
+        max_output = min(max_output, catalogue.max_output_tokens)
+    max_output = _fit(config, "model.maxOutputTokens", max_output, max(window // MAX_OUTPUT_SHARE, 1), notes, scale=smaller)
+    safety = _fit(config, "compaction.safetyReserveTokens", c.safety_reserve_tokens, window // SAFETY_SHARE, notes, scale=smaller)
+    if hard_limit(window, max_output, safety) <= 0:  # explicit figures that cannot hold
+        max_output = _fit(config, "model.maxOutputTokens", max_output, max(window // MAX_OUTPUT_SHARE, 1), notes, scale=True)
+        safety = _fit(config, "compaction.safetyReserveTokens", safety, window // SAFETY_SHARE, notes, scale=True)
+    hard = hard_limit(window, max_output, safety)
+    must = c.keep_recent_tokens >= hard
+    keep = _fit(config, "compaction.keepRecentTokens", c.keep_recent_tokens, hard // KEEP_SHARE, notes, scale=smaller or must)
+    min_auto = _fit(config, "compaction.minTokensForAutoCompact", c.min_tokens_for_auto_compact, hard // MIN_AUTO_SHARE, notes, scale=smaller)
+    min_reclaimable = _fit(
+        config, "compaction.minReclaimableTokens", c.min_reclaimable_tokens, hard // MIN_RECLAIMABLE_SHARE, notes, scale=smaller
+    )
+    auto, auto_source = c.auto, "config"
+    if auto_setting is not None:
+        auto, auto_source = auto_setting.value, "session setting (%auto_compact)"
+    return SessionLimits(
+        context_window=window,
+        max_output_tokens=max_output,
+        window_source=source,
+        safety_reserve_tokens=safety,
+        keep_recent_tokens=keep,
+        min_tokens_for_auto_compact=min_auto,
+        min_reclaimable_tokens=min_reclaimable,
+        auto=auto,
+        auto_source=auto_source,
+        notes=tuple(notes),
+    )
