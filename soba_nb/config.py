@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -280,7 +280,7 @@ RESOLUTION_LAYER = "provider resolution"
 """The layer `load_config` adds when it chose the provider (not a user's setting)."""
 
 
-def _explicit_keys(layers: list[tuple[str, Mapping[str, Any]]]) -> dict[str, str]:
+def _explicit_keys(layers: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, str]:
     """`section.key` → the last layer that set it (the resolution layer does not count)."""
     explicit: dict[str, str] = {}
     for name, layer in layers:

@@ -101,6 +101,17 @@ def learned_window(entries: Sequence[WindowEntry], model: str) -> WindowEntry | 
     return min(learned, key=lambda e: e.context_window, default=None)
 
 
+TRUNCATION_MARGIN = 0.95
+"""Usage figures within 5% of a truncation window may measure a cut prompt."""
+
+
+def usage_ceiling(entries: Sequence[WindowEntry], model: str) -> int | None:
+    """Usage figures at or above this may measure a prompt the server cut (see
+    `BudgetTracker.distrust_usage_from`); None when the server never cut one."""
+    cuts = [e.context_window for e in entries if e.model == model and e.source == "truncation"]
+    return int(min(cuts) * TRUNCATION_MARGIN) if cuts else None
+
+
 def recorded_server_window(entries: Sequence[WindowEntry], model: str) -> ServerWindow | None:
     """The latest figure a server gave for `model`, as recorded in the transcript."""
     for entry in reversed(entries):

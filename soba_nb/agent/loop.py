@@ -29,8 +29,14 @@ from soba_nb.providers.errors import Cancelled, ContextOverflowError, ProviderEr
 from soba_nb.transcript.entries import MessageEntry, ToolCallEntry, ToolResultEntry, UsageEntry
 
 TRUNCATION_SHARE = 0.5
-"""A usage figure below this share of our count of what was sent means the server cut the
-prompt (Ollama does, silently, when its num_ctx is smaller than the prompt)."""
+"""With no earlier figure to compare with, a usage figure below this share of our count of
+what was sent means the server cut the prompt (Ollama does, silently, when its num_ctx is
+smaller than the prompt)."""
+TRUNCATION_SHARE_CALIBRATED = 0.8
+"""With an earlier figure giving the server's count per token of ours, a usage figure below
+this share of what that ratio predicts means the prompt was cut."""
+RATIO_FIGURES = 8
+"""How many recent usage figures the server's count per token of ours is taken from."""
 TRUNCATION_MIN_TOKENS = 1024
 """Below this size, tokenizers may disagree too much for the comparison to mean anything."""
 DEFAULT_MAX_STEPS = 25
@@ -120,7 +126,7 @@ class TurnRunner:
             if response is None:
                 continue  # overflow recovered: retry once with the smaller input
             self.result.steps += 1
-            self._record_answer(response, truncated=self._truncated(response, model_input.tokens))
+            self._record_answer(response, model_input.tokens, truncated=self._truncated(response, model_input.tokens))
             if not response.tool_calls:
                 self.result.answer = response.text
                 self.session.compactor.record_turn_complete()
@@ -192,7 +198,11 @@ class TurnRunner:
         """The server counted far fewer input tokens than we sent: it cut the prompt silently.
         Warn, learn the window it really used, and keep the budget on our own count."""
         usage = response.usage
-        if usage is None or sent < TRUNCATION_MIN_TOKENS or usage.input_tokens >= sent * TRUNCATION_SHARE:
+        if usage is None or sent < TRUNCATION_MIN_TOKENS:
+            return False
+        ratio = self._server_ratio()
+        share = TRUNCATION_SHARE if ratio is None else TRUNCATION_SHARE_CALIBRATED
+        if usage.input_tokens >= sent * (ratio or 1.0) * share:
             return False
         self.session.learn_window(
             usage.input_tokens, "truncation", f"the server counted {usage.input_tokens:,} of about {sent:,} tokens sent"
@@ -207,6 +217,18 @@ class TurnRunner:
             )
         )
         return True
+
+    def _server_ratio(self) -> float | None:
+        """The server's input count per token of ours: the highest of its latest trusted
+        figures (a cut only ever lowers it, so a slow slide of cut prompts cannot drag the
+        reference down with it)."""
+        ratios: list[float] = []
+        for entry in reversed(self.session.transcript.path_view()):
+            if isinstance(entry, UsageEntry) and entry.sent_tokens and not entry.truncated:
+                ratios.append(entry.input_tokens / entry.sent_tokens)
+                if len(ratios) == RATIO_FIGURES:
+                    break
+        return max(ratios, default=None)
 
     def _recover(self, exc: ContextOverflowError, refused_tokens: int) -> TurnResult | None:
         if self._overflow_recovered:
@@ -232,7 +254,7 @@ class TurnRunner:
             )
         return None
 
-    def _record_answer(self, response: ModelResponse, *, truncated: bool) -> None:
+    def _record_answer(self, response: ModelResponse, sent: int, *, truncated: bool) -> None:
         transcript = self.session.transcript
         transcript.append(MessageEntry(role="assistant", content=redact(response.text)))
         for call in response.tool_calls:
@@ -244,6 +266,7 @@ class TurnRunner:
                     output_tokens=response.usage.output_tokens,
                     provider=response.provider,
                     model=response.model,
+                    sent_tokens=sent,
                     truncated=truncated,
                 )
             )

@@ -18,9 +18,9 @@ from soba_nb.agent.kernel_state import describe_namespace
 from soba_nb.agent.skills import load_skill
 from soba_nb.agent.summarizer import ProviderSummarizer
 from soba_nb.agent.tools import TOOL_SCHEMAS
+from soba_nb.catalogue import lookup
 from soba_nb.compaction.engine import Compactor, EngineSettings
 from soba_nb.compaction.flight import FLIGHT_FILE, FlightRecorder
-from soba_nb.catalogue import lookup
 from soba_nb.config import SobaConfig
 from soba_nb.providers import make_provider
 from soba_nb.providers.base import Provider
@@ -45,6 +45,7 @@ from soba_nb.window import (
     model_key,
     recorded_server_window,
     resolve_limits,
+    usage_ceiling,
 )
 
 SESSION_SUFFIX = ".jsonl"
@@ -193,6 +194,7 @@ class AgentSession:
             self._ask_server()
         self.limits = session_limits(self.config, self.transcript, self._server_window)
         self.compactor.update_settings(self._engine_settings())
+        self.compactor.tracker.distrust_usage_from(usage_ceiling(self.transcript.windows, model_key(self.config)))
         return self.limits
 
     def _ask_server(self) -> None:

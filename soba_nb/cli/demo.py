@@ -30,29 +30,36 @@ def demo_command(args: argparse.Namespace) -> int:
 
 @subcommand("doctor", "which model would be used and why, and the limits", demo_arguments)
 def doctor_command(args: argparse.Namespace) -> int:
+    from soba_nb.catalogue import lookup
     from soba_nb.config import ConfigError, load_config
+    from soba_nb.providers.discovery import discover_window
     from soba_nb.resolution import embedded_model_installed
+    from soba_nb.window import resolve_limits
 
     folder = args.folder or Path.cwd()
     try:
         config = load_config(folder)
     except ConfigError as error:
         raise CommandError(f"{PROG} doctor: {error}") from None
-    key_env = config.model.api_key_env
+    model = config.model
+    key_env = model.api_key_env
     key_state = "not needed" if not key_env else ("set" if key_env in os.environ else "NOT set")
-    print(
-        "\n".join(
-            [
-                f"provider   {config.model.provider} · {config.provider_source}",
-                f"model      {config.model.name} · window {config.model.context_window:,} · "
-                f"maxOutputTokens {config.model.max_output_tokens:,}",
-                f"baseUrl    {config.model.base_url or '(provider default)'}",
-                f"api key    {key_env or '-'} {key_state}",
-                f"embedded   {'installed' if embedded_model_installed() else 'not installed'}",
-                f"hardLimit  {config.hard_limit:,}",
-                f"softLimit  {config.soft_limit:,}",
-                f"auto       {'on' if config.compaction.auto else 'off'}",
-            ]
-        )
-    )
+    server = None
+    if model.provider == "openai" and model.base_url:
+        key = os.environ.get(key_env, "").strip() if key_env else ""
+        server = discover_window(model.base_url, model.name, api_key=key or None)
+    limits = resolve_limits(config, catalogue=lookup(model.provider, model.name), server=server)
+    lines = [
+        f"provider   {model.provider} · {config.provider_source}",
+        f"model      {model.name}",
+        f"window     {limits.context_window:,} ({limits.window_source}) · maxOutputTokens {limits.max_output_tokens:,}",
+        f"baseUrl    {model.base_url or '(provider default)'}",
+        f"api key    {key_env or '-'} {key_state}",
+        f"embedded   {'installed' if embedded_model_installed() else 'not installed'}",
+        f"hardLimit  {limits.hard_limit:,}",
+        f"softLimit  {limits.soft_limit(config):,}",
+        f"auto       {'on' if limits.auto else 'off'} (config; a session's %auto_compact setting wins)",
+    ]
+    lines += [f"note       {note}" for note in limits.notes]
+    print("\n".join(lines))
     return EXIT_OK

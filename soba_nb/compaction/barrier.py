@@ -211,8 +211,16 @@ def _run(plan: CompactionPlan, ctx: BarrierContext, cancel: threading.Event, sta
     generated = generate_capsule(plan, cut, ctx, cancel, started)
     if isinstance(generated, CompactionResult):
         return generated
+    verdict = _gates(plan, generated.tokens_after, ctx)
+    if verdict is not None and verdict[0] is Outcome.FAILED and generated.entry.quality == "full":
+        # A forced compaction whose model capsule is too large: the deterministic capsule
+        # (bounded sections) may still fit, and a degraded capsule beats a stranded session.
+        note = f"the model's capsule did not fit ({verdict[1]})"
+        fallback = generate_capsule(plan, cut, ctx, cancel, started, fallback_note=note)
+        if isinstance(fallback, CompactionResult):
+            return fallback
+        generated, verdict = fallback, _gates(plan, fallback.tokens_after, ctx)
     entry, tokens_after = generated.entry, generated.tokens_after
-    verdict = _gates(plan, tokens_after, ctx)
     if verdict is not None:
         return _result(plan, verdict[0], verdict[1], started, tokens_after=tokens_after)
     _emit(ctx, CompactionEvent("compaction_progress", plan.operation_id, plan.trigger.value, 95))
@@ -241,10 +249,17 @@ class Generated:
 
 
 def generate_capsule(
-    plan: CompactionPlan, cut: Cut, ctx: BarrierContext, cancel: threading.Event, started: float
+    plan: CompactionPlan,
+    cut: Cut,
+    ctx: BarrierContext,
+    cancel: threading.Event,
+    started: float,
+    *,
+    fallback_note: str | None = None,
 ) -> Generated | CompactionResult:
     """The model capsule (or the deterministic fallback) of `cut`, measured; nothing appended.
 
+    `fallback_note`: build the deterministic capsule without asking the model, for this reason.
     Returns a terminal `CompactionResult` only when cancelled while the summary ran.
     """
     previous = _previous_capsule(cut)
@@ -257,9 +272,9 @@ def generate_capsule(
         latest_request=request if quote else None,
     )
     model = provider = None
-    note = "no summarizer model"
+    note = fallback_note or "no summarizer model"
     quality: Quality = "degraded"
-    if ctx.summarizer is not None:
+    if ctx.summarizer is not None and fallback_note is None:
         outcome = _summarize(plan, cut, ctx, cancel, previous, started)
         if isinstance(outcome, CompactionResult):
             return outcome

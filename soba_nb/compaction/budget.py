@@ -17,7 +17,13 @@ from soba_nb.compaction.model_input import (
     entry_tokens,
     latest_capsule_index,
 )
-from soba_nb.compaction.triggers import INTENT_KINDS, SOFT_TRIGGERS, LoopGuard, Trigger, pending_intents
+from soba_nb.compaction.triggers import (
+    INTENT_KINDS,
+    SOFT_TRIGGERS,
+    LoopGuard,
+    Trigger,
+    pending_intents,
+)
 from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import (
     CapsuleEntry,
@@ -46,8 +52,13 @@ class Measurement:
     """The last provider usage figure on this path since the latest capsule, if any."""
 
 
-def _usage_after(path: Sequence[Entry], index: int) -> bool:
-    return any(isinstance(entry, UsageEntry) and not entry.truncated for entry in path[index + 1 :])
+def _trusted(entry: Entry, ceiling: int | None) -> bool:
+    """A usage figure that measures what was sent: not one of a prompt the server cut."""
+    return isinstance(entry, UsageEntry) and not entry.truncated and (ceiling is None or entry.input_tokens < ceiling)
+
+
+def _usage_after(path: Sequence[Entry], index: int, ceiling: int | None) -> bool:
+    return any(_trusted(entry, ceiling) for entry in path[index + 1 :])
 
 
 class BudgetTracker:
@@ -71,6 +82,15 @@ class BudgetTracker:
         self._visible_since_capsule = False
         self.rebuilds = 0
         """How many full rebuilds happened (tests and benchmarks read it)."""
+        self._usage_ceiling: int | None = None
+
+    def distrust_usage_from(self, ceiling: int | None) -> None:
+        """Usage figures of `ceiling` tokens or more are not used: the server cuts prompts to
+        about that size silently (a `truncation` window), so such a figure may measure a cut
+        prompt even when it was not flagged at the time."""
+        if ceiling != self._usage_ceiling:
+            self._usage_ceiling = ceiling
+            self._last_id = None  # the next measure rebuilds
 
     def set_fixed(self, fixed: int) -> None:
         self._estimated += fixed - self.fixed
@@ -165,7 +185,7 @@ class BudgetTracker:
         # A usage figure from before the latest capsule measured a different input: the
         # provider's calibration carries over through the capsule's before-figures instead
         # (SPEC §2: "minus what a compaction removed").
-        if capsule_at is not None and not _usage_after(path, capsule_at):
+        if capsule_at is not None and not _usage_after(path, capsule_at, self._usage_ceiling):
             capsule = path[capsule_at]
             assert isinstance(capsule, CapsuleEntry)
             if capsule.estimated_before is not None and capsule.estimated_before != capsule.tokens_before:
@@ -187,7 +207,8 @@ class BudgetTracker:
         elif isinstance(entry, ToolCallEntry | ToolResultEntry):
             self._estimated += entry_tokens(entry, self.counter)
             self._visible_since_capsule = True
-        elif isinstance(entry, UsageEntry) and not entry.truncated:
+        elif _trusted(entry, self._usage_ceiling):
+            assert isinstance(entry, UsageEntry)
             # The figure measures the request that produced the preceding assistant message.
             self._usage_input = entry.input_tokens
             self._usage_offset = self._before_last_assistant
