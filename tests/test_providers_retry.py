@@ -162,6 +162,21 @@ def test_an_empty_stream_is_retried_as_a_plain_request_to_get_the_real_error(
     assert "stream_options" not in second.body
 
 
+@pytest.mark.parametrize("stream", [True, False])
+def test_an_empty_answer_near_the_window_is_an_overflow_not_a_glitch(
+    server: LLMServer, provider: OpenAIProvider, stream: bool
+) -> None:
+    """llama.cpp / Ollama answer a prompt at or over their real window with an empty 200:
+    for a request near the window that is an overflow (recovery), not four retries."""
+    server.script(*[empty_stream()] * (MAX_RETRIES + 3))
+    with pytest.raises(ContextOverflowError, match="near the model's window") as info:
+        provider.complete(make_request(stream=stream, near_window=True, input_tokens=7900))
+    assert "about 7,900 tokens" in str(info.value) and info.value.limit is None
+    # A streamed request is asked once more without streaming (to get a real error if the
+    # server has one); nothing beyond that.
+    assert len(server.requests) == (2 if stream else 1)
+
+
 def test_connection_refused_is_retried_then_server_error() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

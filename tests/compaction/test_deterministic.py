@@ -297,3 +297,39 @@ def test_a_200k_token_history_builds_fast() -> None:
     assert elapsed < 1.0, f"{elapsed:.3f}s"  # the real timing is in benchmarks/
     assert "- out/seg_1.csv" in capsule.files_modified
     assert capsule.verification.count("\n") + 1 == sum(isinstance(e, ToolCallEntry) and e.name != "read_file" for e in entries)
+
+
+# -- the request being worked on (SPEC §5) ---------------------------------------------------
+
+
+def test_a_request_before_the_region_is_quoted_whole_and_the_old_one_moves_to_earlier():
+    from soba_nb.compaction.deterministic import LATEST_REQUEST_LABEL
+
+    previous = build_deterministic_capsule(History().user("Clean df.").assistant("Cleaned.").entries)
+    region = History().tool("read_file", "a,b\n1,2", path="a.csv").assistant("Read it.").entries
+    capsule = build_deterministic_capsule(region, previous=previous, latest_request="Now plot df by month.")
+    goal = capsule.goal_and_constraints
+    assert goal.startswith(f"{LATEST_REQUEST_LABEL}\n\n```\nNow plot df by month.\n```")
+    assert "- Clean df." in goal.split("Earlier user requests:")[1]
+
+
+def test_with_latest_request_fixes_a_model_capsule_whatever_it_copied():
+    from soba_nb.compaction.deterministic import (
+        LATEST_REQUEST_LABEL,
+        LEGACY_REQUEST_LABEL,
+        with_latest_request,
+    )
+
+    stale = f"{LEGACY_REQUEST_LABEL}\n```\nClean df.\n```\n\nThe user cleans a sales table."
+    model = Capsule(goal_and_constraints=stale, work_done="- cleaned")
+    fixed = with_latest_request(model, "Now plot df by month.", quote=True)
+    goal = fixed.goal_and_constraints
+    assert goal.count("(verbatim):") == 1
+    assert goal.startswith(f"{LATEST_REQUEST_LABEL}\n\n```\nNow plot df by month.\n```")
+    assert "- Clean df." in goal and "The user cleans a sales table." in goal
+    # Idempotent, and a request kept in the tail is not quoted again.
+    assert with_latest_request(fixed, "Now plot df by month.", quote=True) == fixed
+    kept = with_latest_request(Capsule(goal_and_constraints="Sales work."), "Now plot.", quote=False)
+    assert kept.goal_and_constraints == "Sales work."
+    # The quote survives render → parse.
+    assert parse_capsule(render_capsule(fixed)).goal_and_constraints == goal
