@@ -26,19 +26,22 @@ from soba_nb.compaction.model_input import ModelInput
 from soba_nb.compaction.triggers import TurnState
 from soba_nb.providers.base import ModelRequest, ModelResponse
 from soba_nb.providers.errors import Cancelled, ContextOverflowError, ProviderError
-from soba_nb.transcript.entries import MessageEntry, ToolCallEntry, ToolResultEntry, UsageEntry
+from soba_nb.transcript.entries import (
+    CapsuleEntry,
+    MessageEntry,
+    ToolCallEntry,
+    ToolResultEntry,
+    UsageEntry,
+)
 
 TRUNCATION_SHARE = 0.5
-"""With no earlier figure to compare with, a usage figure below this share of our count of
-what was sent means the server cut the prompt (Ollama does, silently, when its num_ctx is
-smaller than the prompt)."""
-TRUNCATION_SHARE_CALIBRATED = 0.8
-"""With an earlier figure giving the server's count per token of ours, a usage figure below
-this share of what that ratio predicts means the prompt was cut."""
-RATIO_FIGURES = 8
-"""How many recent usage figures the server's count per token of ours is taken from."""
+"""The server cut the prompt (Ollama does, silently, when its num_ctx is smaller) when its
+count is below this share of what we expect it to be: of our own count of the request when
+there is nothing to compare with, else of the growth we sent since its previous figure."""
 TRUNCATION_MIN_TOKENS = 1024
 """Below this size, tokenizers may disagree too much for the comparison to mean anything."""
+TRUNCATION_MIN_GROWTH = 256
+"""The request must have grown by this much since the previous figure to compare growths."""
 DEFAULT_MAX_STEPS = 25
 """Inference requests per turn before the loop stops with a clear message."""
 INFERENCE_TIMEOUT_S = 600.0
@@ -198,11 +201,7 @@ class TurnRunner:
         """The server counted far fewer input tokens than we sent: it cut the prompt silently.
         Warn, learn the window it really used, and keep the budget on our own count."""
         usage = response.usage
-        if usage is None or sent < TRUNCATION_MIN_TOKENS:
-            return False
-        ratio = self._server_ratio()
-        share = TRUNCATION_SHARE if ratio is None else TRUNCATION_SHARE_CALIBRATED
-        if usage.input_tokens >= sent * (ratio or 1.0) * share:
+        if usage is None or sent < TRUNCATION_MIN_TOKENS or usage.input_tokens >= self._expected_count(sent):
             return False
         self.session.learn_window(
             usage.input_tokens, "truncation", f"the server counted {usage.input_tokens:,} of about {sent:,} tokens sent"
@@ -218,17 +217,24 @@ class TurnRunner:
         )
         return True
 
-    def _server_ratio(self) -> float | None:
-        """The server's input count per token of ours: the highest of its latest trusted
-        figures (a cut only ever lowers it, so a slow slide of cut prompts cannot drag the
-        reference down with it)."""
-        ratios: list[float] = []
+    def _expected_count(self, sent: int) -> float:
+        """The least the server's count of a request of `sent` tokens (ours) can be, uncut.
+
+        A prompt only grows between two requests with no capsule between them (the earlier
+        one is a prefix), so the server's count must grow with what we appended, at about
+        its own rate per token of ours; a count that stays flat while we send more is a cut
+        prompt. Without such an earlier figure, only a count far below ours gives it away.
+        """
         for entry in reversed(self.session.transcript.path_view()):
+            if isinstance(entry, CapsuleEntry):
+                break
             if isinstance(entry, UsageEntry) and entry.sent_tokens and not entry.truncated:
-                ratios.append(entry.input_tokens / entry.sent_tokens)
-                if len(ratios) == RATIO_FIGURES:
-                    break
-        return max(ratios, default=None)
+                growth = sent - entry.sent_tokens
+                if growth < TRUNCATION_MIN_GROWTH:
+                    return 0.0
+                rate = min(entry.input_tokens / entry.sent_tokens, 1.0)
+                return entry.input_tokens + TRUNCATION_SHARE * rate * growth
+        return TRUNCATION_SHARE * sent
 
     def _recover(self, exc: ContextOverflowError, refused_tokens: int) -> TurnResult | None:
         if self._overflow_recovered:

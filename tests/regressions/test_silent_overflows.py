@@ -96,3 +96,26 @@ def test_a_prompt_cut_silently_is_detected_and_the_budget_uses_our_count(ip, nb_
         ip.run_line_magic("soba", "go on")
     assert "After the warning." in out.stdout or "request not sent" in out.stdout
     assert model.judged[-1][1] <= 3000 or "request not sent" in out.stdout
+
+
+def test_a_server_that_merely_counts_differently_is_not_called_truncating(ip, nb_dir, scripted):
+    """The loopback server counts crudely (bytes / 4 of the whole request body, schemas
+    included): its count per token of ours swings with the content, and that is no cut."""
+    from llm_server import tool_calls
+
+    (nb_dir / "table.csv").write_text("".join(f"{i},{i * 7919 % 100003},{i * 31}\n" for i in range(400)))
+    ip.run_line_magic("auto_compact", "off")
+    scripted.script(
+        text(f"Prose first. {LONG_ANSWER}"),
+        tool_calls(("read_file", {"path": "table.csv"})),
+        text("A table of numbers, read."),
+        tool_calls(("python", {"code": "x = {'a': [1, 2, 3]}\nprint(x)"})),
+        text("```json\n" + '{"k": [1, 2, 3], "v": "w"}\n' * 60 + "```"),
+    )
+    outputs = []
+    for prompt in ("describe", "read table.csv", "run some code", "and json"):
+        with capture_output() as out:
+            ip.run_line_magic("soba", prompt)
+        outputs.append(out.stdout)
+    assert not any("cut the prompt" in o for o in outputs)
+    assert not [e for e in Transcript.load(agent(ip).file).entries if isinstance(e, WindowEntry)]
