@@ -25,9 +25,9 @@ from soba_nb.transcript.entries import (
     ToolCallEntry,
     ToolResultEntry,
     UsageEntry,
+    entry_to_json,
 )
 from soba_nb.transcript.store import (
-    LOCK_SUFFIX,
     TORN_MARKER,
     TornLineWarning,
     Transcript,
@@ -337,8 +337,25 @@ def test_second_writer_in_another_process(store: Transcript, session_file: Path)
     assert len(Transcript.load(session_file)) == 2
 
 
-def test_the_lock_file_sits_next_to_the_transcript(store: Transcript, session_file: Path) -> None:
-    assert Path(str(session_file) + LOCK_SUFFIX).exists()
+def test_the_lock_belongs_to_the_file_not_to_a_path(store: Transcript, session_file: Path, tmp_path: Path) -> None:
+    """No lock file anyone could delete, and a symlink or another spelling of the path is
+    the same file: the second writer is refused either way."""
+    assert [p.name for p in session_file.parent.iterdir()] == [session_file.name]
+    link = tmp_path / "elsewhere.jsonl"
+    link.symlink_to(session_file)
+    with pytest.raises(TranscriptLockedError):
+        Transcript.open(link)
+    with pytest.raises(TranscriptLockedError):
+        Transcript.open(session_file.parent / ".." / session_file.parent.name / session_file.name)
+    result = run_second_writer(link)
+    assert result.returncode == 3, result.stderr
+
+
+def test_a_transcript_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(TranscriptError, match="not a regular file"):
+        Transcript.open(fifo)  # read-write on a FIFO does not block on Linux: it is refused
 
 
 def test_a_failed_open_releases_the_lock(session_file: Path) -> None:
@@ -441,9 +458,37 @@ def test_the_first_of_several_bad_lines_is_named(session_file: Path) -> None:
     assert load_error(session_file).line == 2
 
 
-def test_garbage_terminated_last_line_is_not_a_torn_line(session_file: Path) -> None:
+def test_a_terminated_torn_last_line_is_tolerated_and_marked_after(session_file: Path) -> None:
+    """A crash can leave a torn line terminated: the append after it wrote only the "\n"
+    that starts a fresh line before it was killed."""
     write_lines(session_file, HEADER, "{broken")
-    assert load_error(session_file).line == 2
+    with pytest.warns(TornLineWarning, match=":2: ignoring a torn last line"):
+        with Transcript.open(session_file) as opened:
+            opened.append(user("after"))
+    lines = session_file.read_bytes().split(b"\n")
+    assert lines[1] == b"{broken" and json.loads(lines[2])[TORN_MARKER] is True
+    assert Transcript.load(session_file).torn_lines == [2]
+
+
+def test_two_crashes_in_a_row_leave_the_session_openable(store: Transcript, session_file: Path) -> None:
+    """Killed twice while appending a large entry: the first torn line is now mid-file."""
+    first = store.append(user("before the crashes"))
+    store.close()
+    big = entry_to_json(ToolResultEntry(call_id="c", name="shell", content="x" * 200_000)).encode()
+    with session_file.open("ab") as raw:
+        raw.write(big[: len(big) // 3])  # crash 1
+    with pytest.warns(TornLineWarning), Transcript.open(session_file) as opened:
+        opened._write(b"\n" + big[: len(big) // 2], durable=False)  # crash 2, during the next append
+    with pytest.warns(TornLineWarning, match=":3: ignoring 2 torn lines at the end"):
+        with Transcript.open(session_file) as reopened:
+            assert reopened.leaf == first.id
+            after = reopened.append(assistant("after the crashes"))
+            assert reopened.line_of(after.id) == 5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        reloaded = Transcript.load(session_file)
+    assert reloaded.torn_lines == [3, 4]
+    assert [e.id for e in reloaded.path()][-2:] == [first.id, after.id]
 
 
 def test_a_torn_marker_does_not_excuse_a_valid_line(session_file: Path) -> None:

@@ -85,7 +85,8 @@ def _current_kernel() -> Any | None:
         from IPython.core.getipython import get_ipython
     except ImportError:
         return None
-    shell = get_ipython()  # type: ignore[no-untyped-call]
+    getter: Any = get_ipython  # typed in IPython 9, untyped in 8: call it as Any in both
+    shell = getter()
     return getattr(shell, "kernel", None) if shell is not None else None
 
 

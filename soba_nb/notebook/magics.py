@@ -56,6 +56,14 @@ from soba_nb.transcript.entries import CapsuleEntry
 from soba_nb.transcript.store import TranscriptError, TranscriptLockedError
 
 REGISTRY_KEY = "SobaMagics"
+SLASH_COMMANDS = {
+    "budget": "budget",
+    "compact": "compact",
+    "auto-compact": "auto_compact_magic",
+    "capsule": "capsule",
+    "rewind": "rewind",
+}
+"""`%soba /NAME …` → the method of the magic that does the same."""
 _SLASH = re.compile(r"^/(?P<name>[a-z][a-z-]*)(?:\s+(?P<rest>.*))?$", re.DOTALL)
 SESSION_ERRORS = (ConfigError, TranscriptError, TranscriptLockedError, SkillError, RewindError, OSError)
 CAPSULE_ERRORS = (CapsuleExportError, CapsuleFileError, OSError)
@@ -254,17 +262,11 @@ class SobaMagics(Magics, Configurable):
         print("cancel requested: the running turn stops at its next check")
 
     def _slash(self, name: str, rest: str) -> None:
-        commands: dict[str, Callable[[str], Any]] = {
-            "budget": self.budget,
-            "compact": self.compact,
-            "auto-compact": self.auto_compact_magic,
-            "capsule": self.capsule,
-            "rewind": self.rewind,
-        }
-        if name not in commands:
-            known = ", ".join(f"/{known}" for known in commands)
+        if name not in SLASH_COMMANDS:
+            known = ", ".join(f"/{known}" for known in SLASH_COMMANDS)
             raise UsageError(f"%soba: unknown command /{name}; known: {known}")
-        commands[name](rest)
+        magic: Callable[[str], Any] = getattr(self, SLASH_COMMANDS[name])
+        magic(rest)
 
     # -- %compact, %budget, %auto_compact, %rewind ---------------------------------------
 

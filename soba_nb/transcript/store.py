@@ -1,22 +1,31 @@
 """The append-only JSONL transcript store (SPEC §7).
 
 One file per session. The file is never rewritten or truncated: every entry is one line
-written with a single `os.write` on an `O_APPEND` descriptor (capsule and checkpoint
-entries are also fsync'ed). A writer holds an exclusive lock on `<file>.lock` so a second
-kernel on the same notebook gets a clear error instead of interleaving lines.
+written with a single `os.write` on an `O_APPEND` descriptor (capsule, checkpoint, setting
+and window entries are also fsync'ed). A writer holds an exclusive `flock` on the transcript
+file itself, through the descriptor it writes with: the lock belongs to the file (its inode),
+not to a path, so a second kernel gets a clear error however it names the file (a symlink,
+a relative path) and there is no lock file anyone could delete.
+
+Crashes: a kill in the middle of an append leaves a torn line (not JSON). Loading tolerates
+a run of torn lines at the end of the file (with a warning), and the next append starts on a
+fresh line and carries `followsTornLine`; so a torn run followed by such an entry is
+tolerated anywhere in the file, however many crashes came in a row. Any other bad line is an
+error naming its line number; `soba_nb.transcript.repair` writes a repaired copy.
 """
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import json
 import os
+import stat
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from filelock import FileLock, Timeout
 from pydantic import ValidationError
 
 from soba_nb.transcript.entries import (
@@ -32,10 +41,10 @@ from soba_nb.transcript.entries import (
     new_entry_id,
 )
 
-LOCK_SUFFIX = ".lock"
-# The first entry appended after a torn last line carries this flag, so a later load can
-# tell the (tolerated, already-warned) torn line apart from corruption.
+# The first entry appended after torn lines carries this flag, so a later load can tell the
+# (tolerated, already-warned) torn lines apart from corruption.
 TORN_MARKER = "followsTornLine"
+READ_CHUNK_BYTES = 1 << 20
 DURABLE_TYPES = (CapsuleEntry, CheckpointEntry, SessionEntry, SettingEntry, WindowEntry)
 
 
@@ -67,51 +76,59 @@ def _is_json_error(exc: ValidationError) -> bool:
     return exc.errors()[0]["type"] == "json_invalid"
 
 
-def _parse_lines(path: Path, raw: bytes) -> tuple[list[tuple[int, Entry]], list[int], bool]:
-    """(line number, entry) pairs of a file, the torn lines it tolerates, and whether the
-    last line is unterminated (the next append must start a fresh line).
+class Parsed:
+    """What loading a file found."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[int, Entry]] = []
+        self.torn_lines: list[int] = []
+        """Line numbers of torn lines (crash leftovers) tolerated and skipped."""
+        self.unterminated = False
+        """The last line has no newline: the next append must start a fresh line."""
+        self.trailing_torn = False
+        """The file ends in torn lines: the next append carries `followsTornLine`."""
+
+
+def _parse_lines(path: Path, raw: bytes) -> Parsed:
+    """Every line of a file: entries, tolerated torn lines, and how the file ends.
 
     Each line goes straight from bytes to an entry (`validate_json`): one parse, no
     intermediate dict, and no `RecursionError` on absurdly nested input.
     """
-    entries: list[tuple[int, Entry]] = []
-    torn_lines: list[int] = []
+    parsed = Parsed()
     lines = raw.split(b"\n")
     last_terminated = lines[-1] == b""
     if last_terminated:
         lines.pop()
     last = len(lines)
     validate = ENTRY_ADAPTER.validate_json
-    pending_torn: int | None = None
-    """A line that is not JSON; tolerated only if the next entry says it follows a torn line."""
+    torn_run: list[int] = []
+    """Consecutive lines that are not JSON: tolerated only if the run reaches the end of the
+    file or the entry after it says it follows torn lines."""
     for number, line in enumerate(lines, start=1):
         try:
             entry = validate(line)
         except ValidationError as exc:
-            if number == last and not last_terminated:
-                warnings.warn(
-                    f"{path}:{number}: ignoring a torn last line (a crash cut it short)",
-                    TornLineWarning,
-                    stacklevel=3,
-                )
-                torn_lines.append(number)
-                break
-            if pending_torn is not None:
-                raise TranscriptError(f"{path}:{pending_torn}: not valid JSON", pending_torn) from None
-            if _is_json_error(exc):
-                pending_torn = number
+            if _is_json_error(exc) or (number == last and not last_terminated):
+                torn_run.append(number)
                 continue
             raise TranscriptError(f"{path}:{number}: bad entry ({_describe(exc)})", number) from None
-        if pending_torn is not None:
+        if torn_run:
             extra = entry.model_extra
             if not extra or extra.get(TORN_MARKER) is not True:
-                raise TranscriptError(f"{path}:{pending_torn}: not valid JSON", pending_torn)
-            torn_lines.append(pending_torn)
-            pending_torn = None
-        entries.append((number, entry))
-    if pending_torn is not None:
-        raise TranscriptError(f"{path}:{pending_torn}: not valid JSON", pending_torn)
-    return entries, torn_lines, bool(lines) and not last_terminated
+                raise TranscriptError(f"{path}:{torn_run[0]}: not valid JSON", torn_run[0])
+            parsed.torn_lines.extend(torn_run)
+            torn_run = []
+        parsed.entries.append((number, entry))
+    if torn_run:
+        what = "a torn last line" if len(torn_run) == 1 else f"{len(torn_run)} torn lines at the end"
+        warnings.warn(
+            f"{path}:{torn_run[0]}: ignoring {what} (a crash cut an append short)", TornLineWarning, stacklevel=3
+        )
+        parsed.torn_lines.extend(torn_run)
+        parsed.trailing_torn = True
+    parsed.unterminated = bool(lines) and not last_terminated
+    return parsed
 
 
 @contextmanager
@@ -142,31 +159,24 @@ class Transcript:
     child of the leaf. `path()` is the conversation: root → leaf.
     """
 
-    def __init__(
-        self,
-        path: Path,
-        entries: list[tuple[int, Entry]],
-        *,
-        needs_newline: bool,
-        lock: FileLock | None,
-        lines: int = 0,
-        torn_lines: list[int] | None = None,
-    ):
+    def __init__(self, path: Path, parsed: Parsed, *, fd: int | None, lines: int = 0):
         self.file = path
         self._entries: list[Entry] = []
         self._by_id: dict[str, Entry] = {}
         self._line_of: dict[str, int] = {}
         self._leaf: str | None = None
         self._path: list[Entry] | None = None
-        self._needs_newline = needs_newline
-        self._lock = lock
+        self._needs_newline = parsed.unterminated
+        self._needs_marker = parsed.trailing_torn
+        self._fd = fd
+        """The locked, append-only descriptor of a writer; None for a read-only view."""
         self._lines = lines
         """Lines in the file (torn ones included), so appended entries get true line numbers."""
-        self.torn_lines: list[int] = list(torn_lines or [])
+        self.torn_lines: list[int] = list(parsed.torn_lines)
         """Line numbers of torn lines (crash leftovers) that loading tolerated and skipped."""
         self._settings: dict[str, SettingEntry] = {}
         self._windows: list[WindowEntry] = []
-        for number, entry in entries:
+        for number, entry in parsed.entries:
             self._index(entry, number)
 
     # -- loading -------------------------------------------------------------------------
@@ -177,15 +187,7 @@ class Transcript:
         path = Path(path)
         raw = path.read_bytes()
         with _gc_paused():
-            entries, torn_lines, unterminated = _parse_lines(path, raw)
-            return cls(
-                path,
-                entries,
-                needs_newline=unterminated,
-                lock=None,
-                lines=_count_lines(raw),
-                torn_lines=torn_lines,
-            )
+            return cls(path, _parse_lines(path, raw), fd=None, lines=_count_lines(raw))
 
     @classmethod
     def open(cls, path: Path, *, create_header: SessionEntry | None = None) -> Transcript:
@@ -195,41 +197,32 @@ class Transcript:
         """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(path) + LOCK_SUFFIX, timeout=0, thread_local=False, is_singleton=False)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            lock.acquire()
-        except Timeout:
-            raise TranscriptLockedError(
-                f"{path}: another writer (probably a second kernel on this notebook) has this "
-                "session open; start a new session with `%soba --new` or close the other kernel"
-            ) from None
-        try:
-            if path.exists():
-                raw = path.read_bytes()
-                with _gc_paused():
-                    entries, torn_lines, unterminated = _parse_lines(path, raw)
-                    store = cls(
-                        path,
-                        entries,
-                        needs_newline=unterminated,
-                        lock=lock,
-                        lines=_count_lines(raw),
-                        torn_lines=torn_lines,
-                    )
-            else:
-                store = cls(path, [], needs_newline=False, lock=lock)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise TranscriptError(f"{path}: not a regular file")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise TranscriptLockedError(
+                    f"{path}: another writer (probably a second kernel on this notebook) has this "
+                    "session open; start a new session with `%soba --new` or close the other kernel"
+                ) from None
+            raw = _read_all(fd)
+            with _gc_paused():
+                store = cls(path, _parse_lines(path, raw), fd=fd, lines=_count_lines(raw))
             if not store._entries and create_header is not None:
                 store.append(create_header)
         except BaseException:
-            lock.release()
+            os.close(fd)  # releases the lock
             raise
         return store
 
     def close(self) -> None:
         """Release the writer lock. The view stays readable."""
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def __enter__(self) -> Transcript:
         return self
@@ -347,13 +340,13 @@ class Transcript:
 
         Returns the entry as written. Capsule, checkpoint and session entries are fsync'ed.
         """
-        if self._lock is None:
+        if self._fd is None:
             raise TranscriptLockedError(f"{self.file}: opened read-only; use Transcript.open to append")
         entry = entry.model_copy(update={"parent_id": self._leaf})
         while entry.id in self._by_id:
             entry = entry.model_copy(update={"id": new_entry_id()})
         data = entry_to_dict(entry)
-        if self._needs_newline:
+        if self._needs_marker:
             data[TORN_MARKER] = True
         line = json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n"
         if self._needs_newline:
@@ -368,7 +361,7 @@ class Transcript:
         self._write(encoded, durable=isinstance(entry, DURABLE_TYPES))
         # One new line; a leading "\n" only terminates the torn line, already counted.
         self._lines += 1
-        self._needs_newline = False
+        self._needs_newline = self._needs_marker = False
         self._index(entry, self._lines)
         return entry
 
@@ -381,12 +374,19 @@ class Transcript:
         return result
 
     def _write(self, data: bytes, *, durable: bool) -> None:
-        fd = os.open(self.file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            written = os.write(fd, data)
-            if written != len(data):  # only on a full disk or a signal; never silently
-                raise OSError(f"{self.file}: short write ({written} of {len(data)} bytes)")
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        assert self._fd is not None
+        written = os.write(self._fd, data)
+        if written != len(data):  # only on a full disk or a signal; never silently
+            raise OSError(f"{self.file}: short write ({written} of {len(data)} bytes)")
+        if durable:
+            os.fsync(self._fd)
+
+
+def _read_all(fd: int) -> bytes:
+    """The whole file behind `fd`, from its start."""
+    chunks: list[bytes] = []
+    offset = 0
+    while chunk := os.pread(fd, READ_CHUNK_BYTES, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
