@@ -462,9 +462,8 @@ def test_a_terminated_torn_last_line_is_tolerated_and_marked_after(session_file:
     """A crash can leave a torn line terminated: the append after it wrote only the "\n"
     that starts a fresh line before it was killed."""
     write_lines(session_file, HEADER, "{broken")
-    with pytest.warns(TornLineWarning, match=":2: ignoring a torn last line"):
-        with Transcript.open(session_file) as opened:
-            opened.append(user("after"))
+    with pytest.warns(TornLineWarning, match=":2: ignoring a torn last line"), Transcript.open(session_file) as opened:
+        opened.append(user("after"))
     lines = session_file.read_bytes().split(b"\n")
     assert lines[1] == b"{broken" and json.loads(lines[2])[TORN_MARKER] is True
     assert Transcript.load(session_file).torn_lines == [2]
@@ -479,11 +478,13 @@ def test_two_crashes_in_a_row_leave_the_session_openable(store: Transcript, sess
         raw.write(big[: len(big) // 3])  # crash 1
     with pytest.warns(TornLineWarning), Transcript.open(session_file) as opened:
         opened._write(b"\n" + big[: len(big) // 2], durable=False)  # crash 2, during the next append
-    with pytest.warns(TornLineWarning, match=":3: ignoring 2 torn lines at the end"):
-        with Transcript.open(session_file) as reopened:
-            assert reopened.leaf == first.id
-            after = reopened.append(assistant("after the crashes"))
-            assert reopened.line_of(after.id) == 5
+    with (
+        pytest.warns(TornLineWarning, match=":3: ignoring 2 torn lines at the end"),
+        Transcript.open(session_file) as reopened,
+    ):
+        assert reopened.leaf == first.id
+        after = reopened.append(assistant("after the crashes"))
+        assert reopened.line_of(after.id) == 5
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         reloaded = Transcript.load(session_file)
