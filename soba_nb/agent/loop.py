@@ -4,7 +4,7 @@ user message → preflight → inference → tool calls → results → prefligh
 final answer or the step limit. The preflight runs before every inference, so a long tool
 loop cannot run past the window. Every message, tool call, tool result and usage figure
 becomes a transcript entry; secrets (key shapes, values of KEY/TOKEN/SECRET/PASSWORD
-environment variables) are redacted before anything is written. A context overflow gets one recovery compaction and one retry;
+environment variables) are redacted by the store on the way to disk (`soba_nb.redact`). A context overflow gets one recovery compaction and one retry;
 the same oversized request is never sent twice.
 """
 
@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from soba_nb.agent.events import AgentEvent, Notice, TextDelta, ToolFinished, ToolStarted
 from soba_nb.agent.session import AgentSession
 from soba_nb.agent.tools import ToolContext, run_tool, summarize_arguments
-from soba_nb.capsules.redact import redact
 from soba_nb.compaction.barrier import CompactionResult, Outcome
 from soba_nb.compaction.engine import HardLimitExceeded
 from soba_nb.compaction.model_input import ModelInput
@@ -99,7 +98,7 @@ class TurnRunner:
         listener = self.emit
         session.compactor.listeners.append(listener)
         try:
-            session.transcript.append(MessageEntry(role="user", content=redact(prompt)))
+            session.transcript.append(MessageEntry(role="user", content=prompt))
             return self._loop()
         except KeyboardInterrupt:
             self.cancel.set()
@@ -262,9 +261,9 @@ class TurnRunner:
 
     def _record_answer(self, response: ModelResponse, sent: int, *, truncated: bool) -> None:
         transcript = self.session.transcript
-        transcript.append(MessageEntry(role="assistant", content=redact(response.text)))
+        transcript.append(MessageEntry(role="assistant", content=response.text))
         for call in response.tool_calls:
-            transcript.append(ToolCallEntry(call_id=call.id, name=call.name, arguments=redact(call.arguments)))
+            transcript.append(ToolCallEntry(call_id=call.id, name=call.name, arguments=call.arguments))
         if response.usage is not None:
             transcript.append(
                 UsageEntry(
@@ -279,7 +278,7 @@ class TurnRunner:
 
     def _record_partial(self, text: str) -> None:
         if text:
-            content = redact(text) + "\n\n[answer interrupted]"
+            content = text + "\n\n[answer interrupted]"
             self.session.transcript.append(MessageEntry(role="assistant", content=content))
 
     def _run_tools(self, response: ModelResponse) -> bool:
@@ -310,7 +309,7 @@ class TurnRunner:
             duration = int((time.monotonic() - started) * 1000)
             transcript.append(
                 ToolResultEntry(
-                    call_id=call.id, name=call.name, content=redact(outcome.content),
+                    call_id=call.id, name=call.name, content=outcome.content,
                     is_error=outcome.is_error, duration_ms=duration,
                 )
             )

@@ -23,7 +23,7 @@ from soba_nb.capsules.file import (
     read_capsule_file,
     write_capsule_file,
 )
-from soba_nb.capsules.redact import redact
+from soba_nb.redact import redact
 from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry, new_checkpoint_id
 from soba_nb.transcript.store import Transcript

@@ -44,6 +44,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from soba_nb.compaction.capsule import Capsule, CapsuleFormatError, parse_capsule
+from soba_nb.redact import redact_data, redact_file_name
 from soba_nb.transcript.entries import Quality, TriggerName, utc_now
 
 FORMAT_VERSION = 1
@@ -353,10 +354,13 @@ def write_capsule_file(
     """Write atomically: a temporary file in the same folder, then a rename, so a reader
     never sees half a file. An existing file is replaced only with `force`.
 
+    Every capsule file passes here, so this is where secrets are kept out of it: the text
+    fields and the body are redacted, and so is the file name (`handoff-sk-….capsule.md`).
     Raises `CapsuleFileError` (file exists, unwritable folder, …).
     """
     path = Path(path)
-    data = render_capsule_file(cf).encode("utf-8")
+    path = path.with_name(redact_file_name(path.name))
+    data = render_capsule_file(_redacted(cf)).encode("utf-8")
     if path.is_dir():
         raise CapsuleFileError(path, "is a folder; give a file name ending in .capsule.md")
     if path.exists() and not force:
@@ -378,6 +382,17 @@ def write_capsule_file(
     finally:
         temp.unlink(missing_ok=True)
     return path
+
+
+def _redacted(cf: CapsuleFile) -> CapsuleFile:
+    meta = cf.metadata
+    texts = redact_data(
+        {"title": meta.title, "sourceNotebook": meta.source_notebook, "sourceSession": meta.source_session, "body": cf.body}
+    )
+    metadata = meta.model_copy(
+        update={"title": texts["title"], "source_notebook": texts["sourceNotebook"], "source_session": texts["sourceSession"]}
+    )
+    return CapsuleFile(metadata=metadata, body=texts["body"])
 
 
 def _publish(temp: Path, path: Path, *, force: bool) -> None:

@@ -59,6 +59,27 @@ class Outcome(str, Enum):
     FAILED = "failed"
 
 
+class Reason(str, Enum):
+    """Why an operation ended as it did: a fixed code, for flight records (metrics only,
+    SPEC §7); the human sentence with its figures is `CompactionResult.reason`."""
+
+    OK = "ok"
+    FALLBACK_NO_MODEL = "fallback_no_model"
+    FALLBACK_TIMEOUT = "fallback_timeout"
+    FALLBACK_FAILED = "fallback_summary_failed"
+    FALLBACK_REJECTED = "fallback_summary_rejected"
+    FALLBACK_TOO_LARGE = "fallback_model_capsule_too_large"
+    NOTHING_TO_COMPACT = "nothing_to_compact"
+    RECLAIMED_BELOW_FLOOR = "reclaimed_below_floor"
+    RATIO_BELOW_FLOOR = "ratio_below_floor"
+    NOT_SMALLER = "not_smaller"
+    OVER_HARD_LIMIT = "over_hard_limit"
+    NOT_BELOW_REFUSED = "not_below_refused_request"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+    LEAF_CHANGED = "leaf_changed"
+
+
 @dataclass(frozen=True)
 class CompactionPlan:
     """Immutable plan of one operation, built before `compaction_start`."""
@@ -110,6 +131,8 @@ class CompactionResult:
     quality: str | None
     duration_ms: int
     entry: CapsuleEntry | None = None
+    code: Reason = Reason.OK
+    """The fixed code of `reason` (flight records carry only this)."""
 
     @property
     def reclaimed(self) -> int | None:
@@ -194,7 +217,7 @@ def run_barrier(plan: CompactionPlan, ctx: BarrierContext, cancel: threading.Eve
         result = _run(plan, ctx, cancel, started)
     except KeyboardInterrupt:
         cancel.set()
-        result = _result(plan, Outcome.CANCELLED, "interrupted", started)
+        result = _result(plan, Outcome.CANCELLED, "interrupted", started, code=Reason.INTERRUPTED)
     if result.outcome in (Outcome.SKIPPED, Outcome.FAILED):
         _record_without_capsule(plan, ctx, result)
     if ctx.flight is not None:
@@ -207,7 +230,8 @@ def _run(plan: CompactionPlan, ctx: BarrierContext, cancel: threading.Event, sta
     cut = plan.cut
     if cut is None:
         forced = plan.trigger in (Trigger.HARD_LIMIT, Trigger.CONTEXT_OVERFLOW)
-        return _result(plan, Outcome.FAILED if forced else Outcome.SKIPPED, plan.unplannable or "", started)
+        outcome = Outcome.FAILED if forced else Outcome.SKIPPED
+        return _result(plan, outcome, plan.unplannable or "", started, code=Reason.NOTHING_TO_COMPACT)
     generated = generate_capsule(plan, cut, ctx, cancel, started)
     if isinstance(generated, CompactionResult):
         return generated
@@ -215,27 +239,41 @@ def _run(plan: CompactionPlan, ctx: BarrierContext, cancel: threading.Event, sta
     if verdict is not None and verdict[0] is Outcome.FAILED and generated.entry.quality == "full":
         # A forced compaction whose model capsule is too large: the deterministic capsule
         # (bounded sections) may still fit, and a degraded capsule beats a stranded session.
-        note = f"the model's capsule did not fit ({verdict[1]})"
+        note = Note(f"the model's capsule did not fit ({verdict[1]})", Reason.FALLBACK_TOO_LARGE)
         fallback = generate_capsule(plan, cut, ctx, cancel, started, fallback_note=note)
         if isinstance(fallback, CompactionResult):
             return fallback
         generated, verdict = fallback, _gates(plan, fallback.tokens_after, ctx)
     entry, tokens_after = generated.entry, generated.tokens_after
     if verdict is not None:
-        return _result(plan, verdict[0], verdict[1], started, tokens_after=tokens_after)
+        return _result(plan, verdict[0], verdict[1], started, tokens_after=tokens_after, code=verdict[2])
     _emit(ctx, CompactionEvent("compaction_progress", plan.operation_id, plan.trigger.value, 95))
     # The last check before the append: abort signal, then the expected leaf.
     if cancel.is_set():
-        return _result(plan, Outcome.CANCELLED, "cancelled before the capsule was appended", started)
+        return _result(plan, Outcome.CANCELLED, "cancelled before the capsule was appended", started, code=Reason.CANCELLED)
     if ctx.transcript.leaf != plan.expected_leaf:
-        return _result(plan, Outcome.STALE, "the session leaf changed while the summary ran", started)
+        return _result(
+            plan, Outcome.STALE, "the session leaf changed while the summary ran", started, code=Reason.LEAF_CHANGED
+        )
     written = ctx.transcript.append(entry)
     assert isinstance(written, CapsuleEntry)
-    reason = "" if entry.quality == "full" else f"fallback: {generated.note}"
+    fallback_note = generated.note
     return _result(
-        plan, Outcome.COMPLETED, reason, started,
+        plan, Outcome.COMPLETED, "" if fallback_note is None else f"fallback: {fallback_note.text}", started,
         tokens_after=tokens_after, entry=written, quality=entry.quality,
+        code=Reason.OK if fallback_note is None else fallback_note.code,
     )
+
+
+@dataclass(frozen=True)
+class Note:
+    """Why the deterministic fallback was used: a sentence and its code."""
+
+    text: str
+    code: Reason
+
+
+NO_MODEL = Note("no summarizer model", Reason.FALLBACK_NO_MODEL)
 
 
 @dataclass(frozen=True)
@@ -244,7 +282,7 @@ class Generated:
 
     entry: CapsuleEntry
     tokens_after: int
-    note: str
+    note: Note | None
     """Why the deterministic fallback was used, when it was."""
 
 
@@ -255,7 +293,7 @@ def generate_capsule(
     cancel: threading.Event,
     started: float,
     *,
-    fallback_note: str | None = None,
+    fallback_note: Note | None = None,
 ) -> Generated | CompactionResult:
     """The model capsule (or the deterministic fallback) of `cut`, measured; nothing appended.
 
@@ -272,14 +310,14 @@ def generate_capsule(
         latest_request=request if quote else None,
     )
     model = provider = None
-    note = fallback_note or "no summarizer model"
+    note: Note | None = fallback_note or NO_MODEL
     quality: Quality = "degraded"
     if ctx.summarizer is not None and fallback_note is None:
         outcome = _summarize(plan, cut, ctx, cancel, previous, started)
         if isinstance(outcome, CompactionResult):
             return outcome
         if isinstance(outcome, Capsule):
-            capsule, quality, note = outcome, "full", ""
+            capsule, quality, note = outcome, "full", None
             if request is not None:
                 capsule = with_latest_request(capsule, request, quote=quote)
             model, provider = ctx.summarizer.model, ctx.summarizer.provider
@@ -324,7 +362,7 @@ def _summarize(
     cancel: threading.Event,
     previous: Capsule | None,
     started: float,
-) -> Capsule | CompactionResult | str:
+) -> Capsule | CompactionResult | Note:
     """The validated model capsule, a terminal result (cancel), or why the fallback is used."""
     assert ctx.summarizer is not None
     prompt = build_summary_prompt(
@@ -345,10 +383,10 @@ def _summarize(
             now = time.monotonic()
             if cancel.is_set():
                 run.abort.set()
-                return _result(plan, Outcome.CANCELLED, "cancelled while the summary ran", started)
+                return _result(plan, Outcome.CANCELLED, "cancelled while the summary ran", started, code=Reason.CANCELLED)
             if now >= deadline:
                 run.abort.set()
-                return f"the model summary did not finish within timeoutMs={ctx.timeout_ms}"
+                return Note(f"the model summary did not finish within timeoutMs={ctx.timeout_ms}", Reason.FALLBACK_TIMEOUT)
             if now - last_progress >= PROGRESS_INTERVAL_S:
                 last_progress = now
                 percent = _percent(now - started, timeout_s, run.chars, expected_chars)
@@ -357,17 +395,17 @@ def _summarize(
         run.abort.set()
         raise
     if cancel.is_set():
-        return _result(plan, Outcome.CANCELLED, "cancelled while the summary ran", started)
+        return _result(plan, Outcome.CANCELLED, "cancelled while the summary ran", started, code=Reason.CANCELLED)
     _emit(ctx, CompactionEvent("compaction_progress", plan.operation_id, plan.trigger.value, PROGRESS_SUMMARY_DONE))
     if run.error is not None:
-        return f"the model summary failed ({type(run.error).__name__}: {run.error})"
+        return Note(f"the model summary failed ({type(run.error).__name__}: {run.error})", Reason.FALLBACK_FAILED)
     assert run.output is not None
     try:
         return validate_summary(
             run.output.text, finish_reason=run.output.finish_reason, has_tool_calls=run.output.has_tool_calls
         )
     except InvalidSummary as exc:
-        return f"the model summary was rejected ({exc})"
+        return Note(f"the model summary was rejected ({exc})", Reason.FALLBACK_REJECTED)
 
 
 def _percent(elapsed: float, timeout: float, chars: int, expected_chars: int) -> int:
@@ -385,24 +423,29 @@ def measure_continuation(entry: CapsuleEntry, cut: Cut, hard_limit: int, ctx: Ba
     return assemble(context, system=ctx.system, tools=ctx.tools, counter=ctx.counter, fit_to=hard_limit)
 
 
-def _gates(plan: CompactionPlan, tokens_after: int, ctx: BarrierContext) -> tuple[Outcome, str] | None:
+def _gates(plan: CompactionPlan, tokens_after: int, ctx: BarrierContext) -> tuple[Outcome, str, Reason] | None:
     if plan.trigger not in POST_GATE_EXEMPT:
         passes, reason = post_generation_roi(plan.tokens_before, tokens_after, ctx.thresholds)
         if not passes:
-            return Outcome.SKIPPED, reason
+            code = Reason.RATIO_BELOW_FLOOR if "ratio" in reason else Reason.RECLAIMED_BELOW_FLOOR
+            return Outcome.SKIPPED, reason, code
     # Even the exempt triggers never commit a capsule that makes the input larger.
     if tokens_after >= plan.tokens_before and plan.trigger is not Trigger.HARD_LIMIT:
         outcome = Outcome.FAILED if plan.trigger is Trigger.CONTEXT_OVERFLOW else Outcome.SKIPPED
         return outcome, (
             f"the capsule would not make the model input smaller ({plan.tokens_before} → {tokens_after} tokens)"
-        )
+        ), Reason.NOT_SMALLER
     if tokens_after > plan.hard_limit:
-        return Outcome.FAILED, f"the continuation is still {tokens_after} tokens, above hardLimit {plan.hard_limit}"
+        return (
+            Outcome.FAILED,
+            f"the continuation is still {tokens_after} tokens, above hardLimit {plan.hard_limit}",
+            Reason.OVER_HARD_LIMIT,
+        )
     if plan.must_be_below is not None and tokens_after >= plan.must_be_below:
         return Outcome.FAILED, (
             f"the continuation ({tokens_after} tokens) is not smaller than the request the provider "
             f"refused ({plan.must_be_below})"
-        )
+        ), Reason.NOT_BELOW_REFUSED
     return None
 
 
@@ -442,6 +485,7 @@ def _result(
     tokens_after: int | None = None,
     entry: CapsuleEntry | None = None,
     quality: str | None = None,
+    code: Reason = Reason.OK,
 ) -> CompactionResult:
     return CompactionResult(
         operation_id=plan.operation_id,
@@ -454,6 +498,7 @@ def _result(
         quality=quality,
         duration_ms=int((time.monotonic() - started) * 1000),
         entry=entry,
+        code=code,
     )
 
 
@@ -468,7 +513,7 @@ def _flight(plan: CompactionPlan, result: CompactionResult) -> FlightRecord:
         tokens_after=result.tokens_after,
         reclaimed=result.reclaimed,
         outcome=result.outcome.value,
-        reason=result.reason,
+        reason=result.code.value,
         duration_ms=result.duration_ms,
         checkpoint_id=result.checkpoint_id,
         quality=result.quality,

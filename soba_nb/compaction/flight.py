@@ -1,7 +1,8 @@
 """Flight records (SPEC §7): one JSON line per compaction operation, metrics only.
 
-Never summary or message text: the fields are a fixed allow-list of figures and our own
-short reason strings.
+Never summary or message text: the fields are a fixed allow-list of figures, ids and fixed
+codes (`reason` is a `barrier.Reason` code, never a sentence that could quote a summary or a
+provider's error body). Every line still passes through `redact_data` on its way to disk.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from soba_nb.redact import redact_data
 from soba_nb.transcript.entries import utc_now
 
 FLIGHT_FILE = "flight.jsonl"
@@ -33,27 +35,27 @@ class FlightRecord:
     quality: str | None
     measurement_source: str
 
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "timestamp": utc_now(),
+            "operationId": self.operation_id,
+            "sessionId": self.session_id,
+            "trigger": self.trigger,
+            "hardLimit": self.hard_limit,
+            "softLimit": self.soft_limit,
+            "tokensBefore": self.tokens_before,
+            "tokensAfter": self.tokens_after,
+            "reclaimed": self.reclaimed,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "durationMs": self.duration_ms,
+            "checkpointId": self.checkpoint_id,
+            "quality": self.quality,
+            "measurementSource": self.measurement_source,
+        }
+
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "timestamp": utc_now(),
-                "operationId": self.operation_id,
-                "sessionId": self.session_id,
-                "trigger": self.trigger,
-                "hardLimit": self.hard_limit,
-                "softLimit": self.soft_limit,
-                "tokensBefore": self.tokens_before,
-                "tokensAfter": self.tokens_after,
-                "reclaimed": self.reclaimed,
-                "outcome": self.outcome,
-                "reason": self.reason,
-                "durationMs": self.duration_ms,
-                "checkpointId": self.checkpoint_id,
-                "quality": self.quality,
-                "measurementSource": self.measurement_source,
-            },
-            separators=(",", ":"),
-        )
+        return json.dumps(redact_data(self.to_dict()), separators=(",", ":"))
 
 
 class FlightRecorder:

@@ -30,6 +30,7 @@ from soba_nb.capsules.memory import list_memory, memory_dir
 from soba_nb.notebook.arguments import parse
 from soba_nb.notebook.monitor import capsule_line
 from soba_nb.notebook.render import TextView, ipython_display
+from soba_nb.redact import redact
 
 if TYPE_CHECKING:
     from soba_nb.notebook.magics import SobaMagics
@@ -46,7 +47,7 @@ def slug(title: str) -> str:
 
 def capsule_create(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
     args = parse(_create_arguments, rest)
-    title = " ".join(args.title)
+    title = redact(" ".join(args.title))  # it names the file and is shown in the cell
     agent.ensure_summarizer()
     try:
         with magics.cancellable() as cancel:

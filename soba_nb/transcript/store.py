@@ -28,6 +28,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from soba_nb.redact import redact_data
 from soba_nb.transcript.entries import (
     ENTRY_ADAPTER,
     CapsuleEntry,
@@ -346,6 +347,10 @@ class Transcript:
         while entry.id in self._by_id:
             entry = entry.model_copy(update={"id": new_entry_id()})
         data = entry_to_dict(entry)
+        # The one place every entry passes on its way to disk: no secret gets written.
+        redacted = redact_data(data)
+        if redacted != data:
+            data, entry = redacted, ENTRY_ADAPTER.validate_python(redacted)
         if self._needs_marker:
             data[TORN_MARKER] = True
         line = json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n"

@@ -1,5 +1,9 @@
-"""Secret redaction for text that leaves the session (SPEC §8): exported capsules, project
-memory, loaded capsules.
+"""Secret redaction (SPEC §3, §8): no API key, token or secret in any file we write.
+
+Every write path goes through it at one place each, not per caller: the transcript store
+(`redact_data` on every entry), the flight recorder, and `.capsule.md` files (text and file
+name, `redact_file_name`). The model still sees what the tools returned in the turn that ran
+them; what is kept on disk is redacted.
 
 `redact(text)` replaces with `[redacted]`:
 - the values of environment variables whose names contain KEY, TOKEN, SECRET or PASSWORD
@@ -8,7 +12,8 @@ memory, loaded capsules.
 - API-key shapes: OpenAI `sk-…` (`sk-proj-…`, `sk-svcacct-…`), Anthropic `sk-ant-…`, GitHub
   `ghp_…`/`gho_…`/`github_pat_…`, AWS access key ids `AKIA…`/`ASIA…`, Slack `xox?-…`,
   Google `AIza…`, Hugging Face `hf_…`, JWTs, PEM private-key blocks;
-- credentials in context: `Bearer <token>`, `Authorization: <scheme> <credential>`,
+- credentials in context: `Bearer <token>` (8+ token characters, digits or not),
+  `Authorization: <scheme> <credential>`,
   `api_key=…`, `"apiKey": "…"`, `password: …`, `https://user:password@host`.
 
 Shapes are matched on word boundaries and key bodies must contain a digit, so ordinary words,
@@ -21,9 +26,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from typing import Any
 
 REDACTED = "[redacted]"
-MIN_ENV_VALUE_CHARS = 8
+MIN_ENV_VALUE_CHARS = 6
 SECRET_NAME_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 """An environment variable whose name contains one of these holds a secret."""
 
@@ -48,7 +54,7 @@ _KEY_SHAPES: tuple[re.Pattern[str], ...] = (
 )
 _TOKEN_CHARS = r"[A-Za-z0-9._~+/=-]"
 _BEARER = re.compile(
-    rf"\b(?P<scheme>Bearer)(?P<space>\s+)(?!\[redacted\])(?=[A-Za-z._~+/=-]*[0-9]){_TOKEN_CHARS}{{8,}}",
+    rf"\b(?P<scheme>Bearer)(?P<space>\s+)(?!\[redacted\]){_TOKEN_CHARS}{{8,}}",
     re.IGNORECASE,
 )
 _AUTHORIZATION = re.compile(
@@ -121,6 +127,20 @@ def _assignment(match: re.Match[str]) -> str:
     return f"{match['lead']}{REDACTED}"
 
 
+TOKEN_LETTERS_ONLY_MIN_CHARS = 20
+"""A bearer token of plain lower-case letters counts only from this length (prose is shorter)."""
+
+
+def _bearer(match: re.Match[str]) -> str:
+    """`Bearer <token>`: digits or not, but "uses Bearer authentication" is prose: a word of
+    plain letters (capitalised at most) is a token only when it is long."""
+    token = match[0][len(match["scheme"]) + len(match["space"]) :]
+    plain = token.isalpha() and token[1:].islower()
+    if plain and len(token) < TOKEN_LETTERS_ONLY_MIN_CHARS:
+        return match[0]
+    return f"{match['scheme']}{match['space']}{REDACTED}"
+
+
 def _authorization(match: re.Match[str]) -> str:
     credential = match["credential"]
     # Without a scheme, only something token-like: "Authorization: handled by the proxy"
@@ -139,6 +159,40 @@ def redact(text: str, environ: Mapping[str, str] = os.environ) -> str:
     for shape in _KEY_SHAPES:
         text = shape.sub(REDACTED, text)
     text = _AUTHORIZATION.sub(_authorization, text)
-    text = _BEARER.sub(lambda m: f"{m['scheme']}{m['space']}{REDACTED}", text)
+    text = _BEARER.sub(_bearer, text)
     text = _URL_PASSWORD.sub(lambda m: f"{m['lead']}{REDACTED}", text)
     return _ASSIGNMENT.sub(_assignment, text)
+
+
+def redact_data(value: Any, environ: Mapping[str, str] = os.environ) -> Any:
+    """`value` (JSON-like data: dicts, lists, strings, numbers) with every string redacted.
+    Keys are names of our own fields and stay."""
+    if isinstance(value, str):
+        return redact(value, environ)
+    if isinstance(value, dict):
+        return {key: redact_data(item, environ) for key, item in value.items()}
+    if isinstance(value, list):
+        return [redact_data(item, environ) for item in value]
+    return value
+
+
+FILE_NAME_MARK = "redacted"
+"""What stands for a secret in a file name (no brackets)."""
+
+
+# In a file name a key may follow a hyphen and be lower-cased (`handoff-sk-proj-….capsule.md`
+# made from the title "handoff sk-proj-…"): the same shapes, any case, after any non-alphanumeric.
+_NAME_SHAPES = tuple(
+    re.compile(shape.pattern.replace(_START, "(?<![A-Za-z0-9])").replace(_AWS_START, "(?<![A-Za-z0-9])"), shape.flags | re.IGNORECASE)
+    for shape in _KEY_SHAPES
+)
+
+
+def redact_file_name(name: str, environ: Mapping[str, str] = os.environ) -> str:
+    """A file name with any secret in it, in any case, replaced by `redacted`."""
+    text = redact(name, environ)
+    for value in _secret_env_values(environ):
+        text = re.sub(re.escape(value), FILE_NAME_MARK, text, flags=re.IGNORECASE)
+    for shape in _NAME_SHAPES:
+        text = shape.sub(FILE_NAME_MARK, text)
+    return text.replace(REDACTED, FILE_NAME_MARK)

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from soba_nb.capsules.file import CapsuleFile, CapsuleMetadata, render_capsule_file
-from soba_nb.capsules.redact import REDACTED, is_secret_name, redact
 from soba_nb.compaction.capsule import Capsule, render_capsule
+from soba_nb.redact import REDACTED, is_secret_name, redact
 
 ALNUM = "aB3dE5fG7hJ9kL2mN4pQ6rS8tU0vW1xY"
 
