@@ -297,7 +297,7 @@ def test_verify_torn_last_line_is_a_warning(
     code, out, err = run(capsys, "verify", str(session))
     assert code == 0
     assert out.startswith("ok: 12 entries")
-    assert err == f"{session}:13: warning: torn last line ignored\n"
+    assert err == f"{session}:13: warning: torn line at the end ignored\n"
 
 
 def test_verify_mentions_a_recovered_torn_line(
@@ -311,6 +311,27 @@ def test_verify_mentions_a_recovered_torn_line(
     assert code == 0
     assert out.startswith("ok: 13 entries")
     assert err == f"{session}:13: warning: torn line (recovered after a crash)\n"
+
+
+def test_verify_repair_writes_a_copy_beside_the_original_and_names_what_it_left_out(
+    capsys: pytest.CaptureFixture[str], session: Path
+) -> None:
+    with session.open("ab") as handle:
+        handle.write(b"this line is garbage\n")
+        handle.write(json.dumps({"type": "message", "id": "orphan", "parentId": "gone", "timestamp": "t", "role": "user"}).encode() + b"\n")
+    before = session.read_bytes()
+    code, _, err = run(capsys, "verify", str(session))
+    assert code == 1 and ":13: not valid JSON" in err
+    code, out, err = run(capsys, "verify", str(session), "--repair")
+    assert code == 0
+    repaired = session.with_name(session.stem + ".repaired.jsonl")
+    assert f"repaired copy: {repaired} (12 entries kept, 2 lines left out)" in out
+    assert f"{session}:13: left out: not valid JSON" in err
+    assert f"{session}:14: left out: its parent 'gone' was left out or never written" in err
+    assert session.read_bytes() == before  # never in place
+    assert len(Transcript.load(repaired)) == 12
+    code, _, err = run(capsys, "verify", str(session), "--repair")
+    assert code == 1 and "already exists" in err  # never replaces an earlier copy
 
 
 def test_verify_warns_about_a_second_root(

@@ -35,7 +35,7 @@ def load_session(path: Path) -> Transcript:
         raise CommandError(
             f"{PROG}: error: {path}: is a folder, not a .jsonl transcript", EXIT_USAGE
         )
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True):
         warnings.simplefilter("always", TornLineWarning)
         try:
             transcript = Transcript.load(path)
@@ -43,11 +43,12 @@ def load_session(path: Path) -> Transcript:
             raise CommandError(str(error)) from None
         except OSError as error:
             raise CommandError(f"{path}: cannot read ({error.strerror})") from None
-    # Loading warns only about a torn *last* line; earlier ones were recovered by an append.
-    warned = len([w for w in caught if issubclass(w.category, TornLineWarning)])
-    for index, line in enumerate(transcript.torn_lines):
-        last = warned and index == len(transcript.torn_lines) - 1
-        what = "torn last line ignored" if last else "torn line (recovered after a crash)"
+    # Torn lines after the last entry are crash leftovers no append has followed yet; earlier
+    # ones were recovered by an append (marked `followsTornLine`).
+    entries = transcript.entries
+    last_entry_line = transcript.line_of(entries[-1].id) if entries else 0
+    for line in transcript.torn_lines:
+        what = "torn line at the end ignored" if line > last_entry_line else "torn line (recovered after a crash)"
         print(f"{path}:{line}: warning: {what}", file=sys.stderr)
     return transcript
 

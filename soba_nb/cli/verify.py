@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from soba_nb.cli import EXIT_OK, CommandError, subcommand
+from soba_nb.cli import EXIT_OK, EXIT_USAGE, PROG, CommandError, subcommand
 from soba_nb.cli.session import load_session, session_argument
 from soba_nb.transcript.entries import CapsuleEntry
 from soba_nb.transcript.store import Transcript
@@ -43,10 +44,21 @@ def structure_warnings(transcript: Transcript) -> list[tuple[int, str]]:
     return found
 
 
+def verify_arguments(parser: argparse.ArgumentParser) -> None:
+    session_argument(parser)
+    parser.add_argument(
+        "--repair",
+        action="store_true",
+        help="write a repaired copy beside the file (SESSION.repaired.jsonl), leaving out bad lines; never in place",
+    )
+
+
 @subcommand(
-    "verify", "check a transcript's integrity; exit 1 with the first problem", session_argument
+    "verify", "check a transcript's integrity; exit 1 with the first problem", verify_arguments
 )
 def verify_command(args: argparse.Namespace) -> int:
+    if args.repair:
+        return _repair(args.session)
     transcript = load_session(args.session)
     for line, warning in structure_warnings(transcript):
         print(f"{args.session}:{line}: warning: {warning}", file=sys.stderr)
@@ -55,4 +67,19 @@ def verify_command(args: argparse.Namespace) -> int:
         line, problem = problems[0]
         raise CommandError(f"{args.session}:{line}: {problem}")
     print(f"ok: {len(transcript)} entries, leaf {transcript.leaf or '-'}")
+    return EXIT_OK
+
+
+def _repair(path: Path) -> int:
+    from soba_nb.transcript.repair import RepairError, repair
+
+    if not path.is_file():
+        raise CommandError(f"{path}: no such file", EXIT_USAGE)
+    try:
+        report = repair(path)
+    except (RepairError, OSError) as error:
+        raise CommandError(f"{PROG} verify --repair: {error}") from None
+    for line, why in report.dropped:
+        print(f"{path}:{line}: left out: {why}", file=sys.stderr)
+    print(f"repaired copy: {report.output} ({report.kept} entries kept, {len(report.dropped)} lines left out)")
     return EXIT_OK

@@ -1,0 +1,103 @@
+"""A repaired copy of a damaged transcript (`soba-nb verify --repair`), never in place.
+
+Loading refuses a file with a bad line in the middle (anything but the torn lines a crash
+leaves, which it tolerates). To get a session back, `repair` reads the file line by line,
+keeps every entry that parses and hangs from a kept entry, and reports every line it leaves
+out and why. The copy goes beside the original as `<stem>.repaired.jsonl`, written to a
+temporary file first and then linked into place, so it is never half-written and never
+replaces anything; the original is not touched.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from soba_nb.redact import redact_data
+from soba_nb.transcript.entries import ENTRY_ADAPTER, Entry, LeafEntry, entry_to_dict, entry_to_json
+from soba_nb.transcript.store import TORN_MARKER
+
+REPAIRED_SUFFIX = ".repaired.jsonl"
+
+
+class RepairError(OSError):
+    """The repaired copy could not be written (it exists already, or the folder is not writable)."""
+
+
+@dataclass
+class RepairReport:
+    """What `repair` kept and what it left out."""
+
+    source: Path
+    output: Path
+    kept: int = 0
+    dropped: list[tuple[int, str]] = field(default_factory=list)
+    """(line number, why) for each line left out."""
+
+
+def repaired_path(path: Path) -> Path:
+    return path.with_name(path.name.removesuffix(".jsonl") + REPAIRED_SUFFIX)
+
+
+def _why_not(entry: Entry, kept: dict[str, Entry]) -> str | None:
+    if entry.id in kept:
+        return f"duplicate id {entry.id!r}"
+    if entry.parent_id is not None and entry.parent_id not in kept:
+        return f"its parent {entry.parent_id!r} was left out or never written"
+    if isinstance(entry, LeafEntry):
+        target = kept.get(entry.target_id)
+        if target is None or isinstance(target, LeafEntry):
+            return f"leaf targetId {entry.target_id!r} names no kept entry"
+    return None
+
+
+def _kept_lines(raw: bytes, report: RepairReport) -> list[bytes]:
+    kept: dict[str, Entry] = {}
+    out: list[bytes] = []
+    for number, line in enumerate(raw.split(b"\n"), start=1):
+        if not line.strip():
+            if line:
+                report.dropped.append((number, "blank line"))
+            continue
+        try:
+            entry = ENTRY_ADAPTER.validate_json(line)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            why = "not valid JSON (torn by a crash?)" if first["type"] == "json_invalid" else f"bad entry ({first['msg']})"
+            report.dropped.append((number, why))
+            continue
+        problem = _why_not(entry, kept)
+        if problem is not None:
+            report.dropped.append((number, problem))
+            continue
+        kept[entry.id] = entry
+        data = redact_data(entry_to_dict(entry))
+        data.pop(TORN_MARKER, None)
+        out.append(entry_to_json(ENTRY_ADAPTER.validate_python(data)).encode("utf-8", "replace"))
+    report.kept = len(out)
+    return out
+
+
+def repair(path: Path) -> RepairReport:
+    """Write the repaired copy of `path` beside it and say what was left out."""
+    path = Path(path)
+    report = RepairReport(path, repaired_path(path))
+    lines = _kept_lines(path.read_bytes(), report)
+    data = b"".join(line + b"\n" for line in lines)
+    fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(temp_name, report.output)
+        except FileExistsError:
+            raise RepairError(f"{report.output}: already exists; move it away to repair again") from None
+    finally:
+        os.unlink(temp_name)
+    return report
