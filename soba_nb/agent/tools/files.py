@@ -1,13 +1,12 @@
 """File tools: `read_file`, `write_file`, `edit_file`, `list_files`.
 
 All paths are relative to the project folder (absolute paths are accepted when they lie
-inside it) and are refused when they resolve outside it, through `..` or a symlink.
-Text is UTF-8 and written byte for byte (no newline translation).
+inside it) and are refused when they lead outside it, through `..` or a symlink; the checks
+are made on the opened descriptors, so a path swapped during the call cannot escape either
+(`soba_nb.agent.tools.confined`). Text is UTF-8 and written byte for byte.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from pydantic import Field
 
@@ -16,8 +15,8 @@ from soba_nb.agent.tools.base import (
     ToolContext,
     ToolError,
     ToolOutcome,
-    resolve_in_project,
 )
+from soba_nb.agent.tools.confined import Confinement
 
 MAX_LISTED_ENTRIES = 200
 """`list_files` shows at most this many entries, then "… and N more"."""
@@ -58,29 +57,22 @@ LIST_FILES_DESCRIPTION = (
 
 
 def read_file(arguments: ReadFileArguments, ctx: ToolContext) -> ToolOutcome:
-    target = resolve_in_project("read_file", arguments.path, ctx.project_root)
-    text = _read_text("read_file", arguments.path, target)
+    text = _read_text(Confinement("read_file", arguments.path, ctx.project_root))
     return ToolOutcome(text if text else "(empty file)")
 
 
 def write_file(arguments: WriteFileArguments, ctx: ToolContext) -> ToolOutcome:
-    target = resolve_in_project("write_file", arguments.path, ctx.project_root)
-    if target.is_dir():
-        raise ToolError(f"write_file: '{arguments.path}' is a folder")
+    place = Confinement("write_file", arguments.path, ctx.project_root)
     data = arguments.content.encode("utf-8")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-    except OSError as error:
-        raise ToolError(f"write_file: cannot write '{arguments.path}': {_reason(error)}") from error
+    _write(place, data)
     return ToolOutcome(f"wrote {len(data)} bytes to {arguments.path}")
 
 
 def edit_file(arguments: EditFileArguments, ctx: ToolContext) -> ToolOutcome:
-    target = resolve_in_project("edit_file", arguments.path, ctx.project_root)
+    place = Confinement("edit_file", arguments.path, ctx.project_root)
     if not arguments.old:
         raise ToolError("edit_file: 'old' is empty; give the exact text to replace")
-    text = _read_text("edit_file", arguments.path, target)
+    text = _read_text(place)
     matches = text.count(arguments.old)
     if matches == 0:
         raise ToolError(
@@ -92,21 +84,21 @@ def edit_file(arguments: EditFileArguments, ctx: ToolContext) -> ToolOutcome:
             f"edit_file: 'old' text occurs {matches} times in {arguments.path}; "
             "include more surrounding text so it matches exactly once"
         )
-    try:
-        target.write_bytes(text.replace(arguments.old, arguments.new, 1).encode("utf-8"))
-    except OSError as error:
-        raise ToolError(f"edit_file: cannot write '{arguments.path}': {_reason(error)}") from error
+    _write(place, text.replace(arguments.old, arguments.new, 1).encode("utf-8"))
     removed, added = _line_count(arguments.old), _line_count(arguments.new)
     return ToolOutcome(f"edited {arguments.path}: replaced {removed} line(s) with {added} line(s)")
 
 
 def list_files(arguments: ListFilesArguments, ctx: ToolContext) -> ToolOutcome:
-    target = resolve_in_project("list_files", arguments.path, ctx.project_root)
-    if not target.exists():
-        raise ToolError(f"list_files: no such folder '{arguments.path}'")
-    if not target.is_dir():
-        raise ToolError(f"list_files: '{arguments.path}' is a file, not a folder")
-    names = sorted(entry.name + ("/" if entry.is_dir() else "") for entry in target.iterdir())
+    place = Confinement("list_files", arguments.path, ctx.project_root)
+    try:
+        names = place.names()
+    except FileNotFoundError:
+        raise ToolError(f"list_files: no such folder '{arguments.path}'") from None
+    except NotADirectoryError:
+        raise ToolError(f"list_files: '{arguments.path}' is a file, not a folder") from None
+    except OSError as error:
+        raise ToolError(f"list_files: cannot list '{arguments.path}': {_reason(error)}") from error
     if not names:
         return ToolOutcome("(empty folder)")
     shown = names[:MAX_LISTED_ENTRIES]
@@ -115,22 +107,32 @@ def list_files(arguments: ListFilesArguments, ctx: ToolContext) -> ToolOutcome:
     return ToolOutcome("\n".join(shown))
 
 
-def _read_text(tool: str, shown_path: str, target: Path) -> str:
-    if not target.exists():
-        raise ToolError(f"{tool}: no such file '{shown_path}'")
-    if target.is_dir():
-        raise ToolError(f"{tool}: '{shown_path}' is a folder; use list_files")
+def _read_text(place: Confinement) -> str:
+    tool, shown = place.tool, place.shown
     try:
-        data = target.read_bytes()
+        data = place.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        raise ToolError(f"{tool}: no such file '{shown}'") from None
+    except IsADirectoryError:
+        raise ToolError(f"{tool}: '{shown}' is a folder; use list_files") from None
     except OSError as error:
-        raise ToolError(f"{tool}: cannot read '{shown_path}': {_reason(error)}") from error
+        raise ToolError(f"{tool}: cannot read '{shown}': {_reason(error)}") from error
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise ToolError(
-            f"{tool}: '{shown_path}' is not UTF-8 text ({len(data)} bytes; "
+            f"{tool}: '{shown}' is not UTF-8 text ({len(data)} bytes; "
             f"invalid byte at offset {error.start})"
         ) from error
+
+
+def _write(place: Confinement, data: bytes) -> None:
+    try:
+        place.write_bytes(data)
+    except IsADirectoryError:
+        raise ToolError(f"{place.tool}: '{place.shown}' is a folder") from None
+    except OSError as error:
+        raise ToolError(f"{place.tool}: cannot write '{place.shown}': {_reason(error)}") from error
 
 
 def _reason(error: OSError) -> str:

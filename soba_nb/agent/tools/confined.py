@@ -1,0 +1,187 @@
+"""Opening files inside the project, so that the object checked is the object used.
+
+Checking a path and then opening it (`resolve()` then `open()`) can be raced: a folder
+swapped for a symlink out of the project between the two (`renameat2(RENAME_EXCHANGE)`) let
+writes and reads escape. Here every step holds a descriptor and checks *it*:
+
+- the path is normalised lexically (`a/../b` is `b`; anything that climbs above the project
+  is refused) and walked one component at a time with `openat` on the parent's descriptor;
+- each descriptor's real location is read back from the kernel (`/proc/self/fd`) and must lie
+  inside the project: a symlink that stays inside still works, one that leads out is refused,
+  and a swap after the check changes nothing, because the descriptor is what gets used;
+- a new file is created with `O_CREAT | O_EXCL` in the checked folder (never through a link);
+  an existing one is opened without `O_TRUNC`, checked, and only then truncated;
+- only regular files are read or written (a FIFO would block `read_file` forever, a device is
+  no file), `O_NONBLOCK` keeps even the open from blocking, sizes come from `fstat` before
+  reading, and a file with other hard links is not written (its other names may be outside).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from soba_nb.agent.tools.base import ToolError
+
+MAX_READ_BYTES = 8 * 1024 * 1024
+"""`read_file` refuses larger files (the python tool can read part of one)."""
+CREATE_ATTEMPTS = 3
+"""A file that appears while being created (a race) is looked at again this many times."""
+READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+WRITE_FLAGS = os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+NEW_FILE_MODE = 0o644
+NEW_DIR_MODE = 0o755
+
+
+def _real_path(fd: int) -> Path:
+    return Path(os.readlink(f"/proc/self/fd/{fd}"))
+
+
+class Confinement:
+    """One tool call's view of the project folder."""
+
+    def __init__(self, tool: str, shown: str, project_root: Path):
+        self.tool = tool
+        self.shown = shown
+        """The path as the model gave it (for messages)."""
+        self.root = project_root.resolve()
+        self.parts = self._relative_parts(shown, project_root)
+
+    def _outside(self) -> ToolError:
+        return ToolError(f"{self.tool}: path '{self.shown}' is outside the project folder {self.root}")
+
+    def _relative_parts(self, shown: str, project_root: Path) -> list[str]:
+        if not shown.strip():
+            raise ToolError(f"{self.tool}: path is empty")
+        candidate = Path(os.path.normpath(shown))
+        if candidate.is_absolute():
+            for base in (self.root, Path(os.path.normpath(project_root.absolute()))):
+                if candidate.is_relative_to(base):
+                    candidate = candidate.relative_to(base)
+                    break
+            else:
+                raise self._outside()
+        parts = [part for part in candidate.parts if part != "."]
+        if parts and parts[0] == "..":
+            raise self._outside()
+        return parts
+
+    def _check(self, fd: int) -> None:
+        """The opened object must lie inside the project (symlinks followed by the kernel)."""
+        if not _real_path(fd).is_relative_to(self.root):
+            os.close(fd)
+            raise self._outside()
+
+    @contextmanager
+    def folder(self, parts: list[str] | None = None, *, create: bool = False) -> Iterator[int]:
+        """The descriptor of the folder `parts` (default: the whole path), checked."""
+        fd = os.open(self.root, DIR_FLAGS)
+        try:
+            for part in self.parts if parts is None else parts:
+                try:
+                    child = os.open(part, DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, NEW_DIR_MODE, dir_fd=fd)
+                    child = os.open(part, DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = child
+                self._check(fd)
+            yield fd
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def read_bytes(self) -> bytes:
+        """The whole content of a regular file inside the project."""
+        if not self.parts:
+            raise ToolError(f"{self.tool}: '{self.shown}' is a folder; use list_files")
+        with self.folder(self.parts[:-1]) as parent:
+            fd = os.open(self.parts[-1], READ_FLAGS, dir_fd=parent)
+        self._check(fd)
+        try:
+            info = os.fstat(fd)
+            self._regular(info.st_mode)
+            if info.st_size > MAX_READ_BYTES:
+                raise ToolError(
+                    f"{self.tool}: '{self.shown}' is {info.st_size:,} bytes, more than read_file takes "
+                    f"({MAX_READ_BYTES:,}); read part of it with the python or shell tool"
+                )
+            return _read_at_most(fd, info.st_size)
+        finally:
+            os.close(fd)
+
+    def write_bytes(self, data: bytes) -> None:
+        """Create or replace a regular file inside the project (parents created)."""
+        if not self.parts:
+            raise ToolError(f"{self.tool}: '{self.shown}' is a folder")
+        with self.folder(self.parts[:-1], create=True) as parent:
+            fd = self._open_for_writing(parent, self.parts[-1])
+        try:
+            os.ftruncate(fd, 0)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+
+    def _open_for_writing(self, parent: int, name: str) -> int:
+        for _ in range(CREATE_ATTEMPTS):
+            try:  # a new file: O_EXCL never follows a link, so it is made right here
+                return os.open(name, WRITE_FLAGS | os.O_CREAT | os.O_EXCL, NEW_FILE_MODE, dir_fd=parent)
+            except FileExistsError:
+                pass
+            try:
+                fd = os.open(name, WRITE_FLAGS, dir_fd=parent)
+            except FileNotFoundError:
+                continue  # removed in between: create it again
+            except OSError as error:
+                if error.errno == errno.ENXIO:  # a FIFO nobody reads (O_NONBLOCK: no wait)
+                    self._regular(stat.S_IFIFO)
+                raise
+            self._check(fd)
+            info = os.fstat(fd)
+            try:
+                self._regular(info.st_mode)
+                if info.st_nlink > 1:
+                    raise ToolError(
+                        f"{self.tool}: '{self.shown}' has {info.st_nlink} hard links; not written "
+                        "(its other names may be outside the project)"
+                    )
+            except ToolError:
+                os.close(fd)
+                raise
+            return fd
+        raise ToolError(f"{self.tool}: '{self.shown}' kept changing while it was opened; not written")
+
+    def _regular(self, mode: int) -> None:
+        if stat.S_ISDIR(mode):
+            raise ToolError(f"{self.tool}: '{self.shown}' is a folder; use list_files")
+        if not stat.S_ISREG(mode):
+            raise ToolError(f"{self.tool}: '{self.shown}' is not a regular file (a FIFO, socket or device)")
+
+    def names(self) -> list[str]:
+        """The folder's entries, sorted; folders end with '/'."""
+        with self.folder() as fd, os.scandir(fd) as entries:
+            return sorted(entry.name + ("/" if entry.is_dir() else "") for entry in entries)
+
+
+def _read_at_most(fd: int, size: int) -> bytes:
+    """`size` bytes (what fstat said), or fewer if the file shrank; never more."""
+    chunks: list[bytes] = []
+    left = size
+    while left > 0:
+        chunk = os.read(fd, left)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
