@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from datetime import datetime, timezone
@@ -98,11 +99,30 @@ def test_front_matter_has_the_fixed_keys_in_order_then_a_blank_line_and_the_body
     lines = TEXT.split("\n")
     assert lines[0] == "---" and lines[len(KEYS) + 1] == "---"
     assert [line.split(":", 1)[0] for line in lines[1 : len(KEYS) + 1]] == list(KEYS)
-    assert lines[1] == "soba-capsule: 1"
+    assert lines[1] == "soba-capsule: 2"
     assert lines[2] == 'title: "Sales cleaning handoff"'
     assert "tokens: 123" in lines and 'quality: "full"' in lines and 'trigger: "user"' in lines
     assert TEXT.endswith("\n---\n\n" + BODY)
-    assert f'sha256: "{body_sha256(BODY)}"' in lines
+    # The hash covers every byte of the file except its own line.
+    [hash_line] = [line for line in lines if line.startswith("sha256: ")]
+    unhashed = TEXT.replace(hash_line + "\n", "", 1)
+    assert hash_line == f'sha256: "{hashlib.sha256(unhashed.encode()).hexdigest()}"'
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [("tokens: 123", "tokens: 1"), ('title: "Sales cleaning handoff"', 'title: "Something else"'),
+     ('quality: "full"', 'quality: "degraded"'), ('trigger: "user"', 'trigger: "milestone"')],
+)
+def test_an_edit_to_the_front_matter_is_detected(old: str, new: str) -> None:
+    assert old in TEXT
+    assert "content hash mismatch" in problem(TEXT.replace(old, new))
+
+
+def test_a_version_1_file_still_reads() -> None:
+    """soba-nb 0.1 hashed only the body (`front_matter_text` writes that layout)."""
+    legacy = front_matter_text(valid_values())
+    assert parse_capsule_file(legacy, source=SOURCE).metadata.title == "T"
 
 
 def test_headings_in_the_file_are_the_thirteen_sections_then_extra_ones() -> None:
@@ -243,7 +263,7 @@ def test_no_front_matter() -> None:
 @pytest.mark.parametrize(
     ("version", "expected"),
     [
-        ("2", "unknown capsule format version '2'"),
+        ("3", "unknown capsule format version '3'"),
         ('"1"', "unknown capsule format version"),
         ("1.0", "unknown capsule format version"),
         ("true", "unknown capsule format version"),
@@ -254,17 +274,17 @@ def test_unknown_format_version(version: str, expected: str) -> None:
 
 
 def test_a_future_version_is_named_before_any_other_problem() -> None:
-    future = "---\nsoba-capsule: 2\nsummary: {new format}\n---\nwhatever\n"
-    assert "unknown capsule format version '2'" in problem(future)
+    future = "---\nsoba-capsule: 3\nsummary: {new format}\n---\nwhatever\n"
+    assert "unknown capsule format version '3'" in problem(future)
 
 
 def test_the_version_must_come_first() -> None:
     values = valid_values()
     version = values.pop("soba-capsule")
-    assert "must start with `soba-capsule: 1`" in problem(
+    assert "must start with `soba-capsule: 2`" in problem(
         front_matter_text({**values, "soba-capsule": version})
     )
-    assert "must start with `soba-capsule: 1`" in problem(front_matter_text(values))
+    assert "must start with `soba-capsule: 2`" in problem(front_matter_text(values))
 
 
 @pytest.mark.parametrize("key", [k for k in KEYS if k != "soba-capsule"])

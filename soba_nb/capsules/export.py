@@ -141,6 +141,7 @@ def load_capsule(
     *,
     session_notebook: str | os.PathLike[str] | None = None,
     environ: Mapping[str, str] = os.environ,
+    counter: TokenCounter | None = None,
 ) -> CapsuleEntry:
     """Start the session from a `.capsule.md` file: one capsule entry, trigger `user`.
 
@@ -155,15 +156,18 @@ def load_capsule(
         path = Path(session_notebook).expanduser().parent / path
     path = path.resolve()
     cf = read_capsule_file(path)
+    body = redact(cf.body, environ)
+    # Never a figure from the file: its `tokens` is recounted with this session's tokenizer.
+    tokens = (counter or TokenCounter.for_model(*DEFAULT_COUNTING_MODEL)).count_text(body)
     entry = CapsuleEntry(
         operation_id=f"{LOAD_OPERATION_PREFIX}{secrets.token_hex(OPERATION_ID_BYTES)}",
         checkpoint_id=new_checkpoint_id(),
         trigger="user",
         quality=cf.metadata.quality,
-        tokens_before=cf.metadata.tokens,
-        tokens_after=cf.metadata.tokens,
+        tokens_before=tokens,
+        tokens_after=tokens,
         first_kept_entry_id=None,
-        content=redact(cf.body, environ),
+        content=body,
         source=str(path),
         title=redact(cf.metadata.title, environ),
     )

@@ -1,9 +1,9 @@
-"""The portable `.capsule.md` file, format version 1 (SPEC §8).
+"""The portable `.capsule.md` file, format version 2 (SPEC §8).
 
 A file is a front-matter block followed by the capsule Markdown::
 
     ---
-    soba-capsule: 1
+    soba-capsule: 2
     title: "Churn model handoff"
     checkpoint: "ck_1a2b3c4d"
     source-notebook: "/work/churn.ipynb"
@@ -24,10 +24,14 @@ and `source-session` may be `null`). `soba-capsule` comes first so a future form
 recognised before anything else is read.
 
 Body: the Markdown after the closing `---` line and one blank line. `sha256` is the hash of
-every byte after the closing `---` line (that blank line included), so an edit or a
-truncation is detected. The
-body must hold the 13 section headings of SPEC §4; unknown extra `## ` sections are kept
-verbatim. Writing is atomic and never replaces an existing file unless asked to.
+every byte of the file except its own line (the `sha256: "…"` line and its newline), so an
+edit anywhere — a title, a source, a token count, the body — or a truncation is detected.
+Version 1 files (soba-nb 0.1) hashed only the body; they are still read, but nothing in
+their front matter is trusted beyond what is shown. Figures are never trusted from any file:
+`tokens` is recounted on load. The body must hold the 13 section headings of SPEC §4;
+unknown extra `## ` sections are kept verbatim. Only regular files are read (a FIFO or
+`/dev/zero` is refused before any byte is), and their size is checked first. Writing is
+atomic and never replaces an existing file unless asked to.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -47,7 +52,10 @@ from soba_nb.compaction.capsule import Capsule, CapsuleFormatError, parse_capsul
 from soba_nb.redact import redact_data, redact_file_name
 from soba_nb.transcript.entries import Quality, TriggerName, utc_now
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+LEGACY_VERSION = 1
+"""Version 1: `sha256` covered only the body."""
+HASH_KEY = "sha256"
 FILE_SUFFIX = ".capsule.md"
 DELIMITER = "---"
 BODY_SEPARATOR = "\n"
@@ -75,6 +83,7 @@ _FIELD_BY_KEY = {key: key.replace("-", "_") for key in KEYS if key not in (VERSI
 _KEY_LINE = re.compile(r"^(?P<key>[A-Za-z0-9_-]+)[ \t]*:[ \t]*(?P<value>.*?)[ \t]*$")
 _CHECKPOINT = re.compile(r"ck_[0-9a-f]{8,}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_HASH_LINE = re.compile(r"^sha256[ \t]*:[^\n]*\n", re.MULTILINE)
 
 
 class CapsuleFileError(ValueError):
@@ -188,9 +197,10 @@ def render_capsule_file(cf: CapsuleFile) -> str:
     meta = cf.metadata
     values: dict[str, object] = {VERSION_KEY: FORMAT_VERSION}
     values.update({key: getattr(meta, field) for key, field in _FIELD_BY_KEY.items()})
-    values["sha256"] = body_sha256(cf.body)
-    lines = [DELIMITER, *(f"{key}: {_json(values[key])}" for key in KEYS), DELIMITER]
-    return "\n".join(lines) + "\n" + BODY_SEPARATOR + cf.body
+    before = [DELIMITER, *(f"{key}: {_json(values[key])}" for key in KEYS if key != HASH_KEY)]
+    unhashed = "\n".join([*before, DELIMITER]) + "\n" + BODY_SEPARATOR + cf.body
+    digest = _sha256(unhashed)
+    return "\n".join([*before, f"{HASH_KEY}: {_json(digest)}", DELIMITER]) + "\n" + BODY_SEPARATOR + cf.body
 
 
 def _excerpt(text: str) -> str:
@@ -248,7 +258,7 @@ def _read_values(lines: list[tuple[int, str]], source: str) -> dict[str, Any]:
             raise CapsuleFileError(
                 source, f"front matter key {key!r}: bad JSON value {_excerpt(match['value'])}"
             ) from None
-        if key == VERSION_KEY and (type(values[key]) is not int or values[key] != FORMAT_VERSION):
+        if key == VERSION_KEY and (type(values[key]) is not int or values[key] not in (FORMAT_VERSION, LEGACY_VERSION)):
             raise CapsuleFileError(
                 source,
                 f"unknown capsule format version {_excerpt(match['value'])} "
@@ -283,19 +293,25 @@ def _metadata(values: dict[str, Any], source: str) -> CapsuleMetadata:
         ) from None
 
 
-def _verified_rest(rest: str, expected: object, source: str) -> str:
+def _without_hash_line(text: str) -> str:
+    """The file text less its `sha256` line: what a version-2 hash covers."""
+    return _HASH_LINE.sub("", text, count=1)
+
+
+def _verified_rest(text: str, rest: str, expected: object, version: int, source: str) -> str:
     if not isinstance(expected, str) or not _SHA256.fullmatch(expected):
         raise CapsuleFileError(source, "front matter key 'sha256': must be 64 lowercase hex digits")
+    covered = rest if version == LEGACY_VERSION else _without_hash_line(text)
     try:
-        actual = _sha256(rest)
+        actual = _sha256(covered)
     except UnicodeEncodeError:
         actual = ""
     if actual == expected:
         return rest
     # A checkout with Windows line endings (git `autocrlf`) changes nothing a reader cares about.
-    normalized = rest.replace("\r\n", "\n")
-    if normalized != rest and _sha256(normalized) == expected:
-        return normalized
+    normalized = covered.replace("\r\n", "\n")
+    if normalized != covered and _sha256(normalized) == expected:
+        return rest.replace("\r\n", "\n")
     raise CapsuleFileError(
         source, "content hash mismatch: the file was edited or truncated after export"
     )
@@ -307,10 +323,12 @@ def parse_capsule_file(text: str, *, source: str) -> CapsuleFile:
     Raises `CapsuleFileError` (and nothing else) for any text that is not a valid
     version-1 capsule file.
     """
+    if text.startswith(_BOM):
+        text = text[len(_BOM) :]
     lines, rest = _split_front_matter(text, source)
     values = _read_values(lines, source)
     metadata = _metadata(values, source)
-    rest = _verified_rest(rest, values["sha256"], source)
+    rest = _verified_rest(text, rest, values[HASH_KEY], values[VERSION_KEY], source)
     body = rest[len(BODY_SEPARATOR) :] if rest.startswith(BODY_SEPARATOR) else rest
     try:
         parse_capsule(body)
@@ -326,21 +344,36 @@ def parse_capsule_file(text: str, *, source: str) -> CapsuleFile:
 
 
 def read_capsule_file(path: str | os.PathLike[str]) -> CapsuleFile:
-    """Read and fully validate a `.capsule.md` file. Raises `CapsuleFileError`."""
+    """Read and fully validate a `.capsule.md` file. Raises `CapsuleFileError`.
+
+    Only a regular file is read, and only after its size (from the opened descriptor) is
+    checked: `/dev/zero`, a FIFO or a 10 GB file is refused before a byte is read.
+    """
     path = Path(path)
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise CapsuleFileError(
-                path, f"file is {size} bytes; a capsule file is at most {MAX_FILE_BYTES}"
-            )
-        raw = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except IsADirectoryError:
         raise CapsuleFileError(path, "is a folder, not a capsule file") from None
     except FileNotFoundError:
         raise CapsuleFileError(path, "no such file") from None
     except OSError as exc:
         raise CapsuleFileError(path, f"cannot read ({exc.strerror or exc})") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise CapsuleFileError(path, "is a folder, not a capsule file")
+        if not stat.S_ISREG(info.st_mode):
+            raise CapsuleFileError(path, "not a regular file (a device, FIFO or socket); a capsule is a .capsule.md file")
+        if info.st_size > MAX_FILE_BYTES:
+            raise CapsuleFileError(path, f"file is {info.st_size:,} bytes; a capsule file is at most {MAX_FILE_BYTES:,}")
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise CapsuleFileError(path, f"cannot read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_FILE_BYTES:
+        raise CapsuleFileError(path, f"file grew past {MAX_FILE_BYTES:,} bytes while being read")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -81,7 +81,7 @@ def capsule_export(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
 
 def capsule_load(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
     args = parse(_load_arguments, rest)
-    entry = load_capsule(args.path, agent.transcript, session_notebook=agent.notebook)
+    entry = load_capsule(args.path, agent.transcript, session_notebook=agent.notebook, counter=agent.counter)
     print(
         f"loaded {entry.title!r} from {entry.source} as {entry.checkpoint_id} "
         f"({entry.tokens_after:,} tokens · quality {entry.quality}); the next turn starts from it"
