@@ -154,6 +154,12 @@ def empty_stream() -> Reply:
     return Reply(kind="empty")
 
 
+def pings(interval_s: float = 0.2) -> Reply:
+    """A 200 stream that never answers: SSE comment lines (keep-alive pings) until the client
+    hangs up or the server closes."""
+    return Reply(kind="pings", chunk_delay_s=interval_s)
+
+
 def malformed() -> Reply:
     """A 200 answer whose JSON (body or stream chunk) does not parse."""
     return Reply(kind="malformed")
@@ -363,6 +369,9 @@ class _Answer:
                 handler.write_chunk(b'data: {"choices": [{"delta": \n\n')
             elif reply.kind == "stream_error":
                 self._event(reply.body, "error" if self.anthropic else None)
+            elif reply.kind == "pings":
+                while not handler.server.owner._pause(reply.chunk_delay_s):
+                    handler.write_chunk(b": ping\n\n")
             elif reply.kind != "empty":
                 (self._anthropic_stream if self.anthropic else self._openai_stream)()
             handler.end_stream()

@@ -43,7 +43,9 @@ TRUNCATION_MIN_GROWTH = 256
 """The request must have grown by this much since the previous figure to compare growths."""
 DEFAULT_MAX_STEPS = 25
 """Inference requests per turn before the loop stops with a clear message."""
-INFERENCE_TIMEOUT_S = 600.0
+DEFAULT_TURN_TIMEOUT_S = 600.0
+"""All the waiting on the model one turn may do, every request and retry together
+(`%config SobaMagics.turn_timeout_s`); tools run on their own limits."""
 PREVIEW_LINES = 3
 PREVIEW_CHARS = 240
 CANCELLED_RESULT = "[cancelled: the turn was interrupted before this call ran]"
@@ -78,8 +80,11 @@ class TurnRunner:
         on_event: EventSink | None = None,
         cancel: threading.Event | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
+        turn_timeout_s: float = DEFAULT_TURN_TIMEOUT_S,
     ):
         self.session = session
+        self.turn_timeout_s = turn_timeout_s
+        self._model_time_left = turn_timeout_s
         self.emit = on_event or _noop
         self.cancel = cancel or threading.Event()
         self.max_steps = max_steps
@@ -182,9 +187,16 @@ class TurnRunner:
             streamed.append(text)
             self.emit(TextDelta(text))
 
+        if self._model_time_left <= 0:
+            return self._end(
+                "failed",
+                f"the turn has waited {self.turn_timeout_s:g} s for the model in all (its limit, "
+                "%config SobaMagics.turn_timeout_s); ask again to continue",
+            )
+        started = time.monotonic()
         try:
             response = self.session.provider.complete(
-                request, on_text=on_text, cancel=self.cancel, timeout_s=INFERENCE_TIMEOUT_S
+                request, on_text=on_text, cancel=self.cancel, timeout_s=self._model_time_left
             )
         except ContextOverflowError as exc:
             return self._recover(exc, sent)
@@ -194,6 +206,8 @@ class TurnRunner:
             return self._end("cancelled", "cancelled while the answer streamed")
         except ProviderError as exc:
             return self._end("failed", f"{self.session.config.model.provider}: {exc}")
+        finally:
+            self._model_time_left -= time.monotonic() - started
         return response
 
     def _truncated(self, response: ModelResponse, sent: int) -> bool:
@@ -341,6 +355,8 @@ def run_turn(
     on_event: EventSink | None = None,
     cancel: threading.Event | None = None,
     max_steps: int = DEFAULT_MAX_STEPS,
+    turn_timeout_s: float = DEFAULT_TURN_TIMEOUT_S,
 ) -> TurnResult:
     """Run one agent turn to its end."""
-    return TurnRunner(session, on_event=on_event, cancel=cancel, max_steps=max_steps).run(prompt)
+    runner = TurnRunner(session, on_event=on_event, cancel=cancel, max_steps=max_steps, turn_timeout_s=turn_timeout_s)
+    return runner.run(prompt)

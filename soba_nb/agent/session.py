@@ -26,6 +26,7 @@ from soba_nb.providers import make_provider
 from soba_nb.providers.base import Provider
 from soba_nb.providers.discovery import ServerWindow, discover_window
 from soba_nb.providers.errors import ProviderError
+from soba_nb.providers.http import DEFAULT_IDLE_TIMEOUT_S
 from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import (
     CapsuleEntry,
@@ -153,6 +154,8 @@ class AgentSession:
         self.transcript = Transcript.open(path, create_header=header)
         self.session_id = path.stem
         self.counter = counter_for(config)
+        self.idle_timeout_s = DEFAULT_IDLE_TIMEOUT_S
+        """Longest silence from the server (`%config SobaMagics.idle_timeout_s`)."""
         self._server_window: ServerWindow | None = None
         self._asked: tuple[str, str] | None = None
         """(baseUrl, model) the server was last asked about, so it is asked once."""
@@ -177,6 +180,13 @@ class AgentSession:
             max_output_tokens=self.limits.max_output_tokens,
             session_id=self.session_id,
         )
+
+    def set_idle_timeout(self, seconds: float) -> None:
+        """A new idle limit applies from the next provider (made on next use)."""
+        if seconds != self.idle_timeout_s:
+            self.idle_timeout_s = seconds
+            self._provider = None
+            self.compactor.summarizer = None
 
     def apply_config(self, config: SobaConfig) -> None:
         """New settings (e.g. soba.json edited); a model change also changes the provider."""
@@ -246,7 +256,7 @@ class AgentSession:
             elif self.config.provider_source.startswith("no model"):
                 raise ProviderError(self.config.provider_source)
             else:
-                self._provider = make_provider(self.config.model)
+                self._provider = make_provider(self.config.model, idle_timeout_s=self.idle_timeout_s)
         if self.compactor.summarizer is None:
             self.compactor.summarizer = ProviderSummarizer(self._provider)
         return self._provider

@@ -29,10 +29,10 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
-from traitlets import Bool, CaselessStrEnum, Int, Unicode
+from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
 from traitlets.config import Configurable
 
-from soba_nb.agent.loop import DEFAULT_MAX_STEPS, TurnResult, run_turn
+from soba_nb.agent.loop import DEFAULT_MAX_STEPS, DEFAULT_TURN_TIMEOUT_S, TurnResult, run_turn
 from soba_nb.agent.session import AgentSession, RewindError
 from soba_nb.agent.skills import SkillError
 from soba_nb.capsules.export import CapsuleExportError
@@ -52,6 +52,7 @@ from soba_nb.notebook.location import locate
 from soba_nb.notebook.monitor import BudgetMonitor, snapshot_of
 from soba_nb.notebook.render import TurnRenderer, ipython_display
 from soba_nb.providers.errors import ProviderError
+from soba_nb.providers.http import DEFAULT_IDLE_TIMEOUT_S
 from soba_nb.transcript.entries import CapsuleEntry
 from soba_nb.transcript.store import TranscriptError, TranscriptLockedError
 
@@ -79,6 +80,12 @@ class SobaMagics(Magics, Configurable):
         None, allow_none=True, help="Soft compaction triggers on/off; None means the configuration's `auto`."
     ).tag(config=True)
     session = Unicode("", help="Transcript file to use; empty means the notebook's latest session.").tag(config=True)
+    idle_timeout_s = Float(
+        DEFAULT_IDLE_TIMEOUT_S, min=1, help="Longest silence from the model server (before and within an answer), seconds."
+    ).tag(config=True)
+    turn_timeout_s = Float(
+        DEFAULT_TURN_TIMEOUT_S, min=1, help="All the waiting on the model one turn may do, seconds."
+    ).tag(config=True)
     display_mode = CaselessStrEnum(
         ("auto", "rich", "plain"), "auto", help="auto: rich output in a kernel with a frontend, else plain text."
     ).tag(config=True)
@@ -134,6 +141,7 @@ class SobaMagics(Magics, Configurable):
             # the session keeps it after a restart (when the trait is None again).
             if self.auto_compact is not None:
                 self.agent.set_auto(self.auto_compact)
+            self.agent.set_idle_timeout(self.idle_timeout_s)
         except SESSION_ERRORS as exc:
             raise UsageError(one_line(exc)) from None
         return self.agent
@@ -242,7 +250,12 @@ class SobaMagics(Magics, Configurable):
         with self.cancellable() as cancel:
             try:
                 result = run_turn(
-                    agent, prompt, on_event=renderer.on_event, cancel=cancel, max_steps=self.max_steps
+                    agent,
+                    prompt,
+                    on_event=renderer.on_event,
+                    cancel=cancel,
+                    max_steps=self.max_steps,
+                    turn_timeout_s=self.turn_timeout_s,
                 )
             except KeyboardInterrupt:
                 result = TurnResult("cancelled", message="interrupted; the next %soba works")

@@ -40,6 +40,13 @@ class ServerError(ProviderError):
         self.retry_after_s = retry_after_s
 
 
+class StalledError(ServerError):
+    """The server sent nothing for the idle limit (before the answer began, or mid-stream).
+    Retried once: a server that stalls twice is not going to answer."""
+
+    retry_limit = 1
+
+
 class IncompleteResponseError(ProviderError):
     """A stream that ended without a finish reason (some servers answer an oversized
     prompt with HTTP 200 and an empty stream). Never treated as an empty answer."""

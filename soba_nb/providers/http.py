@@ -44,7 +44,9 @@ from soba_nb.providers.errors import (
     MissingApiKeyError,
     ProviderError,
     ServerError,
+    StalledError,
 )
+from soba_nb.providers.feed import Feed
 from soba_nb.providers.retry import (
     DEFAULT_BACKOFF_BASE_S,
     DEFAULT_BACKOFF_MAX_S,
@@ -64,8 +66,12 @@ OPERATION_ID_HEADER = "X-Soba-Operation-Id"
 DEFAULT_TIMEOUT_S = 600.0
 """Overall deadline of a call whose caller gives none: no wait is ever unbounded."""
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
-DEFAULT_READ_TIMEOUT_S = 120.0
-"""Longest silence allowed between two reads (a long prompt may take a while to start)."""
+DEFAULT_IDLE_TIMEOUT_S = 60.0
+"""Longest silence allowed from the server: before the answer starts (a long prompt may take a
+while to process) and between two pieces of a stream. `%config SobaMagics.idle_timeout_s`."""
+READ_TIMEOUT_MARGIN_S = 5.0
+"""httpx's own read timeout is the idle limit plus this: a backstop that ends an abandoned
+worker thread whose socket could not be shut down."""
 HTTP_ERROR_MIN = 300
 REDACTED = "[redacted]"
 
@@ -152,7 +158,7 @@ class HttpProvider(ABC):
         retry_after_cap_s: float = DEFAULT_RETRY_AFTER_CAP_S,
         jitter_ratio: float = DEFAULT_JITTER_RATIO,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
-        read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         default_timeout_s: float = DEFAULT_TIMEOUT_S,
         rng: random.Random | None = None,
     ):
@@ -169,7 +175,7 @@ class HttpProvider(ABC):
             jitter_ratio=jitter_ratio,
         )
         self.connect_timeout_s = connect_timeout_s
-        self.read_timeout_s = read_timeout_s
+        self.idle_timeout_s = idle_timeout_s
         self.default_timeout_s = default_timeout_s
         self._rng = rng or random.Random()
         self._owns_client = client is None
@@ -265,9 +271,10 @@ class HttpProvider(ABC):
     def _timeout(self, deadline: Deadline) -> tuple[httpx.Timeout, bool]:
         """httpx timeouts for one attempt, and whether the deadline is what bounds them."""
         remaining = deadline.remaining()
-        read = min(self.read_timeout_s, remaining)
+        backstop = self.idle_timeout_s + READ_TIMEOUT_MARGIN_S
+        read = min(backstop, remaining)
         timeout = httpx.Timeout(read, connect=min(self.connect_timeout_s, remaining))
-        return timeout, remaining <= self.read_timeout_s
+        return timeout, remaining <= backstop
 
     def _send(
         self,
@@ -278,30 +285,31 @@ class HttpProvider(ABC):
         cancel: threading.Event | None,
         deadline: Deadline,
     ) -> ModelResponse:
-        """One attempt: POST, check the status, read the answer. httpx errors become ours."""
+        """One attempt: POST, check the status, read the answer. httpx errors become ours.
+
+        The I/O runs in a worker (`Feed`), so a cancel, the deadline or a silence longer
+        than `idle_timeout_s` ends the wait within a fraction of a second."""
+        feed = Feed(cancel=cancel, deadline=deadline, idle_s=self.idle_timeout_s, source=self.source)
         timeout, bounded_by_deadline = self._timeout(deadline)
+        feed.start(lambda feed: self._io(feed, stream, body, headers, timeout))
         try:
-            if not stream:
-                response = self._client.post(
-                    self.endpoint(), json=body, headers=headers, timeout=timeout
-                )
-                self._raise_for_status(response)
-                result = self.parse_answer(parse_json_answer(self.source, response.text))
+            head = feed.head()
+            if head.status >= HTTP_ERROR_MIN:
+                raise classify_http_error(self.source, head.status, head.text or "", head.headers)
+            if head.text is not None:
+                data = parse_json_answer(self.source, head.text)
+                if stream and "error" in data:
+                    # Some servers answer a streamed request with one JSON object (often an error).
+                    raise classify_stream_error(self.source, data)
+                result = self.parse_answer(data)
+                if stream:
+                    sink(result.text)
             else:
-                with self._client.stream(
-                    "POST",
-                    self.endpoint(),
-                    json=body,
-                    headers={**headers, "Accept": "text/event-stream"},
-                    timeout=timeout,
-                ) as response:
-                    result = self._read_stream(response, sink, cancel, deadline)
+                result = self._parse_lines(feed.lines(), sink)
         except httpx.TimeoutException as exc:
             if bounded_by_deadline or deadline.expired():
                 raise deadline.timeout_error(self.source) from None
-            raise ServerError(
-                f"{self.source}: timed out waiting for the server ({type(exc).__name__})"
-            ) from None
+            raise StalledError(f"{self.source}: timed out waiting for the server ({type(exc).__name__})") from None
         except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
             # A configuration mistake: retrying cannot help.
             raise ProviderError(
@@ -318,34 +326,33 @@ class HttpProvider(ABC):
         check_cancel(cancel, self.source)
         return result
 
-    def _raise_for_status(self, response: httpx.Response) -> None:
-        if response.status_code >= HTTP_ERROR_MIN:
-            response.read()
-            raise classify_http_error(
-                self.source, response.status_code, response.text, response.headers
+    def _io(self, feed: Feed, stream: bool, body: dict[str, Any], headers: dict[str, str], timeout: httpx.Timeout) -> None:
+        """The worker's part: send, and hand over the head, then the lines of a stream."""
+        if not stream:
+            response = self._client.post(self.endpoint(), json=body, headers=headers, timeout=timeout)
+            feed.put_head(response, response.text)
+            return
+        with self._client.stream(
+            "POST", self.endpoint(), json=body, headers={**headers, "Accept": "text/event-stream"}, timeout=timeout
+        ) as response:
+            whole = response.status_code >= HTTP_ERROR_MIN or response.headers.get("content-type", "").startswith(
+                "application/json"
             )
+            if whole:
+                response.read()
+                feed.put_head(response, response.text)
+                return
+            feed.put_head(response, None)
+            for line in response.iter_lines():
+                if not feed.put_line(line):
+                    return
 
-    def _read_stream(
-        self,
-        response: httpx.Response,
-        sink: TextSink,
-        cancel: threading.Event | None,
-        deadline: Deadline,
-    ) -> ModelResponse:
-        self._raise_for_status(response)
-        if response.headers.get("content-type", "").startswith("application/json"):
-            # Some servers answer a streamed request with one JSON object (often an error).
-            response.read()
-            data = parse_json_answer(self.source, response.text)
-            if "error" in data:
-                raise classify_stream_error(self.source, data)
-            result = self.parse_answer(data)
-            sink(result.text)
-            return result
+    def _parse_lines(self, lines: Iterator[str], sink: TextSink) -> ModelResponse:
+        """A streamed answer; an empty stream (no line at all) is an `EmptyAnswerError`."""
         seen = [0]
 
         def counted() -> Iterator[str]:
-            for line in self._guarded_lines(response, cancel, deadline):
+            for line in lines:
                 seen[0] += bool(line.strip())
                 yield line
 
@@ -355,16 +362,6 @@ class HttpProvider(ABC):
             if not seen[0]:
                 raise EmptyAnswerError(f"{self.source}: the server answered 200 with an empty stream") from None
             raise
-
-    def _guarded_lines(
-        self, response: httpx.Response, cancel: threading.Event | None, deadline: Deadline
-    ) -> Iterator[str]:
-        """The stream's lines, stopping for cancel and the deadline between chunks."""
-        for line in response.iter_lines():
-            check_cancel(cancel, self.source)
-            deadline.check(self.source)
-            yield line
-        check_cancel(cancel, self.source)
 
     # -- resources -------------------------------------------------------------------
 

@@ -85,7 +85,7 @@ _IGNORED_OPTIONS = frozenset(
         "retry_after_cap_s",
         "jitter_ratio",
         "connect_timeout_s",
-        "read_timeout_s",
+        "idle_timeout_s",
         "rng",
     }
 )

@@ -136,7 +136,7 @@ def call_with_retries(
         except ProviderError as exc:
             if not exc.retryable:
                 raise
-            if attempt_index >= policy.max_retries:
+            if attempt_index >= min(policy.max_retries, getattr(exc, "retry_limit", policy.max_retries)):
                 exc.args = (f"{exc} (gave up after {attempt_index + 1} attempts)",)
                 raise
             delay = policy.delay_s(attempt_index, exc, rng)
