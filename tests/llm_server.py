@@ -154,6 +154,11 @@ def empty_stream() -> Reply:
     return Reply(kind="empty")
 
 
+def reset() -> Reply:
+    """The connection is dropped without a byte of answer (a reset)."""
+    return Reply(kind="reset")
+
+
 def pings(interval_s: float = 0.2) -> Reply:
     """A 200 stream that never answers: SSE comment lines (keep-alive pings) until the client
     hangs up or the server closes."""
@@ -258,6 +263,11 @@ class _Handler(BaseHTTPRequestHandler):
         reply = owner._next_reply(record)
         try:
             if reply.delay_s and owner._pause(reply.delay_s):
+                return
+            if reply.kind == "reset":
+                self.close_connection = True
+                with contextlib.suppress(OSError):
+                    self.connection.shutdown(socket.SHUT_RDWR)
                 return
             _Answer(self, record, reply).send()
             record.completed = True
