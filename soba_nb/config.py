@@ -262,18 +262,35 @@ def _one_line(exc: ValidationError, merged: Mapping[str, Any]) -> str:
     """The first pydantic error as `key = value: rule`."""
     err = exc.errors()[0]
     loc = [str(part) for part in err["loc"]]
-    key = ".".join(loc) if loc else "config"
     value: Any = merged
     for part in loc:
         value = value.get(part) if isinstance(value, Mapping) else None
-    rule = err["msg"]
+    # A key is shown as JSON when it is not a plain name (a newline in it must not break the line).
+    key = ".".join(part if part.isidentifier() else json.dumps(part) for part in loc) if loc else "config"
+    rule = " ".join(str(err["msg"]).split())
     if err["type"] == "extra_forbidden":
-        return f"{key}: unknown key (value {json.dumps(value, default=str)}); known keys are those of SPEC §3"
+        return f"{key}: unknown key (value {_clip(json.dumps(value, default=str))}); {_known_keys(loc)}"
     if err["type"] == "value_error":
         return rule.removeprefix("Value error, ")
     if err["type"] in ("model_type", "model_attributes_type", "dict_type"):
-        return f"{key} = {json.dumps(value, default=str)}: must be a JSON object"
-    return f"{key} = {json.dumps(value, default=str)}: {rule.lower()}"
+        return f"{key} = {_clip(json.dumps(value, default=str))}: must be a JSON object"
+    return f"{key} = {_clip(json.dumps(value, default=str))}: {rule.lower()}"
+
+
+VALUE_SHOWN_CHARS = 80
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= VALUE_SHOWN_CHARS else text[: VALUE_SHOWN_CHARS - 1] + "…"
+
+
+def _known_keys(loc: list[str]) -> str:
+    """The keys that may stand where an unknown one was found."""
+    sections: dict[str, type[_Section]] = {"model": ModelSettings, "compaction": CompactionSettings}
+    if len(loc) >= 2 and loc[0] in sections:
+        names = [field.alias or name for name, field in sections[loc[0]].model_fields.items()]
+        return f"known keys in {loc[0]}: {', '.join(names)}"
+    return "the top level has model and compaction"
 
 
 RESOLUTION_LAYER = "provider resolution"
