@@ -4,6 +4,7 @@ crash with anything else. The figure counts the examples run and the crashes (0)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 import warnings
@@ -56,10 +57,8 @@ def _fuzz_transcript(lines: list[str], cut: int, terminated: bool) -> None:
         path.write_bytes(raw)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TornLineWarning)
-            try:
+            with contextlib.suppress(TranscriptError):
                 Transcript.load(path)
-            except TranscriptError:
-                pass
 
 
 def _valid_capsule_text() -> str:
@@ -84,10 +83,8 @@ def _fuzz_capsule_file(data: st.DataObject) -> None:
         text = base[:at] + data.draw(st.text(max_size=20)) + base[at + data.draw(st.integers(0, 20)) :]
     else:
         text = base[: data.draw(st.integers(0, len(base)))]
-    try:
+    with contextlib.suppress(CapsuleFileError):
         parse_capsule_file(text, source="fuzz.capsule.md")
-    except CapsuleFileError:
-        pass
 
 
 @FUZZ
@@ -116,10 +113,8 @@ def _fuzz_sse(lines: list[str], wire: str) -> None:
 
     provider_class = OpenAIProvider if wire == "openai" else AnthropicProvider
     with provider_class(ModelSettings(provider=wire, base_url="http://127.0.0.1:9")) as provider:  # type: ignore[arg-type]
-        try:
+        with contextlib.suppress(ProviderError):
             provider.parse_stream(iter_sse_events(lines), TextSink(None))
-        except ProviderError:
-            pass
 
 
 def test_parsers_never_crash_on_garbage(figures):
