@@ -112,9 +112,9 @@ def _fuzz_sse(lines: list[str], wire: str) -> None:
     from soba_nb.config import ModelSettings
 
     provider_class = OpenAIProvider if wire == "openai" else AnthropicProvider
-    with provider_class(ModelSettings(provider=wire, base_url="http://127.0.0.1:9")) as provider:  # type: ignore[arg-type]
-        with contextlib.suppress(ProviderError):
-            provider.parse_stream(iter_sse_events(lines), TextSink(None))
+    settings = ModelSettings(provider=wire, base_url="http://127.0.0.1:9")  # type: ignore[arg-type]
+    with provider_class(settings) as provider, contextlib.suppress(ProviderError):
+        provider.parse_stream(iter_sse_events(lines), TextSink(None))
 
 
 def test_parsers_never_crash_on_garbage(figures):
