@@ -129,3 +129,30 @@ def ip(nb_dir: Path) -> Iterator[Any]:
 
     if InteractiveShell.initialized():
         shut_down(InteractiveShell.instance())
+
+
+# -- reliability figures (README "Reliability"; tests/reliability) ----------------------------
+
+FIGURES: list[tuple[str, str]] = []
+
+
+class Figures:
+    """`figures.add("crash safety", "kills survived 200/200 · lost 0 · unopenable 0")`: printed
+    as one table at the end of the run (CI too)."""
+
+    def add(self, name: str, text: str) -> None:
+        FIGURES.append((name, text))
+
+
+@pytest.fixture
+def figures() -> Iterator[Figures]:
+    yield Figures()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not FIGURES:
+        return
+    terminalreporter.section("reliability figures")
+    width = max(len(name) for name, _ in FIGURES)
+    for name, text in FIGURES:
+        terminalreporter.write_line(f"{name:<{width}}  {text}")

@@ -340,7 +340,8 @@ def generate_capsule(
     # Measured locally and exactly, then put on the scale of `tokens_before`: when that was
     # the provider's figure, its difference from our estimate carries over (like with like).
     calibration = plan.tokens_before - (plan.estimated_before if plan.estimated_before is not None else plan.tokens_before)
-    tokens_after = max(measure_continuation(entry, cut, plan.hard_limit, ctx).tokens + calibration, 0)
+    fit_to = plan.hard_limit - max(calibration, 0)
+    tokens_after = max(measure_continuation(entry, cut, fit_to, ctx).tokens + calibration, 0)
     ctx.counter.forget(entry.id)
     return Generated(entry.model_copy(update={"tokens_after": tokens_after}), tokens_after, note)
 

@@ -135,7 +135,10 @@ class Compactor:
     def model_input(self, *, fit: bool = True) -> ModelInput:
         """The model input of the current path (emergency clipping toward the hard limit)."""
         context = self.context()
-        fit_to = self.thresholds.hard_limit if fit else None
+        # Clipped to fit on the scale the send check reads (the provider's count when it is higher).
+        measurement = self.measure()
+        calibration = max(measurement.effective - measurement.estimated, 0)
+        fit_to = self.thresholds.hard_limit - calibration if fit else None
         return assemble(context, system=self.system, tools=self.tools, counter=self.counter, fit_to=fit_to)
 
     def send_figure(self, built: ModelInput) -> int:
@@ -286,7 +289,10 @@ class Compactor:
         max_kept: int | None = None
         if trigger in (Trigger.HARD_LIMIT, Trigger.CONTEXT_OVERFLOW):
             goal = target if target is not None else t.hard_limit
-            max_kept = max(goal - self.tracker.fixed - summary_tokens, 0)
+            # The continuation is measured on the effective scale: when the provider counts
+            # more than we do, that difference carries over and must fit too.
+            calibration = max(measurement.effective - measurement.estimated, 0)
+            max_kept = max(goal - calibration - self.tracker.fixed - summary_tokens, 0)
         cut: Cut | None = None
         unplannable = None
         try:

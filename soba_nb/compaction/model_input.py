@@ -26,6 +26,8 @@ TOOL_OUTPUT_LIMIT_CHARS = 12_000
 MIN_CLIPPED_CHARS = 400
 """The smallest a tool output is clipped to when a single group must fit the hard limit."""
 CHARS_PER_TOKEN_FLOOR = 2
+CLIP_MARGIN_TOKENS = 16
+"""Aim this far under the limit when sizing a clip (the note and the cut add a few tokens)."""
 """Conservative characters-per-token used to size an emergency clip before re-counting."""
 TOKENS_PER_TOOL_CALL = 4
 CLIP_NOTE = "[… {count} characters clipped from model input; the transcript holds the whole output …]"
@@ -295,6 +297,10 @@ def _emergency_clip(
     fit_to: int,
     notes: list[str],
 ) -> int:
+    """Clip the largest tool outputs, one after another, until the input fits `fit_to`.
+
+    Each output is cut again as long as it still helps (a first cut sized from a
+    characters-per-token guess may leave the input a few tokens over)."""
     results = sorted(
         (entry for entry in context.entries if isinstance(entry, ToolResultEntry)),
         key=lambda entry: entry_tokens(entry, counter),
@@ -303,15 +309,21 @@ def _emergency_clip(
     for entry in results:
         if total <= fit_to:
             break
-        before = entry_tokens(entry, counter)
-        excess = total - fit_to
-        target_tokens = max(before - excess, 0)
-        limit = max(target_tokens * CHARS_PER_TOKEN_FLOOR, MIN_CLIPPED_CHARS)
-        clipped = clip_middle(entry.content, min(limit, TOOL_OUTPUT_LIMIT_CHARS))
-        after = counter.count_message("tool", clipped)
-        if after >= before:
-            continue
-        limits[entry.id] = min(limit, TOOL_OUTPUT_LIMIT_CHARS)
-        total -= before - after
-        notes.append(f"clipped result of {entry.name} call {entry.call_id} to fit the hard limit")
+        current = entry_tokens(entry, counter)
+        limit = TOOL_OUTPUT_LIMIT_CHARS
+        chars_per_token: float = CHARS_PER_TOKEN_FLOOR
+        clipped_any = False
+        while total > fit_to and limit > MIN_CLIPPED_CHARS:
+            target_tokens = max(current - (total - fit_to) - CLIP_MARGIN_TOKENS, 0)
+            limit = max(min(int(target_tokens * chars_per_token), limit - 1), MIN_CLIPPED_CHARS)
+            after = counter.count_message("tool", clip_middle(entry.content, limit))
+            if after >= current:
+                break
+            limits[entry.id] = limit
+            total -= current - after
+            current = after
+            clipped_any = True
+            chars_per_token = limit / max(after, 1)  # what this output really takes per token
+        if clipped_any:
+            notes.append(f"clipped result of {entry.name} call {entry.call_id} to fit the hard limit")
     return total
