@@ -140,8 +140,8 @@ class Figures:
     """`figures.add("crash safety", "kills survived 200/200 · lost 0 · unopenable 0")`: printed
     as one table at the end of the run (CI too)."""
 
-    def add(self, name: str, text: str) -> None:
-        FIGURES.append((name, text))
+    def add(self, name: str, figure: str) -> None:
+        FIGURES.append((name, figure))
 
 
 @pytest.fixture
@@ -154,5 +154,5 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         return
     terminalreporter.section("reliability figures")
     width = max(len(name) for name, _ in FIGURES)
-    for name, text in FIGURES:
-        terminalreporter.write_line(f"{name:<{width}}  {text}")
+    for name, figure in FIGURES:
+        terminalreporter.write_line(f"{name:<{width}}  {figure}")
