@@ -40,7 +40,7 @@ def leaks(root: Path) -> list[str]:
     return found
 
 
-def test_planted_secrets_never_reach_a_file(ip, nb_dir, scripted, monkeypatch):
+def test_planted_secrets_never_reach_a_file(ip, nb_dir, scripted, monkeypatch, figures):
     monkeypatch.setenv(ENV_NAME, ENV_VALUE)
     ip.run_line_magic("auto_compact", "off")
     scripted.script(
@@ -75,5 +75,11 @@ def test_planted_secrets_never_reach_a_file(ip, nb_dir, scripted, monkeypatch):
     flight = (agent.file.parent / "flight.jsonl").read_text()
     assert '"reason":"fallback_summary_failed"' in flight  # a code, never the error body
     assert any(p.name.endswith(".capsule.md") and "handoff" in p.name for p in every_file(nb_dir))
-    assert leaks(nb_dir) == []
-    assert leaks(Path(os.environ["HOME"])) == []
+    files = every_file(nb_dir) + every_file(Path(os.environ["HOME"]))
+    found = leaks(nb_dir) + leaks(Path(os.environ["HOME"]))
+    figures.add(
+        "secrets",
+        f"{len(files)} files we wrote, {sum(p.stat().st_size for p in files):,} bytes scanned for 4 planted "
+        f"secrets (key, env value, digit-free bearer, lower-cased key) · found {len(found)}",
+    )
+    assert found == []
