@@ -134,6 +134,19 @@ class SobaConfig(_Section):
         """The configuration as spec-shaped camelCase JSON (no secrets: keys live in env vars)."""
         return self.model_dump(by_alias=True, mode="json")
 
+    @property
+    def explicit_keys(self) -> dict[str, str]:
+        """Every key a user layer set, and the layer (see `set_by`)."""
+        return dict(self._explicit)
+
+    @classmethod
+    def from_recorded(cls, data: Mapping[str, Any], explicit: Mapping[str, str], provider_source: str) -> SobaConfig:
+        """A configuration as a session recorded it (`ConfigEntry`)."""
+        config = cls.model_validate(data)
+        config._explicit = dict(explicit)
+        config._provider_source = provider_source
+        return config
+
 
 # The embedded model is tiny (8192-token window): the spec's defaults would give a negative
 # hard limit, so a local model starts from its own profile unless the user sets the keys.

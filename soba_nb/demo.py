@@ -1,14 +1,19 @@
 """`soba-nb demo`: the quick-start session, offline, on the embedded model.
 
-It runs real turns through the same agent loop a notebook uses, shows the budget, forces
-one compaction (trigger `user`) and exports the capsule, then says where everything is.
-The embedded model (SmolLM2-135M) is tiny: its answers are weak and its capsule summaries
-usually fail validation, so the deterministic fallback is what you will mostly see. That
-is the fallback path working as designed; point soba-nb at a real model for real work.
+It writes two small CSV files, runs real turns through the same agent loop a notebook uses
+— the files' contents travel in the prompts, as `{name}` substitution does in a notebook —
+shows the budget, compacts (trigger `user`: the turns about the first file become a
+capsule, the recent ones stay whole), exports the capsule, and says where everything is
+and how to export it again from the command line. The session records its settings, so
+`soba-nb budget` on its transcript shows the same figures. The embedded model
+(SmolLM2-135M) is tiny: its answers are weak and its capsule summaries usually fail
+validation, so the deterministic capsule (`fallback`) is what you will mostly see. That is
+the fallback path working as designed; point soba-nb at a real model for real work.
 """
 
 from __future__ import annotations
 
+import random
 import sys
 import tempfile
 from collections.abc import Callable
@@ -23,18 +28,40 @@ from soba_nb.compaction.barrier import CompactionEvent, Outcome
 from soba_nb.config import load_config
 
 DEMO_PROMPTS = (
-    "In two sentences: what is a pandas DataFrame?",
-    "Name three common ways to find outliers in a numeric column.",
-    "Which of those would you use on skewed prices, and why? Answer briefly.",
-    "How do I read a CSV file into a DataFrame?",
-    "Summarize what we discussed in one sentence.",
+    "Here is sales.csv:\n```\n{sales}```\nWhich region appears most often? Answer in one sentence.",
+    "Which product sold the most units in that file? Answer in one sentence.",
+    "Here is returns.csv:\n```\n{returns}```\nWhich product was returned most often? One sentence.",
+    "What is the most common return reason? One sentence.",
+    "Summarize what we found in one sentence.",
 )
-# Small enough that two short turns leave something before the kept window to compact.
-DEMO_OVERRIDES: dict[str, Any] = {
-    "model": {"provider": "local", "maxOutputTokens": 200},
-    "compaction": {"keepRecentTokens": 150, "timeoutMs": 6000},
-}
+DEMO_OVERRIDES: dict[str, Any] = {"model": {"provider": "local", "maxOutputTokens": 160}}
+"""Short answers keep the demo quick; the session records its settings, so `soba-nb budget`
+on its transcript shows the very figures the demo prints."""
 NOTEBOOK_NAME = "quickstart.ipynb"
+REGIONS = ("North", "South", "East", "West")
+PRODUCTS = ("Widget", "Gadget", "Gizmo", "Doohickey")
+SALES_ROWS = 60
+RETURNS_ROWS = 90
+DATA_SEED = 2024
+
+
+def write_data(folder: Path) -> dict[str, str]:
+    """`sales.csv` and `returns.csv` in `folder` (the same every run); their texts by name."""
+    rng = random.Random(DATA_SEED)
+    sales = ["date,region,product,units,price"] + [
+        f"2026-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d},{rng.choice(REGIONS)},"
+        f"{rng.choice(PRODUCTS)},{rng.randrange(1, 40)},{rng.uniform(3, 60):.2f}"
+        for _ in range(SALES_ROWS)
+    ]
+    returns = ["date,region,product,reason"] + [
+        f"2026-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d},{rng.choice(REGIONS)},{rng.choice(PRODUCTS)},"
+        f"{rng.choice(('damaged', 'late', 'wrong size', 'not needed'))}"
+        for _ in range(RETURNS_ROWS)
+    ]
+    texts = {"sales": "\n".join(sales) + "\n", "returns": "\n".join(returns) + "\n"}
+    for name, text in texts.items():
+        (folder / f"{name}.csv").write_text(text, encoding="utf-8")
+    return texts
 
 
 def _printer(write: Callable[[str], None]) -> Callable[[AgentEvent], None]:
@@ -63,6 +90,7 @@ def run_demo(folder: Path | None = None, *, write: Callable[[str], None] | None 
     folder = Path(folder) if folder else Path(tempfile.mkdtemp(prefix="soba-demo-"))
     folder.mkdir(parents=True, exist_ok=True)
     notebook = folder / NOTEBOOK_NAME
+    data = write_data(folder)
     config = load_config(folder, DEMO_OVERRIDES)
     session = AgentSession(
         config,
@@ -75,18 +103,23 @@ def run_demo(folder: Path | None = None, *, write: Callable[[str], None] | None 
     try:
         out(f"soba-nb demo · model {config.model.provider}/{config.model.name} (embedded, offline)\n")
         out(f"folder {folder}\n")
-        for prompt in DEMO_PROMPTS:
-            out(f"\n%soba {prompt}\n")
-            result = run_turn(session, prompt, on_event=_printer(out))
+        out("files  sales.csv, returns.csv (their contents go into the prompts below)\n")
+        # The demo compacts once, on purpose, at the end (soft triggers would do it earlier).
+        session.set_auto(False)
+        out("%auto_compact off\n")
+        for template in DEMO_PROMPTS:
+            out(f"\n%soba {template.split(chr(10))[0]}{' …' if chr(10) in template else ''}\n")
+            result = run_turn(session, template.format(**data), on_event=_printer(out))
             out("\n")
             if result.status != "completed":
                 out(f"turn {result.status}: {result.message}\n")
                 return 1
         measurement = session.compactor.measure()
+        thresholds = session.compactor.thresholds
         out(
             f"\nbudget · effective {measurement.effective:,} tokens ({measurement.source}) · "
-            f"hardLimit {config.hard_limit:,} · softLimit {config.soft_limit:,} · "
-            f"auto {'on' if config.compaction.auto else 'off'}\n"
+            f"hardLimit {thresholds.hard_limit:,} · softLimit {thresholds.soft_limit:,} · "
+            f"auto {'on' if thresholds.auto else 'off'}\n"
         )
         out("\n%compact\n")
         compaction = session.compactor.compact()
@@ -101,6 +134,10 @@ def run_demo(folder: Path | None = None, *, write: Callable[[str], None] | None 
                 title="soba-nb demo",
             )
             out(f"capsule    {exported}\n")
+            out(
+                f"           again from the command line: soba-nb capsule export {session.file} "
+                f"{compaction.checkpoint_id} {folder / 'again.capsule.md'}\n"
+            )
         else:
             out("capsule    none exported: the compaction did not complete (see the line above)\n")
         out(f"flight     {session.sessions_dir / 'flight.jsonl'}\n")

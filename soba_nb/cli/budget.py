@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from soba_nb.cli import EXIT_OK, PROG, CommandError, print_json, subcommand
+from soba_nb.cli import EXIT_OK, print_json, subcommand
 from soba_nb.cli.session import (
     load_session,
     notebook_folder,
     session_and_json_arguments,
+    session_config,
     token_figures,
 )
 
@@ -18,21 +19,18 @@ from soba_nb.cli.session import (
 )
 def budget_command(args: argparse.Namespace) -> int:
     from soba_nb.agent.session import session_limits
-    from soba_nb.config import ConfigError, load_config
 
     transcript = load_session(args.session)
     folder = notebook_folder(transcript)
-    try:
-        config = load_config(folder)
-    except ConfigError as error:
-        raise CommandError(f"{PROG} budget: {error}") from None
+    config = session_config(transcript)
     limits = session_limits(config, transcript)
     hard, soft = limits.hard_limit, limits.soft_limit(config)
-    tokens = token_figures(transcript)
+    tokens = token_figures(transcript, config)
     effective = tokens["effectiveTokens"]
     info = {
         "session": str(args.session),
         "configFolder": str(folder),
+        "configSource": "recorded by the session" if transcript.config else "soba.json of the notebook's folder",
         "model": f"{config.model.provider}/{config.model.name}",
         "contextWindow": limits.context_window,
         "windowSource": limits.window_source,
@@ -62,7 +60,7 @@ def budget_command(args: argparse.Namespace) -> int:
         "\n".join(
             [
                 f"session    {args.session}",
-                f"config     {folder} · model {info['model']}",
+                f"config     {'recorded by the session' if transcript.config else folder} · model {info['model']}",
                 f"window     {limits.context_window} ({limits.window_source}) · maxOutputTokens {limits.max_output_tokens}",
                 f"hardLimit  {hard}",
                 f"softLimit  {soft}",

@@ -7,7 +7,12 @@ from collections import Counter
 from typing import Any
 
 from soba_nb.cli import EXIT_OK, print_json, subcommand
-from soba_nb.cli.session import load_session, session_and_json_arguments, token_figures
+from soba_nb.cli.session import (
+    load_session,
+    session_and_json_arguments,
+    session_config,
+    token_figures,
+)
 from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry
 from soba_nb.transcript.store import Transcript
 
@@ -47,7 +52,7 @@ def describe(transcript: Transcript) -> dict[str, Any]:
             for entry in entries
             if isinstance(entry, CapsuleEntry)
         ],
-        "tokens": token_figures(transcript),
+        "tokens": token_figures(transcript, session_config(transcript) if transcript.config else None),
     }
 
 

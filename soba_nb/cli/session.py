@@ -8,11 +8,14 @@ import argparse
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from soba_nb.cli import EXIT_USAGE, PROG, CommandError
 from soba_nb.transcript.entries import UsageEntry
 from soba_nb.transcript.store import TornLineWarning, Transcript, TranscriptError
+
+if TYPE_CHECKING:
+    from soba_nb.config import SobaConfig
 
 SESSION_FOLDER_SUFFIX = ".soba"
 """Transcripts live in `<notebook-stem>.soba/`, next to the notebook (SPEC §7)."""
@@ -62,17 +65,37 @@ def model_of(transcript: Transcript) -> tuple[str, str]:
     return (provider, name) if name else ("unknown", provider)
 
 
-def token_figures(transcript: Transcript) -> dict[str, Any]:
+def session_config(transcript: Transcript) -> SobaConfig:
+    """The configuration the session recorded (`config` entry); for a transcript written
+    before sessions recorded it, the `soba.json` of its notebook's folder."""
+    from soba_nb.config import ConfigError, SobaConfig, load_config
+
+    recorded = transcript.config
+    if recorded is not None:
+        try:
+            return SobaConfig.from_recorded(recorded.config, recorded.explicit, "recorded by the session")
+        except ValueError as error:
+            raise CommandError(f"{transcript.file}: the recorded configuration is not valid ({error})") from None
+    try:
+        return load_config(notebook_folder(transcript))
+    except ConfigError as error:
+        raise CommandError(f"{PROG}: {error}") from None
+
+
+def token_figures(transcript: Transcript, config: SobaConfig | None = None) -> dict[str, Any]:
     """Estimated tokens (whole path and effective model input) and the provider figure,
-    measured exactly as the agent's preflight measures them."""
-    from soba_nb.agent.session import SYSTEM_PROMPT
+    measured exactly as the agent's preflight measures them, with the session's tokenizer."""
+    from soba_nb.agent.session import SYSTEM_PROMPT, counter_for
     from soba_nb.agent.tools import TOOL_SCHEMAS
     from soba_nb.compaction.budget import BudgetTracker
     from soba_nb.compaction.model_input import entry_tokens, fixed_tokens
     from soba_nb.tokens import TokenCounter  # loads the BPE ranks: only when counting
 
-    provider, name = model_of(transcript)
-    counter = TokenCounter.for_model(provider, name)
+    if config is not None:
+        counter = counter_for(config)
+    else:
+        provider, name = model_of(transcript)
+        counter = TokenCounter.for_model(provider, name)
     path = transcript.path_view()
     measurement = BudgetTracker(counter, fixed_tokens(SYSTEM_PROMPT, TOOL_SCHEMAS, counter)).measure(path)
     last_usage = next((e for e in reversed(path) if isinstance(e, UsageEntry)), None)

@@ -30,8 +30,9 @@ EARLIER_REQUESTS_KEPT = 3
 """User messages before the latest one that are quoted (clipped) as context."""
 EARLIER_REQUESTS_MAX = 8
 REQUEST_CLIP_CHARS = 300
-KEPT_REQUEST_QUOTE_LIMIT_CHARS = 2000
-"""A latest request that is also in the kept tail is quoted whole only up to this size."""
+KEPT_REQUEST_QUOTE_LIMIT_CHARS = 300
+"""A latest request that is also in the kept tail (which carries it whole) is quoted up to
+this size: enough to say what it was, without doubling a pasted table in model input."""
 CONSTRAINTS_MAX = 20
 CONSTRAINT_SCAN_CHARS = 20_000
 WORK_DONE_NEW_LINES = 12
@@ -200,13 +201,17 @@ def _goal(
     scan: Scan, kept_requests: list[str], previous_body: str, latest_whole: bool, current: str | None
 ) -> str:
     old_request, earlier, constraints, carried = _decompose_goal(previous_body)
-    earlier_source = [*scan.user_messages, *kept_requests]
+    # Requests in the kept tail follow the capsule whole: only the latest is named here
+    # (clipped when long), so the capsule stands alone without repeating the tail.
+    earlier_source = list(scan.user_messages)
     request: str | None = None
     note = ""
-    if kept_requests or (scan.user_messages and latest_whole):
-        request = earlier_source.pop()
-        if kept_requests and len(request) > KEPT_REQUEST_QUOTE_LIMIT_CHARS:
+    if kept_requests:
+        request = kept_requests[-1]
+        if len(request) > KEPT_REQUEST_QUOTE_LIMIT_CHARS:
             request, note = request[:KEPT_REQUEST_QUOTE_LIMIT_CHARS], CLIPPED_REQUEST_NOTE
+    elif scan.user_messages and latest_whole:
+        request = earlier_source.pop()
     if old_request is not None:
         if request is None and not earlier_source:
             request = old_request  # no newer request: the previous one is still the latest

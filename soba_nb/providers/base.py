@@ -67,6 +67,7 @@ class ModelResponse(BaseModel):
 
 
 TextCallback = Callable[[str], None]
+WaitCallback = Callable[[str], None]
 
 
 class Provider(Protocol):
@@ -83,12 +84,15 @@ class Provider(Protocol):
         on_text: TextCallback | None = None,
         cancel: threading.Event | None = None,
         timeout_s: float | None = None,
+        on_wait: WaitCallback | None = None,
     ) -> ModelResponse:
         """Send the request and return the finished answer.
 
         `on_text` receives answer text as it streams. `cancel`, when set, aborts
         the request and closes the stream (raises `Cancelled`). `timeout_s` is an
         overall deadline for the whole request including retries (raises
-        `ProviderTimeout`). Errors are the classes in `soba_nb.providers.errors`.
+        `ProviderTimeout`). `on_wait`, while nothing has arrived yet, is called a few times
+        a second with what is going on ("waiting for the model"). Errors are the classes in
+        `soba_nb.providers.errors`.
         """
         ...

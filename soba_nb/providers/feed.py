@@ -33,6 +33,7 @@ from soba_nb.providers.retry import Deadline
 POLL_S = 0.1
 """How often the caller's thread looks at cancel, the deadline and the idle clock."""
 DATA_PREFIX = "data:"
+WAITING = "waiting for the model"
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,18 @@ _END = object()
 class Feed:
     """The caller's side of one attempt: `head()`, then `lines()` for a stream."""
 
-    def __init__(self, *, cancel: threading.Event | None, deadline: Deadline, idle_s: float, source: str):
+    def __init__(
+        self,
+        *,
+        cancel: threading.Event | None,
+        deadline: Deadline,
+        idle_s: float,
+        source: str,
+        on_wait: Callable[[str], None] | None = None,
+    ):
         self.cancel = cancel
+        self.on_wait = on_wait
+        """Told "waiting for the model" at every poll until the answer's first data."""
         self.deadline = deadline
         self.idle_s = idle_s
         self.source = source
@@ -93,6 +104,8 @@ class Feed:
                 kind, value = self._queue.get(timeout=POLL_S)
             except queue.Empty:
                 self._check()
+                if self.on_wait is not None:
+                    self.on_wait(WAITING)
                 continue
             if kind == "error":
                 raise value
@@ -130,6 +143,7 @@ class Feed:
                 self._check()
                 if value.startswith(DATA_PREFIX):
                     self._last = time.monotonic()
+                    self.on_wait = None  # the answer has started
                 yield value
         finally:
             if not finished:  # the caller stopped early (an error, a cancel): stop the worker

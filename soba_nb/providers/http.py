@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from soba_nb.config import ModelSettings
-from soba_nb.providers.base import ModelRequest, ModelResponse, TextCallback
+from soba_nb.providers.base import ModelRequest, ModelResponse, TextCallback, WaitCallback
 from soba_nb.providers.classify import (
     classify_http_error,
     classify_stream_error,
@@ -217,6 +217,7 @@ class HttpProvider(ABC):
         on_text: TextCallback | None = None,
         cancel: threading.Event | None = None,
         timeout_s: float | None = None,
+        on_wait: WaitCallback | None = None,
     ) -> ModelResponse:
         """Send the request (with retries) and return the finished answer (see `Provider`)."""
         deadline = Deadline(timeout_s if timeout_s is not None else self.default_timeout_s)
@@ -237,7 +238,7 @@ class HttpProvider(ABC):
         def attempt(_index: int) -> ModelResponse:
             nonlocal streaming
             try:
-                return self._send(streaming, body if streaming else plain, headers, sink, cancel, deadline)
+                return self._send(streaming, body if streaming else plain, headers, sink, cancel, deadline, on_wait)
             except ProviderError as exc:
                 if isinstance(exc, IncompleteResponseError) and streaming and not sink.delivered:
                     streaming = False
@@ -284,12 +285,13 @@ class HttpProvider(ABC):
         sink: TextSink,
         cancel: threading.Event | None,
         deadline: Deadline,
+        on_wait: WaitCallback | None = None,
     ) -> ModelResponse:
         """One attempt: POST, check the status, read the answer. httpx errors become ours.
 
         The I/O runs in a worker (`Feed`), so a cancel, the deadline or a silence longer
         than `idle_timeout_s` ends the wait within a fraction of a second."""
-        feed = Feed(cancel=cancel, deadline=deadline, idle_s=self.idle_timeout_s, source=self.source)
+        feed = Feed(cancel=cancel, deadline=deadline, idle_s=self.idle_timeout_s, source=self.source, on_wait=on_wait)
         timeout, bounded_by_deadline = self._timeout(deadline)
         feed.start(lambda feed: self._io(feed, stream, body, headers, timeout))
         try:

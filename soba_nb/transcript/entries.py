@@ -10,6 +10,7 @@ leaves open, documented in the README:
 - a compaction operation that ends without a capsule (skipped / failed) is recorded as a
   `compaction` entry (outcome, reason, the intents it consumed), so intents are consumed
   once and the loop guard's pause holds even across a kernel restart;
+- the effective configuration is a `config` entry (at the start and after each change);
 - settings the user changes for the session (`%auto_compact off`) are `setting` entries, and
   what the session learned of the model's real window (from the server, an overflow error,
   a silently truncated prompt) is a `window` entry: both are read back on resume, from any
@@ -214,6 +215,18 @@ class SettingEntry(_Entry):
     value: bool
 
 
+class ConfigEntry(_Entry):
+    """The effective configuration the session runs with (SPEC §3 keys), recorded when the
+    session starts and whenever it changes, so every view — `%budget`, the monitor,
+    `soba-nb budget`, the demo — computes from the same settings the session used."""
+
+    type: Literal["config"] = "config"
+    config: dict[str, Any]
+    """`SobaConfig.to_json()`: camelCase sections `model` and `compaction`."""
+    explicit: dict[str, str] = Field(default_factory=dict)
+    """Which keys a user layer set (`model.contextWindow` → the file that set it)."""
+
+
 WindowSource = Literal["server", "overflow", "truncation"]
 
 
@@ -246,7 +259,8 @@ Entry = Annotated[
     | SkillEntry
     | CompactionEntry
     | SettingEntry
-    | WindowEntry,
+    | WindowEntry
+    | ConfigEntry,
     Field(discriminator="type"),
 ]
 

@@ -33,6 +33,7 @@ from soba_nb.transcript.entries import (
     ENTRY_ADAPTER,
     CapsuleEntry,
     CheckpointEntry,
+    ConfigEntry,
     Entry,
     LeafEntry,
     SessionEntry,
@@ -46,7 +47,7 @@ from soba_nb.transcript.entries import (
 # (tolerated, already-warned) torn lines apart from corruption.
 TORN_MARKER = "followsTornLine"
 READ_CHUNK_BYTES = 1 << 20
-DURABLE_TYPES = (CapsuleEntry, CheckpointEntry, SessionEntry, SettingEntry, WindowEntry)
+DURABLE_TYPES = (CapsuleEntry, CheckpointEntry, SessionEntry, SettingEntry, WindowEntry, ConfigEntry)
 
 
 class TranscriptError(ValueError):
@@ -177,6 +178,7 @@ class Transcript:
         """Line numbers of torn lines (crash leftovers) that loading tolerated and skipped."""
         self._settings: dict[str, SettingEntry] = {}
         self._windows: list[WindowEntry] = []
+        self._config: ConfigEntry | None = None
         for number, entry in parsed.entries:
             self._index(entry, number)
 
@@ -263,6 +265,8 @@ class Transcript:
             self._settings[entry.key] = entry
         elif isinstance(entry, WindowEntry):
             self._windows.append(entry)
+        elif isinstance(entry, ConfigEntry):
+            self._config = entry
         self._entries.append(entry)
         self._by_id[entry.id] = entry
         self._line_of[entry.id] = line
@@ -291,6 +295,11 @@ class Transcript:
     def setting(self, key: str) -> SettingEntry | None:
         """The latest `setting` entry for `key`, on any branch (settings are not steps)."""
         return self._settings.get(key)
+
+    @property
+    def config(self) -> ConfigEntry | None:
+        """The latest `config` entry, on any branch."""
+        return self._config
 
     @property
     def windows(self) -> tuple[WindowEntry, ...]:

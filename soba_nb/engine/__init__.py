@@ -1,0 +1,1 @@
+"""The embedded model's engine: pure numpy, run in a child process."""
