@@ -162,7 +162,7 @@ def test_a_plain_checkpoint_has_no_capsule(session_a: Transcript, folder_a: Path
 def test_export_never_overwrites_without_force(session_a: Transcript, folder_a: Path) -> None:
     target = folder_a / "handoff.capsule.md"
     target.write_text("someone's notes\n", encoding="utf-8")
-    with pytest.raises(CapsuleFileError, match="already exists; use --force"):
+    with pytest.raises(CapsuleFileError, match="already exists; add --force"):
         export_capsule(session_a, "ck_1a2b3c4d", target, project_root=folder_a)
     assert target.read_text(encoding="utf-8") == "someone's notes\n"
     export_capsule(session_a, "ck_1a2b3c4d", target, project_root=folder_a, force=True)
@@ -345,7 +345,7 @@ def test_cli_export(
 
     assert main(argv) == 1
     err = capsys.readouterr().err
-    assert "already exists; use --force" in err and err.count("\n") == 1
+    assert "already exists; add --force" in err and err.count("\n") == 1
     assert main([*argv, "--force"]) == 0
 
 

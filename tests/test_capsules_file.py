@@ -412,7 +412,7 @@ def test_write_creates_missing_folders(tmp_path: Path) -> None:
 def test_never_overwrites_without_force(tmp_path: Path) -> None:
     path = tmp_path / "handoff.capsule.md"
     path.write_text("my notes\n", encoding="utf-8")
-    with pytest.raises(CapsuleFileError, match="already exists; use --force"):
+    with pytest.raises(CapsuleFileError, match="already exists; add --force"):
         write_capsule_file(path, capsule_file())
     assert path.read_text(encoding="utf-8") == "my notes\n"
     write_capsule_file(path, capsule_file(), force=True)

@@ -266,7 +266,10 @@ def test_model_option_switches_the_model_from_then_on(ip, scripted):
 
 
 def test_session_option_selects_a_transcript_file(ip, nb_dir, scripted):
-    ip.run_line_magic("soba", "--session elsewhere/mine.jsonl hello there")
+    with pytest.raises(UsageError, match="does not exist; add --new to start a session there"):
+        ip.run_line_magic("soba", "--session elsewhere/mine.jsonl hello there")
+    assert not (nb_dir / "elsewhere").exists()
+    ip.run_line_magic("soba", "--new --session elsewhere/mine.jsonl hello there")
     ip.run_line_magic("soba", "and again")
     assert magics(ip).agent.file == nb_dir / "elsewhere" / "mine.jsonl"
     assert user_messages(scripted.inference_requests()[-1]) == ["hello there", "and again"]

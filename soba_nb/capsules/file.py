@@ -397,7 +397,7 @@ def write_capsule_file(
     if path.is_dir():
         raise CapsuleFileError(path, "is a folder; give a file name ending in .capsule.md")
     if path.exists() and not force:
-        raise CapsuleFileError(path, "already exists; use --force (force=True) to overwrite it")
+        raise CapsuleFileError(path, "already exists; add --force to overwrite it")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -437,11 +437,11 @@ def _publish(temp: Path, path: Path, *, force: bool) -> None:
         os.link(temp, path)
     except FileExistsError:
         raise CapsuleFileError(
-            path, "already exists; use --force (force=True) to overwrite it"
+            path, "already exists; add --force to overwrite it"
         ) from None
     except OSError:  # a file system without hard links
         if path.exists():
             raise CapsuleFileError(
-                path, "already exists; use --force (force=True) to overwrite it"
+                path, "already exists; add --force to overwrite it"
             ) from None
         os.replace(temp, path)

@@ -120,6 +120,9 @@ class SobaMagics(Magics, Configurable):
         requested = (Path.cwd() / Path(chosen).expanduser()).resolve() if chosen else None
         if requested is not None and self.agent is not None and requested == self.agent.file.resolve():
             requested = None
+        if session_file and requested is not None and not new and not requested.exists():
+            # A typo must not quietly start an empty session somewhere else.
+            raise UsageError(f"%soba --session: {requested} does not exist; add --new to start a session there")
         try:
             location = locate(self.user_ns, session_file=requested)
             folder = location.notebook.parent if location.notebook else Path.cwd()

@@ -1,0 +1,104 @@
+"""The JupyterLab sidebar's controls, kernel side: Compact now, Auto-compact on/off, Export.
+
+`%load_ext soba_nb` registers the comm target `soba_nb.control` on the kernel; the sidebar
+opens a comm to it when a button is used and sends one request per message:
+
+- ``{"type": "compact", "focus": str | None}`` — what `%compact [focus]` does;
+- ``{"type": "auto", "on": bool}`` — what `%auto_compact on|off` does;
+- ``{"type": "export", "path": str}`` — export the latest capsule on the path to `path`
+  (what `%capsule export <latest checkpoint> <path>` does).
+
+Each request is answered on the same comm with ``{"type": "done", "request": <type>, "ok":
+bool, "text": str}``: the lines the magic would have printed, or the one-line error. The
+budget figures and the compaction line reach the sidebar as always (`comm.publish`). Cancel
+is not a request: the sidebar interrupts the kernel, the clean cancel path of a running cell.
+
+Requests are handled when the kernel is idle (a kernel runs comm messages between cells);
+they never raise into the kernel.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from IPython.core.error import UsageError
+from IPython.utils.capture import capture_output
+
+if TYPE_CHECKING:
+    from soba_nb.notebook.magics import SobaMagics
+
+CONTROL_TARGET = "soba_nb.control"
+logger = logging.getLogger(__name__)
+
+
+def _compact(magics: SobaMagics, data: dict[str, Any]) -> None:
+    focus = data.get("focus")
+    magics.compact(focus if isinstance(focus, str) else "")
+
+
+def _auto(magics: SobaMagics, data: dict[str, Any]) -> None:
+    magics.auto_compact_magic("on" if data.get("on") else "off")
+
+
+def _export(magics: SobaMagics, data: dict[str, Any]) -> None:
+    path = data.get("path")
+    if not isinstance(path, str) or not path.strip():
+        raise UsageError("export: give the path of the .capsule.md file to write")
+    capsules = magics.get_session().capsules()
+    if not capsules:
+        raise UsageError("export: this session has no capsule yet; compact first")
+    magics.capsule(f"export {capsules[-1].checkpoint_id} {path.strip()}")
+
+
+HANDLERS: dict[str, Callable[[SobaMagics, dict[str, Any]], None]] = {
+    "compact": _compact,
+    "auto": _auto,
+    "export": _export,
+}
+
+
+def handle(magics: SobaMagics, data: dict[str, Any]) -> dict[str, Any]:
+    """Run one request; the answer to send back."""
+    kind = data.get("type")
+    handler = HANDLERS.get(kind) if isinstance(kind, str) else None
+    if handler is None:
+        known = ", ".join(HANDLERS)
+        return {"type": "done", "request": kind, "ok": False, "text": f"unknown request {kind!r}; known: {known}"}
+    magics.display_mode = "plain"  # a comm has no cell to render widgets in: text only
+    try:
+        with capture_output() as out:
+            handler(magics, data)
+        return {"type": "done", "request": kind, "ok": True, "text": out.stdout.strip()}
+    except UsageError as error:
+        return {"type": "done", "request": kind, "ok": False, "text": str(error)}
+    except Exception as error:  # the kernel belongs to the user: report, never raise
+        logger.debug("soba_nb.control: request failed", exc_info=True)
+        return {"type": "done", "request": kind, "ok": False, "text": f"{type(error).__name__}: {error}"}
+    finally:
+        magics.display_mode = "auto"
+        magics.refresh_monitor()
+
+
+def register(magics: SobaMagics) -> bool:
+    """Register the control target on the kernel of `magics.shell`; False outside a kernel."""
+    if getattr(magics.shell, "kernel", None) is None:
+        return False
+    try:
+        import comm
+
+        manager = comm.get_comm_manager()
+    except Exception:  # no comm support: the sidebar's controls say so themselves
+        logger.debug("soba_nb.control: no comm manager", exc_info=True)
+        return False
+
+    def opened(channel: Any, _open_message: dict[str, Any]) -> None:
+        def on_message(message: dict[str, Any]) -> None:
+            data = message.get("content", {}).get("data") or {}
+            channel.send(data=handle(magics, data if isinstance(data, dict) else {}))
+
+        channel.on_msg(on_message)
+
+    manager.register_target(CONTROL_TARGET, opened)
+    return True
