@@ -66,9 +66,10 @@ def handle(magics: SobaMagics, data: dict[str, Any]) -> dict[str, Any]:
     if handler is None:
         known = ", ".join(HANDLERS)
         return {"type": "done", "request": kind, "ok": False, "text": f"unknown request {kind!r}; known: {known}"}
-    magics.display_mode = "plain"  # a comm has no cell to render widgets in: text only
+    mode, magics.display_mode = magics.display_mode, "plain"  # no cell to render in: text only
+    capturing: Any = capture_output  # typed in IPython 9, untyped in 8
     try:
-        with capture_output() as out:
+        with capturing() as out:
             handler(magics, data)
         return {"type": "done", "request": kind, "ok": True, "text": out.stdout.strip()}
     except UsageError as error:
@@ -77,7 +78,7 @@ def handle(magics: SobaMagics, data: dict[str, Any]) -> dict[str, Any]:
         logger.debug("soba_nb.control: request failed", exc_info=True)
         return {"type": "done", "request": kind, "ok": False, "text": f"{type(error).__name__}: {error}"}
     finally:
-        magics.display_mode = "auto"
+        magics.display_mode = mode
         magics.refresh_monitor()
 
 
