@@ -93,12 +93,18 @@ class SobaConfig(_Section):
     model: ModelSettings = Field(default_factory=lambda: ModelSettings())
     compaction: CompactionSettings = Field(default_factory=lambda: CompactionSettings())
     _provider_source: str = PrivateAttr(default="defaults")
+    _provider_steps: tuple[str, ...] = PrivateAttr(default=())
     _explicit: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @property
     def provider_source(self) -> str:
         """How the provider was chosen (see `soba_nb.resolution`), for `%budget` and doctor."""
         return self._provider_source
+
+    @property
+    def provider_steps(self) -> tuple[str, ...]:
+        """Each provider candidate looked at and why it was chosen or passed over."""
+        return self._provider_steps
 
     def set_by(self, key: str) -> str | None:
         """Which layer set a key (`"model.contextWindow"`) explicitly: a config file's path,
@@ -367,4 +373,5 @@ def load_config(
         layers.insert(0, (RESOLUTION_LAYER, resolution.layer))
     config = build_config(layers)
     config._provider_source = resolution.explanation
+    config._provider_steps = resolution.steps
     return config

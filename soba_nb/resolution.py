@@ -31,31 +31,47 @@ class Resolution:
     explanation: str
     configured: bool
     """False when nothing usable was found (the layer is then empty)."""
+    steps: tuple[str, ...] = ()
+    """Each candidate looked at, in order, and why it was taken or passed over (doctor)."""
 
 
 def embedded_model_installed() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in EMBEDDED_PACKAGES)
 
 
+def _embedded_missing() -> list[str]:
+    return [name for name in EMBEDDED_PACKAGES if importlib.util.find_spec(name) is None]
+
+
 def resolve_provider(layers: list[tuple[str, Mapping[str, Any]]], environ: Mapping[str, str]) -> Resolution:
     """Decide the provider when no layer names one."""
     base_url = None
+    steps: list[str] = []
     for name, layer in layers:
         model = layer.get("model")
         if isinstance(model, Mapping):
             if "provider" in model:
-                return Resolution({}, f"provider {model['provider']!r} from {name}", True)
+                step = f"chosen: model.provider {model['provider']!r} is set in {name}"
+                return Resolution({}, f"provider {model['provider']!r} from {name}", True, (step,))
             base_url = model.get("baseUrl", base_url)
-    if environ.get("OPENAI_API_KEY"):
-        return Resolution({"model": {"provider": "openai"}}, "OpenAI (OPENAI_API_KEY is set)", True)
-    if environ.get("ANTHROPIC_API_KEY"):
-        return Resolution({"model": {"provider": "anthropic"}}, "Anthropic (ANTHROPIC_API_KEY is set)", True)
+    steps.append("passed: no configuration sets model.provider")
+    for variable, provider, label in (("OPENAI_API_KEY", "openai", "OpenAI"), ("ANTHROPIC_API_KEY", "anthropic", "Anthropic")):
+        if environ.get(variable):
+            steps.append(f"chosen: {variable} is set")
+            return Resolution({"model": {"provider": provider}}, f"{label} ({variable} is set)", True, tuple(steps))
+        steps.append(f"passed: {variable} is not set")
     if base_url:
+        steps.append(f"chosen: model.baseUrl is {base_url}")
         return Resolution(
             {"model": {"provider": "openai", "apiKeyEnv": "SOBA_API_KEY"}},
             f"local OpenAI-compatible server at {base_url}",
             True,
+            tuple(steps),
         )
-    if embedded_model_installed():
-        return Resolution({"model": {"provider": "local"}}, "embedded SmolLM2-135M (offline, tiny)", True)
-    return Resolution({}, HOW_TO_CONFIGURE, False)
+    steps.append("passed: no model.baseUrl (or SOBA_BASE_URL) names a server")
+    missing = _embedded_missing()
+    if not missing:
+        steps.append("chosen: the embedded model is installed")
+        return Resolution({"model": {"provider": "local"}}, "embedded SmolLM2-135M (offline, tiny)", True, tuple(steps))
+    steps.append(f"passed: the embedded model is not installed (missing: {', '.join(missing)})")
+    return Resolution({}, HOW_TO_CONFIGURE, False, tuple(steps))

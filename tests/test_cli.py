@@ -449,3 +449,27 @@ def test_installed_script(session: Path, tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert result.stderr.startswith(f"{broken}:2: ")
+
+
+# -- doctor ----------------------------------------------------------------------------------
+
+
+def test_doctor_says_why_each_provider_was_chosen_or_passed_over(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for variable in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "SOBA_BASE_URL", "SOBA_PROVIDER", "SOBA_MODEL"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-not-a-real-key-but-set-0123456789")
+    code, out, _ = run(capsys, "doctor", str(tmp_path))
+    assert code == 0
+    assert "provider   anthropic · Anthropic (ANTHROPIC_API_KEY is set)" in out
+    assert "why        passed: no configuration sets model.provider" in out
+    assert "passed: OPENAI_API_KEY is not set" in out and "chosen: ANTHROPIC_API_KEY is set" in out
+    assert "window     200,000 (catalogue: " in out
+    assert "sk-ant-not-a-real-key" not in out
+
+    (tmp_path / "soba.json").write_text(json.dumps({"model": {"provider": "openai", "name": "llama3:8b", "baseUrl": "http://127.0.0.1:9/v1"}}))
+    code, out, _ = run(capsys, "doctor", str(tmp_path))
+    assert f"why        chosen: model.provider 'openai' is set in {tmp_path / 'soba.json'}" in out
+    assert "window     8,192 (catalogue: Llama 3)" in out

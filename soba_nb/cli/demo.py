@@ -61,5 +61,6 @@ def doctor_command(args: argparse.Namespace) -> int:
         f"auto       {'on' if limits.auto else 'off'} (config; a session's %auto_compact setting wins)",
     ]
     lines += [f"note       {note}" for note in limits.notes]
+    lines += ["why        " + step if index == 0 else "           " + step for index, step in enumerate(config.provider_steps)]
     print("\n".join(lines))
     return EXIT_OK
