@@ -3,32 +3,35 @@
 Started and stopped by the notebook kernel (`soba_nb.providers.local_process`). It prints,
 one per line on stdout: `loading NN%` while the weights load, then `ready URL` once it
 serves; anything else it has to say goes to stderr, which the kernel keeps in a log file
-and never shows. It dies with the process that started it (Linux: `PR_SET_PDEATHSIG`).
+and never shows. It exits within a second of the process that started it (`--parent`):
+a watcher thread sees its parent change. (`PR_SET_PDEATHSIG` would fire when the *thread*
+that started it ends — the kernel starts it from a short-lived thread to warm it up.)
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
-PR_SET_PDEATHSIG = 1
 CONTROL_TOKEN_TYPE = 3
 """`tokenizer.ggml.token_type` of control tokens (`<|im_end|>` …)."""
+PARENT_CHECK_S = 1.0
 
 
 def _die_with_parent(parent: int) -> None:
-    """SIGTERM when the kernel dies, so no orphaned model keeps its memory."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):  # not Linux: the kernel's atexit stops us instead
-        return
-    if os.getppid() != parent:  # the parent died before the prctl
-        sys.exit(1)
+    """Exit when the kernel is gone, so no orphaned model keeps its memory."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True, name="soba-engine-parent").start()
 
 
 def main(argv: list[str] | None = None) -> int:

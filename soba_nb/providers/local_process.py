@@ -7,8 +7,8 @@ or a hang of the engine is a failed request with a clear message, and the next r
 starts a fresh engine.
 
 The engine's stdout carries only `loading NN%` and `ready URL` lines; its stderr goes to a
-log file (`log_path`) that is named in error messages and never shown otherwise. It dies
-with the kernel (`PR_SET_PDEATHSIG`), and is stopped at interpreter exit.
+log file (`log_path`) that is named in error messages and never shown otherwise. It exits
+within a second of the kernel (it watches its parent), and is stopped at interpreter exit.
 """
 
 from __future__ import annotations
