@@ -47,6 +47,8 @@ REPO_ROOT = Path(soba_nb.__file__).resolve().parents[1]
 SOBA_LABEXTENSION = "soba-nb-labextension"
 LABEXTENSION_BUILD = "bash labextension/build.sh && pip install --no-deps -e ."
 """How to build and install the labextension (said when a test skips without it)."""
+EXPOSE_APP = "--LabApp.expose_app_in_browser=True"
+"""JupyterLab option: the page gets `window.jupyterapp` (its commands, shell, registry)."""
 SERVER_START_TIMEOUT_S = 60
 SERVER_STOP_TIMEOUT_S = 10
 UI_TIMEOUT_MS = 30_000
@@ -149,11 +151,12 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 @contextlib.contextmanager
 def jupyter_server(
-    module: str, tmp: Path, root: Path, env: dict[str, str]
+    module: str, tmp: Path, root: Path, env: dict[str, str], extra_args: Sequence[str] = ()
 ) -> Iterator[JupyterServer]:
     """`python -m jupyterlab` or `python -m notebook` serving `root` on a free port, with a
     random token and the environment `env` (see `server_env`), its log in `tmp`; ready when
-    entered, always stopped on exit."""
+    entered, always stopped on exit. `extra_args` go on the command line (e.g.
+    `EXPOSE_APP`)."""
     port = free_port()
     server = JupyterServer(f"http://127.0.0.1:{port}", secrets.token_hex(16), root, env)
     app = "LabApp" if module == "jupyterlab" else "JupyterNotebookApp"
@@ -176,6 +179,7 @@ def jupyter_server(
                 f"--{app}.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
                 # CI and these machines run as root; the server refuses that unless told.
                 *(["--allow-root"] if os.geteuid() == 0 else []),
+                *extra_args,
             ],
             cwd=root,
             env=env,

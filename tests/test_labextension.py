@@ -1,9 +1,11 @@
 """SPEC §9: in JupyterLab the budget monitor sits in the right sidebar.
 
-The kernel side (`soba_nb.notebook.comm.publish`) is tested with a fake kernel; the sidebar
-itself in a real JupyterLab server driven by Debian's chromium through Playwright: a notebook
+The kernel side (`soba_nb.notebook.comm`) is tested in a real kernel, the sidebar's part played
+by a jupyter_client that opens comms; the sidebar itself in a real JupyterLab server driven by Debian's chromium through Playwright: a notebook
 publishes a snapshot, a barrier's progress and its result, and the "soba budget" panel shows
-the figures, the live line and the result line, and shows them again after a page reload.
+the figures, the live line the kernel words and the result line (and the status bar
+`soba 41.2k / 48.8k`, then `soba compacting 82%`), and shows them again after a page reload.
+Before the notebook loads the extension, the panel's buttons say to load it.
 
 The browser test is skipped (with the reason) without /usr/bin/chromium, Playwright, or the
 built extension (`bash labextension/build.sh && pip install --no-deps -e .`).
@@ -58,62 +60,136 @@ SNAPSHOT = {
     "provider": "openai/gpt-4o-mini",
     "session": "budget.soba/s1.jsonl",
 }
-PROGRESS = {"type": "progress", "percent": 82, "trigger": "auto_threshold"}
+LIVE_LINE = "Compacting context before response · 82%"
+PROGRESS = {"type": "progress", "percent": 82, "trigger": "auto_threshold", "line": LIVE_LINE}
 RESULT_LINE = (
     "Compacted (auto_threshold) · 41,210 → 9,876 tokens · reclaimed 76% · ckpt-0001 · fallback"
 )
-RESULT = {"type": "result", "line": RESULT_LINE, "degraded": True}
+RESULT = {"type": "result", "line": RESULT_LINE, "outcome": "completed", "degraded": True}
+STATUS_TEXT = "soba 41.2k / 48.8k"
+NOT_LOADED = "run %load_ext soba_nb in this notebook first"
 
 
-# --- kernel side -------------------------------------------------------------------------
+# --- kernel side: a real ipykernel, the frontend played by a jupyter_client --------------
 
 
-class FakeComm:
-    """Records what `publish` sends; `close_from_frontend` plays a frontend without the target."""
+class Kernel:
+    """A kernel and a client that plays the sidebar: runs code, opens comms, reads iopub."""
 
-    def __init__(self, target_name: str, data: dict[str, Any]) -> None:
-        self.target_name = target_name
-        self.sent = [data]
-        self._closed = False
-        self._on_close: Any = None
-        self._on_msg: Any = None
+    def __init__(self, manager: Any, client: Any) -> None:
+        self.manager = manager
+        self.client = client
 
-    def send(self, data: dict[str, Any]) -> None:
-        self.sent.append(data)
+    def run(self, code: str) -> list[dict[str, Any]]:
+        """Run `code` (it must succeed); the iopub messages of that request."""
+        messages: list[dict[str, Any]] = []
+        reply = self.client.execute_interactive(
+            code, timeout=KERNEL_TIMEOUT_S, output_hook=messages.append
+        )
+        errors = [m["content"] for m in messages if m["msg_type"] == "error"]
+        assert reply["content"]["status"] == "ok", errors
+        return messages
 
-    def on_close(self, callback: Any) -> None:
-        self._on_close = callback
+    def open_comm(self, comm_id: str) -> None:
+        content = {"comm_id": comm_id, "target_name": TARGET_NAME, "data": {"type": "refresh"}}
+        self.client.shell_channel.send(self.client.session.msg("comm_open", content))
 
-    def on_msg(self, callback: Any) -> None:
-        self._on_msg = callback
+    def send(self, comm_id: str, data: dict[str, Any]) -> None:
+        content = {"comm_id": comm_id, "data": data}
+        self.client.shell_channel.send(self.client.session.msg("comm_msg", content))
 
-    def close_from_frontend(self) -> None:
-        self._closed = True
-        self._on_close({})
+    def comm_traffic(self, comm_id: str, count: int) -> list[tuple[str, dict[str, Any]]]:
+        """The next `count` comm_msg / comm_close messages on `comm_id`: (type, data)."""
+        found: list[tuple[str, dict[str, Any]]] = []
+        while len(found) < count:
+            message = self.client.get_iopub_msg(timeout=KERNEL_TIMEOUT_S)
+            content = message["content"]
+            if (
+                message["msg_type"] in {"comm_msg", "comm_close"}
+                and content.get("comm_id") == comm_id
+            ):
+                found.append((message["msg_type"], content.get("data") or {}))
+        return found
 
-    def receive(self, data: dict[str, Any]) -> None:
-        self._on_msg({"content": {"data": data}})
+
+KERNEL_TIMEOUT_S = 60
 
 
 @pytest.fixture
-def fake_kernel(monkeypatch: pytest.MonkeyPatch) -> list[FakeComm]:
-    """A shell with a kernel attribute (as in ipykernel) and the comms `publish` opens."""
-    import comm
-    from IPython.core import getipython
+def kernel(tmp_path: Path) -> Iterator[Kernel]:
+    """A fresh python3 kernel (this interpreter's ipykernel) in a temp folder; always stopped."""
+    from jupyter_client.manager import start_new_kernel
 
-    opened: list[FakeComm] = []
+    manager, client = start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
+    try:
+        yield Kernel(manager, client)
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
 
-    def create_comm(target_name: str, data: dict[str, Any]) -> FakeComm:
-        opened.append(FakeComm(target_name, data))
-        return opened[-1]
 
-    shell = type("KernelShell", (), {"kernel": object()})()
-    monkeypatch.setattr(getipython, "get_ipython", lambda: shell)
-    monkeypatch.setattr(comm, "create_comm", create_comm)
-    monkeypatch.setattr(monitor_comm, "_comms", {})
-    monkeypatch.setattr(monitor_comm, "_last_snapshot", None)
-    monkeypatch.setattr(monitor_comm, "_last_result", None)
-    return opened
+PUBLISH = "from soba_nb.notebook.comm import publish\n"
+
+
+@pytest.mark.timeout(120)
+def test_the_kernel_never_opens_a_comm_itself(kernel: Kernel) -> None:
+    """No frontend asked: nothing goes out (nbclient would log "No handler found")."""
+    kernel.run("%load_ext soba_nb")
+    messages = kernel.run(PUBLISH + f"print(publish({SNAPSHOT!r}), publish({PROGRESS!r}))")
+    assert [m for m in messages if m["msg_type"].startswith("comm_")] == []
+    printed = "".join(m["content"].get("text", "") for m in messages if m["msg_type"] == "stream")
+    assert printed.strip() == "False False"
+
+
+@pytest.mark.timeout(120)
+def test_a_frontend_comm_gets_the_last_snapshot_then_every_message(kernel: Kernel) -> None:
+    kernel.run("%load_ext soba_nb")
+    kernel.run(PUBLISH + f"publish({SNAPSHOT!r})")
+    kernel.open_comm("tab-1")
+    assert kernel.comm_traffic("tab-1", 1) == [("comm_msg", SNAPSHOT)]  # what it missed
+
+    kernel.open_comm("tab-2")  # a second tab on the same kernel follows too
+    assert kernel.comm_traffic("tab-2", 1) == [("comm_msg", SNAPSHOT)]
+    messages = kernel.run(PUBLISH + f"assert publish({PROGRESS!r}) and publish({RESULT!r})")
+    on_tab_1 = [m["content"]["data"] for m in messages if m["content"].get("comm_id") == "tab-1"]
+    on_tab_2 = [m["content"]["data"] for m in messages if m["content"].get("comm_id") == "tab-2"]
+    assert on_tab_1 == on_tab_2 == [PROGRESS, RESULT]  # sent within the cell that ran them
+
+    kernel.send("tab-1", {"type": "refresh"})
+    assert kernel.comm_traffic("tab-1", 2) == [("comm_msg", SNAPSHOT), ("comm_msg", RESULT)]
+
+    messages = kernel.run("%unload_ext soba_nb")  # the target goes, and so do the comms
+    closed = {m["content"]["comm_id"] for m in messages if m["msg_type"] == "comm_close"}
+    assert closed == {"tab-1", "tab-2"}
+    kernel.open_comm("tab-3")
+    assert kernel.comm_traffic("tab-3", 1) == [("comm_close", {})]
+
+
+@pytest.mark.timeout(120)
+def test_without_the_extension_the_kernel_refuses_the_comm(kernel: Kernel) -> None:
+    kernel.open_comm("early")
+    assert kernel.comm_traffic("early", 1) == [("comm_close", {})]
+
+
+@pytest.mark.timeout(120)
+def test_a_notebook_run_by_nbclient_logs_no_comm_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import nbformat
+    from nbclient import NotebookClient
+
+    cells = ["%load_ext soba_nb", PUBLISH + f"publish({SNAPSHOT!r})\npublish({RESULT!r})"]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    with caplog.at_level("DEBUG"):
+        NotebookClient(
+            notebook,
+            timeout=KERNEL_TIMEOUT_S,
+            kernel_name="python3",
+            resources={"metadata": {"path": str(tmp_path)}},
+        ).execute()
+    assert "comm target" not in caplog.text
+    [result] = notebook.cells[1].outputs  # nobody opened a comm: nothing was sent
+    assert result["data"]["text/plain"] == "False"
 
 
 def test_publish_outside_a_kernel_does_nothing() -> None:
@@ -126,37 +202,22 @@ def test_publish_outside_a_kernel_does_nothing() -> None:
         InteractiveShell.clear_instance()
 
 
-def test_publish_reuses_one_comm_and_reopens_after_the_frontend_closes_it(
-    fake_kernel: list[FakeComm],
-) -> None:
-    assert publish(SNAPSHOT) and publish(PROGRESS)
-    assert len(fake_kernel) == 1
-    assert fake_kernel[0].target_name == TARGET_NAME
-    assert fake_kernel[0].sent == [SNAPSHOT, PROGRESS]
+class BrokenComm:
+    """An ipykernel comm whose iopub socket is gone."""
 
-    fake_kernel[0].close_from_frontend()
-    assert publish(RESULT)
-    assert len(fake_kernel) == 2
-    assert fake_kernel[1].sent == [RESULT]
-
-
-def test_a_refresh_request_resends_the_last_snapshot_and_result(
-    fake_kernel: list[FakeComm],
-) -> None:
-    publish(SNAPSHOT)
-    publish(PROGRESS)
-    publish(RESULT)
-    fake_kernel[0].receive({"type": "refresh"})
-    assert fake_kernel[0].sent[-2:] == [SNAPSHOT, RESULT]
-
-
-def test_publish_never_raises(fake_kernel: list[FakeComm], monkeypatch: pytest.MonkeyPatch) -> None:
-    import comm
-
-    def broken(**_: Any) -> None:
+    def send(self, data: dict[str, Any]) -> None:
         raise RuntimeError("iopub is gone")
 
-    monkeypatch.setattr(comm, "create_comm", broken)
+    def on_close(self, callback: Any) -> None:
+        pass
+
+    def on_msg(self, callback: Any) -> None:
+        pass
+
+
+def test_publish_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(monitor_comm, "_comms", [])
+    monitor_comm._opened(BrokenComm(), {})
     assert publish(SNAPSHOT) is False
     assert publish({"type": "unknown"}) is False
     assert publish("not a message") is False  # type: ignore[arg-type]
@@ -177,6 +238,8 @@ def _extension_installed() -> bool:
 
 
 NOTEBOOK_CELLS = (
+    "%load_ext soba_nb",
+    # The sidebar opened its comm before this cell ran, so the snapshot reaches it at once.
     f"from soba_nb.notebook.comm import publish\nassert publish({SNAPSHOT!r})",
     f"import time\nassert publish({PROGRESS!r})\ntime.sleep({BARRIER_SECONDS})\nassert publish({RESULT!r})",
 )
@@ -209,6 +272,11 @@ def test_sidebar_shows_the_budget_the_barrier_and_the_result(lab_server: Jupyter
         panel = _open_panel(page)
         expect(panel).to_contain_text("Run %budget or %soba in this notebook")
 
+        # soba_nb is not loaded in the kernel yet: no control target.
+        panel.locator(".soba-Budget-compact").click()
+        expect(panel.locator(".soba-Budget-answer")).to_have_text(NOT_LOADED)
+        expect(panel.locator(".soba-Budget-answer")).to_have_attribute("data-ok", "false")
+
         run_all_cells(page)
         expect(panel).to_contain_text("41,210 / 48,808 tokens")
         expect(panel).to_contain_text("soft threshold 39,046 · hard limit 48,808")
@@ -216,13 +284,18 @@ def test_sidebar_shows_the_budget_the_barrier_and_the_result(lab_server: Jupyter
         expect(panel.locator(".soba-Budget-auto")).to_contain_text("on")
         expect(panel.locator(".soba-Budget-fill")).to_have_attribute("data-level", "soft")
 
-        expect(panel).to_contain_text("Compacting context before response · 82%")
+        status = page.locator(".soba-StatusItem")
+        expect(panel.locator(".soba-Budget-live")).to_have_text(LIVE_LINE)  # as the kernel words it
+        expect(status).to_have_text("soba compacting 82%")
         expect(panel).to_contain_text(RESULT_LINE, timeout=(BARRIER_SECONDS + 10) * 1000)
         expect(panel.locator(".soba-Budget-live")).to_have_count(0)
+        expect(status).to_have_text(STATUS_TEXT)
+        expect(status).to_have_attribute("data-level", "soft")
+
         SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOT))
 
-        # A reloaded page adopts the kernel's open comm and asks for the last snapshot.
+        # A reloaded page sees the kernel still holds a comm (soba is loaded) and opens its own.
         page.reload()
         wait_for_kernel_idle(page)
         panel = _open_panel(page)

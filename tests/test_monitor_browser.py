@@ -1,4 +1,4 @@
-"""SPEC §9: the budget monitor in a real browser, driven by the real magics.
+"""SPEC §9: the budget figures in a real browser, driven by the real magics.
 
 A notebook loads the extension, shows `%budget`, runs three `%soba` turns against the
 loopback LLM server (long text answers, then one `python` tool call), `%compact` (the
@@ -6,19 +6,26 @@ summary streams for ~2.4 s) and `%budget` again. Real servers — `jupyter lab` 
 and `jupyter notebook` (Notebook 7) — run it in a real kernel, and Debian's chromium, driven
 by Playwright, runs all cells and reads the page:
 
-- the inline monitor (plain ipywidgets, in both frontends): the bar filled to
-  effective / hardLimit with the soft threshold marked, `effective / hardLimit tokens`,
-  softLimit, the measurement source, auto on, the last compaction with its quality, and the
-  barrier's collapsed result line `Compacted (user) · before → after tokens · reclaimed N% ·
-  ck_…` — limits from the configuration, the result line from the capsule on disk;
-- the first `%budget` widget, kept updated by the later magics, ends equal to the last;
-- during the barrier, the live line `Compacting context before response · NN%` in the
-  `%compact` output, in that widget and (JupyterLab) in the sidebar: rising percentages,
+- each `%budget` output (static HTML, in both frontends) is a snapshot of its moment: the
+  last one shows the bar filled to effective / hardLimit with the soft threshold marked,
+  `effective / hardLimit tokens`, softLimit, the measurement source, auto on and the last
+  compaction `Compacted (user) · before → after tokens · reclaimed N% · ck_…` with its
+  quality — limits from the configuration, the result line from the capsule on disk —
+  while the first one still shows the figures from before the turns;
+- during the barrier, the live line `Compacting context · NN%` (trigger `user`: no response
+  follows) in the `%compact` output and (JupyterLab) in the sidebar: rising percentages,
   no more than 10 updates a second, at most 0.5 s apart (plus delivery slack), collapsing
-  to the result line;
+  to the result line the cell shows;
 - the answers as rendered Markdown and the tool call as a collapsed receipt;
 - in JupyterLab only, the "soba budget" panel of the right sidebar (the labextension)
   with the same figures and result line; Notebook 7 has no such panel.
+
+A second JupyterLab test clicks the panel's controls: Auto-compact (the snapshot's auto
+flips; a `%budget` run afterwards says so, the earlier one still says on), Compact now (the
+panel and the status bar follow the barrier; the transcript gains a capsule), Export
+capsule… (the dialog's default `<notebook-stem>.capsule.md`; the file starts with `---` and
+opens as rendered Markdown with the soba capsule icon) and Cancel while a slow `%soba`
+streams (the cell ends with its cancelled line; the next cell runs).
 
 With `SOBA_SCREENSHOT=path`, the JupyterLab test saves a screenshot there (the one in
 docs/monitor.png): `SOBA_SCREENSHOT=docs/monitor.png pytest tests/test_monitor_browser.py -k lab`.
@@ -41,6 +48,7 @@ import pytest
 from compaction_support import good_summary
 from conftest import SMALL_LIMITS, TEST_KEY_ENV, TEST_KEY_VALUE, ScriptedModel, write_soba_json
 from jupyter_support import (
+    EXPOSE_APP,
     JUPYTER_FOLDERS,
     LABEXTENSION_BUILD,
     SOBA_LABEXTENSION,
@@ -130,7 +138,8 @@ LIVE_REFRESH_S = 0.5
 """SPEC §9: the live line is refreshed at least this often during a barrier."""
 LATENCY_SLACK_S = 0.25
 """Kernel → browser delivery and the page's 20 ms polling, on a loaded machine."""
-LIVE_LINE = re.compile(r"^Compacting context before response · (\d+)%$")
+LIVE_LINE = re.compile(r"^Compacting context · (\d+)%$")
+"""The live line of `%compact` (trigger `user`): no response follows it."""
 RESULT_LINE = re.compile(
     r"Compacted \(user\) · [\d,]+ → [\d,]+ tokens · reclaimed \d+% · ck_[0-9a-f]+"
 )
@@ -163,17 +172,22 @@ class Expected:
     result_line: str
 
 
-def expected_figures(root: Path, env: dict[str, str]) -> Expected:
-    """`env`: the kernel's environment (its HOME, no SOBA_* variables) for the same config."""
-    config = load_config(root, environ=env, user_config=Path(env["HOME"]) / ".soba" / "config.json")
+def session_capsules(root: Path, notebook: str = NOTEBOOK) -> list[CapsuleEntry]:
+    """The capsules on the current path of the notebook's one session, read from disk."""
     sessions = [
         p
-        for p in (root / f"{Path(NOTEBOOK).stem}.soba").glob("*.jsonl")
+        for p in (root / f"{Path(notebook).stem}.soba").glob("*.jsonl")
         if p.name != "flight.jsonl"
     ]
     assert len(sessions) == 1, f"expected one session next to the notebook, found {sessions}"
-    capsules = [e for e in Transcript.load(sessions[0]).path() if isinstance(e, CapsuleEntry)]
-    assert len(capsules) == 1, "the %compact cell appends one capsule"
+    return [e for e in Transcript.load(sessions[0]).path() if isinstance(e, CapsuleEntry)]
+
+
+def expected_figures(root: Path, env: dict[str, str], notebook: str = NOTEBOOK) -> Expected:
+    """`env`: the kernel's environment (its HOME, no SOBA_* variables) for the same config."""
+    config = load_config(root, environ=env, user_config=Path(env["HOME"]) / ".soba" / "config.json")
+    capsules = session_capsules(root, notebook)
+    assert len(capsules) == 1, "one compaction appends one capsule"
     return Expected(config.hard_limit, config.soft_limit, capsule_line(capsules[0]))
 
 
@@ -227,18 +241,20 @@ def root(tmp_path: Path, model: ScriptedModel) -> Path:
 # -- the page -------------------------------------------------------------------------------
 
 RECORDER = """
-([compactCell, firstBudgetCell]) => {
+(compactCell) => {
   // Every 20 ms, note what the barrier line shows where the user can see it: the
-  // %compact cell's output, the first %budget widget (kept updated by the magics) and
-  // the sidebar panel (JupyterLab).
+  // %compact cell's output, the sidebar panel and the status bar (JupyterLab).
   const cells = () => document.querySelectorAll('.jp-Notebook .jp-Cell');
   const sources = {
-    cell: () => cells()[compactCell]?.querySelector('.jp-OutputArea-output')?.textContent,
-    widget: () =>
-      cells()[firstBudgetCell]?.querySelectorAll('.widget-html-content')[2]?.textContent,
+    cell: () =>
+      compactCell === null
+        ? null
+        : cells()[compactCell]?.querySelector('.jp-OutputArea-output')?.textContent,
     sidebar: () =>
       document.querySelector('#soba-budget-panel .soba-Budget-live')?.textContent ??
-      document.querySelector('#soba-budget-panel .soba-Budget-result div:last-child')?.textContent
+      document.querySelector('#soba-budget-panel .soba-Budget-result .soba-Budget-line')
+        ?.textContent,
+    status: () => document.querySelector('.soba-StatusItem')?.textContent
   };
   const seen = [];
   const last = {};
@@ -264,24 +280,39 @@ class Seen:
     t: float
 
 
-def widget_parts(page: Any, index: int) -> Any:
-    """The monitor's three `ipywidgets.HTML` views in a cell: bar, figures, barrier line."""
-    return cell(page, index).locator(".widget-html-content")
+@dataclass(frozen=True)
+class BudgetOutput:
+    """The parts of one `%budget` output (static HTML): the bar and the figure lines."""
+
+    bar: Any
+    fill: Any
+    marker: Any
+    figures: Any
+
+
+def budget_output(page: Any, index: int) -> BudgetOutput:
+    view = cell(page, index).locator(".soba-budget")
+    return BudgetOutput(
+        view.locator(".soba-bar"),
+        view.locator(".soba-bar-fill"),
+        view.locator(".soba-soft-marker"),
+        view.locator(".soba-budget-figures"),
+    )
 
 
 def record_and_run_all(page: Any) -> None:
     """Once the kernel is idle, start the barrier-line recorder, then Run All Cells."""
     wait_for_kernel_idle(page)
-    page.evaluate(RECORDER, [COMPACT_CELL, FIRST_BUDGET_CELL])
+    page.evaluate(RECORDER, COMPACT_CELL)
     run_all_cells(page)
 
 
 def wait_for_the_run(page: Any, model: ScriptedModel, server: JupyterServer) -> Expected:
-    """All cells ran (the last `%budget` shows its widget); the figures to expect."""
+    """All cells ran (the last `%budget` shows the compaction); the figures to expect."""
     from playwright.sync_api import expect
 
-    # The final `%budget` runs last: once its widget shows the last compaction, all ran.
-    expect(widget_parts(page, BUDGET_CELL).nth(1)).to_contain_text(
+    # The final `%budget` runs last: once it shows the last compaction, all ran.
+    expect(budget_output(page, BUDGET_CELL).figures).to_contain_text(
         "Last compaction: Compacted", timeout=UI_TIMEOUT_MS
     )
     assert [r.operation for r in model.server.requests if r.operation] == ["inference"] * 4 + ["compaction"]
@@ -314,10 +345,37 @@ def check_outputs(page: Any) -> None:
         expect(notebook).not_to_contain_text(marker)
 
 
-def check_inline_monitor(page: Any, expected: Expected) -> int:
-    """The final `%budget` widget: bar with the soft threshold, figures, result line; and
-    the first `%budget` widget, updated by the later magics, shows the same. Returns the
-    effective tokens shown."""
+def budget_line(hard_limit: int, soft_limit: int, auto: str = "on") -> re.Pattern[str]:
+    return re.compile(
+        rf"Budget: ([\d,]+) / {hard_limit:,} tokens \((\d+)% of hardLimit\) · softLimit {soft_limit:,}"
+        rf" · source (provider_usage|estimated) · auto {auto}"
+    )
+
+
+def check_bar(output: BudgetOutput, effective: int, expected: Expected) -> None:
+    """Filled to effective / hardLimit, the soft threshold marked where it falls."""
+    from playwright.sync_api import expect
+
+    output.bar.scroll_into_view_if_needed()  # a windowed notebook may not lay it out otherwise
+    expect(output.fill).to_be_visible()
+    expect(output.marker).to_be_visible()
+    expect(output.marker).to_have_attribute("title", f"softLimit {expected.soft_limit:,}")
+    track, fill, marker = (
+        output.bar.bounding_box(),
+        output.fill.bounding_box(),
+        output.marker.bounding_box(),
+    )
+    assert track and fill and marker
+    assert fill["width"] == pytest.approx(track["width"] * effective / expected.hard_limit, abs=2)
+    assert marker["x"] - track["x"] == pytest.approx(
+        track["width"] * expected.soft_limit / expected.hard_limit, abs=2
+    )
+
+
+def check_budget_outputs(page: Any, expected: Expected) -> int:
+    """The final `%budget`: bar with the soft threshold, figures, the last compaction; the
+    first `%budget` still shows its own moment (before the turns). Returns the effective
+    tokens the final one shows."""
     from playwright.sync_api import expect
 
     expect(cell(page, COMPACT_CELL).locator(".jp-OutputArea-output").first).to_have_text(
@@ -325,48 +383,24 @@ def check_inline_monitor(page: Any, expected: Expected) -> int:
     )
     assert RESULT_LINE.fullmatch(expected.result_line), expected.result_line
 
-    parts = widget_parts(page, BUDGET_CELL)
-    expect(parts).to_have_count(3)
-    bar, figures, barrier = parts.nth(0), parts.nth(1), parts.nth(2)
-    hard, soft = f"{expected.hard_limit:,}", f"{expected.soft_limit:,}"
-    budget_line = re.compile(
-        rf"Budget: ([\d,]+) / {hard} tokens \((\d+)% of hardLimit\) · softLimit {soft}"
-        r" · source (provider_usage|estimated) · auto on"
-    )
-    expect(figures).to_contain_text(budget_line)
-    expect(figures).to_contain_text(f"Last compaction: {expected.result_line} · quality full")
-    expect(figures).to_contain_text("Model: openai/gpt-4o")
-    expect(barrier).to_have_text(expected.result_line)
-
-    shown = budget_line.search(figures.inner_text())
+    last = budget_output(page, BUDGET_CELL)
+    line = budget_line(expected.hard_limit, expected.soft_limit)
+    expect(last.figures).to_contain_text(line)
+    expect(last.figures).to_contain_text(f"Last compaction: {expected.result_line} · quality full")
+    expect(last.figures).to_contain_text("Model: openai/gpt-4o")
+    shown = line.search(last.figures.text_content() or "")
     assert shown is not None
     effective = int(shown.group(1).replace(",", ""))
     assert int(shown.group(2)) == round(100 * effective / expected.hard_limit)
     assert effective < expected.soft_limit  # the notebook stays below the soft threshold
+    check_bar(last, effective, expected)
 
-    # The bar: filled to effective / hardLimit, the soft threshold marked where it falls.
-    track = bar.locator("div").first
-    fill, marker = bar.locator(".soba-bar-fill"), bar.locator(".soba-soft-marker")
-    expect(fill).to_be_visible()
-    expect(marker).to_be_visible()
-    expect(marker).to_have_attribute("title", f"softLimit {soft}")
-    track_box, fill_box, marker_box = (
-        track.bounding_box(),
-        fill.bounding_box(),
-        marker.bounding_box(),
-    )
-    assert track_box and fill_box and marker_box
-    assert fill_box["width"] == pytest.approx(
-        track_box["width"] * effective / expected.hard_limit, abs=2
-    )
-    assert marker_box["x"] - track_box["x"] == pytest.approx(
-        track_box["width"] * expected.soft_limit / expected.hard_limit, abs=2
-    )
-
-    # `%budget` showed the widget before the turns; `%soba` and `%compact` kept it updated.
-    first = widget_parts(page, FIRST_BUDGET_CELL)
-    for index in range(3):
-        expect(first.nth(index)).to_have_text(parts.nth(index).text_content() or "")
+    # The first `%budget` ran before the turns: later magics left it as it was.
+    first = budget_output(page, FIRST_BUDGET_CELL)
+    expect(first.figures).to_contain_text("Last compaction: none on this path")
+    before = line.search(first.figures.text_content() or "")
+    assert before is not None and int(before.group(1).replace(",", "")) != effective
+    check_bar(first, int(before.group(1).replace(",", "")), expected)
     return effective
 
 
@@ -382,7 +416,7 @@ def check_live_lines(seen: list[Seen], sources: tuple[str, ...], result_line: st
     for source in sources:
         shown = [item for item in seen if item.source == source]
         live = [item for item in shown if LIVE_LINE.match(item.text)]
-        assert live, f"{source}: no live line 'Compacting context before response · NN%' in {shown}"
+        assert live, f"{source}: no live line 'Compacting context · NN%' in {shown}"
         percents = [int(LIVE_LINE.match(item.text).group(1)) for item in live]  # type: ignore[union-attr]
         assert percents == sorted(percents) and len(set(percents)) >= 2, (source, percents)
         after = shown[shown.index(live[-1]) + 1 :]
@@ -443,7 +477,7 @@ def test_inline_monitor_and_sidebar_in_jupyterlab(
         record_and_run_all(page)
         expected = wait_for_the_run(page, model, server)
         check_outputs(page)
-        effective = check_inline_monitor(page, expected)
+        effective = check_budget_outputs(page, expected)
 
         # The sidebar shows the same budget and result line.
         hard, soft = f"{expected.hard_limit:,}", f"{expected.soft_limit:,}"
@@ -465,7 +499,7 @@ def test_inline_monitor_and_sidebar_in_jupyterlab(
         expect(panel.locator(".soba-Budget-live")).to_have_count(0)
 
         print(
-            check_live_lines(seen_lines(page), ("cell", "widget", "sidebar"), expected.result_line)
+            check_live_lines(seen_lines(page), ("cell", "sidebar"), expected.result_line)
         )
 
         screenshot = os.environ.get(SCREENSHOT_ENV)
@@ -488,6 +522,172 @@ def test_inline_monitor_in_notebook_7(tmp_path: Path, root: Path, model: Scripte
         record_and_run_all(page)
         expected = wait_for_the_run(page, model, server)
         check_outputs(page)
-        check_inline_monitor(page, expected)
-        print(check_live_lines(seen_lines(page), ("cell", "widget"), expected.result_line))
+        check_budget_outputs(page, expected)
+        print(check_live_lines(seen_lines(page), ("cell",), expected.result_line))
         expect(page.locator("#soba-budget-panel")).to_have_count(0)  # no sidebar panel here
+
+
+# -- the sidebar's controls -----------------------------------------------------------------
+
+CONTROLS_NOTEBOOK = "controls.ipynb"
+CONTROL_CELLS = (
+    *CELLS[:COMPACT_CELL],
+    "%soba Tell me a long story",
+    'print("kernel alive", 6 * 7)',
+    "%budget",
+)
+SLOW_CELL, ALIVE_CELL, LATER_BUDGET_CELL = 5, 6, 7
+STORY = "Once upon a time there was a notebook. " * 60
+STORY_CHUNKS, STORY_CHUNK_DELAY_S = 120, 0.2
+"""The story streams for ~24 s unless cancelled."""
+CAPSULE_FILE = "controls.capsule.md"
+CAPSULE_ICON = "[data-icon='soba-nb:capsule']"
+STATUS_LINE = re.compile(r"^soba (\d+\.\d)k / (\d+\.\d)k$")
+CONTROL_TIMEOUT_MS = 45_000
+
+RUN_CELLS = """
+async ([path, first, last]) => {
+  // Select cells first..last of the notebook at `path` and run them (not waiting).
+  const app = window.jupyterapp;
+  const notebook = [...app.shell.widgets('main')].find(w => w.context?.path === path);
+  app.shell.activateById(notebook.id);
+  await notebook.sessionContext.ready;
+  notebook.content.activeCellIndex = first;
+  notebook.content.deselectAll();
+  notebook.content.extendContiguousSelectionTo(last);
+  void app.commands.execute('notebook:run-cell');
+}
+"""
+COMMAND = "([id, args]) => window.jupyterapp.commands.execute(id, args)"
+
+
+def run_cells(page: Any, first: int, last: int) -> None:
+    page.evaluate(RUN_CELLS, [CONTROLS_NOTEBOOK, first, last])
+
+
+def check_status_item(page: Any, panel: Any) -> None:
+    """The status bar reads `soba 1.2k / 5.0k`: the panel's effective / hardLimit."""
+    from playwright.sync_api import expect
+
+    status = page.locator(".soba-StatusItem")
+    expect(status).to_have_text(STATUS_LINE)
+    expect(status).to_have_attribute("data-level", "ok")
+    figures = re.match(r"([\d,]+) / ([\d,]+) tokens", panel.locator(".soba-Budget-figures").inner_text())
+    shown = STATUS_LINE.match(status.inner_text())
+    assert figures and shown
+    effective, hard = (int(figures.group(n).replace(",", "")) for n in (1, 2))
+    assert float(shown.group(1)) == pytest.approx(effective / 1000, abs=0.051)
+    assert float(shown.group(2)) == pytest.approx(hard / 1000, abs=0.051)
+
+
+def toggle_auto(page: Any, panel: Any) -> None:
+    """Auto-compact: on → off; the `%budget` run afterwards says off, the earlier one on."""
+    from playwright.sync_api import expect
+
+    toggle = panel.locator(".soba-Budget-autoToggle")
+    expect(toggle).to_have_text("Auto-compact: on")
+    expect(toggle).to_have_attribute("aria-checked", "true")
+    toggle.click()
+    expect(panel.locator(".soba-Budget-answer")).to_contain_text("auto compaction off")
+    expect(toggle).to_have_text("Auto-compact: off")
+    expect(toggle).to_have_attribute("aria-checked", "false")
+    expect(panel.locator(".soba-Budget-auto .soba-Budget-value")).to_have_text("off")
+
+    run_cells(page, LATER_BUDGET_CELL, LATER_BUDGET_CELL)
+    expect(budget_output(page, LATER_BUDGET_CELL).figures).to_contain_text("· auto off")
+    expect(budget_output(page, FIRST_BUDGET_CELL).figures).to_contain_text("· auto on")
+
+
+def compact_now(page: Any, panel: Any, root: Path) -> str:
+    """Compact now: the panel and the status bar follow the barrier, then the panel shows
+    the result line of the capsule the transcript gained. Returns that line."""
+    from playwright.sync_api import expect
+
+    assert session_capsules(root, CONTROLS_NOTEBOOK) == []
+    page.evaluate(RECORDER, None)
+    panel.locator(".soba-Budget-compact").click()
+    answer = panel.locator(".soba-Budget-answer")
+    expect(answer).to_contain_text("Compacted (user) · ", timeout=CONTROL_TIMEOUT_MS)
+    expect(answer).to_have_attribute("data-ok", "true")
+    [capsule] = session_capsules(root, CONTROLS_NOTEBOOK)
+    line = capsule_line(capsule)
+    assert answer.inner_text().splitlines()[0] == line
+    expect(panel.locator(".soba-Budget-result .soba-Budget-line")).to_have_text(line)
+
+    seen = seen_lines(page)
+    print(check_live_lines(seen, ("sidebar",), line))
+    status = [item.text for item in seen if item.source == "status"]
+    assert any(re.fullmatch(r"soba compacting \d+%", text) for text in status), status
+    return line
+
+
+def export_and_open_capsule(page: Any, panel: Any, root: Path) -> None:
+    """Export capsule…: the dialog offers `controls.capsule.md`; the file is written, and
+    opens as rendered Markdown with the capsule icon (tab and file browser)."""
+    from playwright.sync_api import expect
+
+    panel.locator(".soba-Budget-export").click()
+    field = page.locator(".jp-Dialog input")
+    expect(field).to_have_value(CAPSULE_FILE)
+    page.locator(".jp-Dialog .jp-mod-accept").click()
+    expect(panel.locator(".soba-Budget-answer")).to_contain_text(
+        f"to {root / CAPSULE_FILE}", timeout=CONTROL_TIMEOUT_MS
+    )
+    assert (root / CAPSULE_FILE).read_text(encoding="utf-8").startswith("---")
+
+    page.evaluate(COMMAND, ["docmanager:open", {"path": CAPSULE_FILE}])
+    tab = page.locator(".jp-MainAreaWidget-tab, .lm-DockPanel-tabBar .lm-TabBar-tab", has_text=CAPSULE_FILE)
+    expect(tab.locator(CAPSULE_ICON).first).to_be_visible()
+    viewer = page.locator(".jp-MarkdownViewer .jp-RenderedMarkdown")
+    expect(viewer.locator("h2", has_text="Goal and constraints")).to_be_visible()
+    page.evaluate(COMMAND, ["filebrowser:refresh", {}])
+    listed = page.locator(".jp-DirListing-item", has_text=CAPSULE_FILE)
+    expect(listed.locator(CAPSULE_ICON)).to_be_visible()
+
+
+def cancel_a_slow_turn(page: Any, panel: Any) -> None:
+    """Cancel while `%soba` streams: the cell ends cancelled and the kernel lives on."""
+    from playwright.sync_api import expect
+
+    run_cells(page, SLOW_CELL, SLOW_CELL)
+    slow = cell(page, SLOW_CELL).locator(".jp-OutputArea")
+    expect(slow).to_contain_text("Once upon a time")
+    cancel = panel.locator(".soba-Budget-cancel")
+    expect(cancel).to_be_enabled()
+    cancel.click()
+    expect(slow).to_contain_text("cancelled: cancelled while the answer streamed")
+    expect(slow).not_to_contain_text("Traceback")
+    run_cells(page, ALIVE_CELL, ALIVE_CELL)
+    expect(cell(page, ALIVE_CELL).locator(".jp-OutputArea")).to_have_text("kernel alive 42")
+
+
+@pytest.mark.timeout(120)
+def test_sidebar_controls_in_jupyterlab(tmp_path: Path, root: Path, model: ScriptedModel) -> None:
+    require_browser()
+    if not _installed_data_dirs(SOBA_LABEXTENSION):
+        pytest.skip(f"{SOBA_LABEXTENSION} is not built and installed ({LABEXTENSION_BUILD})")
+    from playwright.sync_api import expect
+
+    write_code_notebook(root / CONTROLS_NOTEBOOK, CONTROL_CELLS)
+    model.script(text(STORY, chunks=STORY_CHUNKS, chunk_delay_s=STORY_CHUNK_DELAY_S))
+    jupyter = tmp_path / "jupyter"
+    env = _server_env(jupyter)
+    with (
+        jupyter_server("jupyterlab", jupyter, root, env, [EXPOSE_APP]) as server,
+        browser_page(VIEWPORT) as page,
+    ):
+        page.goto(server.url(f"/lab/tree/{CONTROLS_NOTEBOOK}"))
+        wait_for_kernel_idle(page)
+        panel = open_soba_panel(page)
+        run_cells(page, 0, TOOL_TURN_CELL)
+        expect(cell(page, TOOL_TURN_CELL).locator(".jp-RenderedMarkdown")).to_contain_text(
+            "The total is 49 units"
+        )
+        expect(panel.locator(".soba-Budget-notebook")).to_have_text(CONTROLS_NOTEBOOK)
+        expect(panel.locator(".soba-Budget-auto .soba-Budget-value")).to_have_text("on")
+        check_status_item(page, panel)
+
+        toggle_auto(page, panel)
+        compact_now(page, panel, server.root)
+        export_and_open_capsule(page, panel, server.root)
+        cancel_a_slow_turn(page, panel)

@@ -1,7 +1,9 @@
-"""The budget monitor and the streaming renderer: figures, barrier line, throttling (SPEC §9)."""
+"""The budget figures and the streaming renderer: `%budget` snapshots, barrier line, sidebar
+feed, throttling (SPEC §9)."""
 
 from __future__ import annotations
 
+import html
 import time
 from itertools import pairwise
 
@@ -13,12 +15,14 @@ from llm_server import text
 from soba_nb.agent.events import TextDelta
 from soba_nb.agent.loop import TurnResult
 from soba_nb.compaction.barrier import CompactionEvent, CompactionResult, Outcome
+from soba_nb.compaction.triggers import Trigger
 from soba_nb.notebook.monitor import (
-    LIVE_LINE,
     MAX_UPDATES_PER_S,
-    BudgetMonitor,
     BudgetSnapshot,
+    BudgetView,
+    SidebarPublisher,
     Throttle,
+    live_line,
     snapshot_of,
 )
 from soba_nb.notebook.render import TurnRenderer
@@ -120,83 +124,180 @@ def test_a_5000_chunk_stream_makes_at_most_10_updates_a_second():
     assert {number for _, number, _ in display.shown} == {0}  # one output, updated in place
 
 
+class RecordingSidebar:
+    """Stands in for `comm.publish`: records each sidebar message with the clock time."""
+
+    def __init__(self, clock=time.monotonic):
+        self.clock = clock
+        self.sent: list[tuple[float, dict]] = []
+
+    def __call__(self, message: dict) -> bool:
+        self.sent.append((self.clock(), message))
+        return True
+
+    def of_type(self, kind: str) -> list[dict]:
+        return [message for _, message in self.sent if message["type"] == kind]
+
+
+def recording_sidebar(ip) -> RecordingSidebar:
+    """The magics' sidebar feed, recorded (wall clock)."""
+    recorder = RecordingSidebar()
+    ip.magics_manager.registry["SobaMagics"].sidebar.send = recorder
+    return recorder
+
+
+def rich_texts(outputs) -> list[str]:
+    """The `text/plain` of each rich output a capture recorded, checking it is not a repr."""
+    texts = [output.data["text/plain"] for output in outputs]
+    assert all(not text.startswith("<") for text in texts)
+    return texts
+
+
 def test_the_barrier_line_refreshes_every_half_second_and_at_most_10_times_a_second():
     clock = FakeClock()
-    monitor = BudgetMonitor(clock=clock)
-    changes: list[tuple[float, str]] = []
-    monitor.barrier.observe(lambda change: changes.append((clock(), change["new"])), names="value")
+    sidebar = RecordingSidebar(clock)
+    publisher = SidebarPublisher(clock=clock, send=sidebar)
 
-    monitor.on_event(CompactionEvent("compaction_start", "op_1", "user"))
+    publisher.on_event(CompactionEvent("compaction_start", "op_1", "user"))
     steps = int(BARRIER_S / PROGRESS_EVENT_INTERVAL_S)
     for step in range(1, steps + 1):
         clock.advance(PROGRESS_EVENT_INTERVAL_S)
-        monitor.on_event(CompactionEvent("compaction_progress", "op_1", "user", percent=step * 89 // steps))
+        publisher.on_event(CompactionEvent("compaction_progress", "op_1", "user", percent=step * 89 // steps))
     clock.advance(PROGRESS_EVENT_INTERVAL_S)
-    monitor.on_event(CompactionEvent("compaction_end", "op_1", "user", 100, degraded_result()))
+    publisher.on_event(CompactionEvent("compaction_end", "op_1", "user", 100, degraded_result()))
 
-    live = [t for t, value in changes[:-1]]
-    assert all("Compacting context before response · " in value for _, value in changes[:-1])
+    progress = [(t, m) for t, m in sidebar.sent if m["type"] == "progress"]
+    assert all(m["line"] == f"Compacting context · {m['percent']}%" for _, m in progress)
+    live = [t for t, _ in progress]
     gaps = [later - earlier for earlier, later in pairwise(live)]
     assert max(gaps) <= MAX_REFRESH_GAP_S
     assert max_in_any_second(live) <= MAX_UPDATES_PER_S
-    assert "fallback" in changes[-1][1] and "4,000 → 1,500 tokens" in changes[-1][1]
-    assert "Compacting" not in monitor.text()
+    result = sidebar.sent[-1][1]
+    assert result == {
+        "type": "result",
+        "line": degraded_result().line(),
+        "outcome": "completed",
+        "degraded": True,
+    }
+    assert "fallback" in result["line"] and "4,000 → 1,500 tokens" in result["line"]
+
+
+def test_the_live_line_says_before_response_only_when_an_inference_follows():
+    assert live_line(Trigger.USER.value, 42) == "Compacting context · 42%"
+    for trigger in Trigger:
+        if trigger is not Trigger.USER:
+            assert live_line(trigger.value, 42) == "Compacting context before response · 42%"
+
+    # The cell and the sidebar show the same line, the one the kernel words.
+    clock = FakeClock()
+    display, sidebar = RecordingDisplay(clock), RecordingSidebar(clock)
+    renderer = TurnRenderer(rich=True, display=display, clock=clock, sidebar=SidebarPublisher(clock, sidebar))
+    renderer.on_event(CompactionEvent("compaction_start", "op_2", "auto_threshold"))
+    clock.advance(1)
+    renderer.on_event(CompactionEvent("compaction_progress", "op_2", "auto_threshold", percent=82))
+    cell_lines = [text for _, _, text in display.shown]
+    sidebar_lines = [m["line"] for m in sidebar.of_type("progress")]
+    assert cell_lines == sidebar_lines == [
+        "Compacting context before response · 0%",
+        "Compacting context before response · 82%",
+    ]
 
 
 # -- figures ---------------------------------------------------------------------------------
 
 
-def test_snapshot_text_bar_and_levels():
+def test_a_budget_view_is_static_html_with_the_same_text():
     snapshot = BudgetSnapshot(effective=40000, hard_limit=48808, soft_limit=39046, source="estimated", auto=False)
     assert snapshot.level == "soft"
     assert snapshot.lines()[0] == (
         "Budget: 40,000 / 48,808 tokens (82% of hardLimit) · softLimit 39,046 · source estimated · auto off"
     )
     assert "Last compaction: none on this path" in snapshot.text()
-    monitor = BudgetMonitor()
-    monitor.refresh(snapshot)
-    assert f"width:{snapshot.percent:.1f}%" in monitor.bar.value
-    assert f"left:{snapshot.soft_percent:.1f}%" in monitor.bar.value  # the soft threshold marker
-    bundle = monitor._repr_mimebundle_()
-    assert bundle["text/plain"] == monitor.text() == repr(monitor) == snapshot.text()
-    assert "application/vnd.jupyter.widget-view+json" in bundle
+    view = BudgetView(snapshot)
+    bundle = view._repr_mimebundle_()
+    assert set(bundle) == {"text/html", "text/plain"}  # no widget: nothing to keep in sync
+    assert bundle["text/plain"] == view.text() == repr(view) == snapshot.text()
+    page = bundle["text/html"]
+    assert f"width:{snapshot.percent:.1f}%" in page
+    assert f"left:{snapshot.soft_percent:.1f}%" in page  # the soft threshold marker
+    assert all(html.escape(line) in page for line in snapshot.lines())
     assert BudgetSnapshot(48809, 48808, 39046, "estimated", True).level == "hard"
 
 
-def test_widget_state_after_a_degraded_barrier(ip, scripted):
+def test_an_earlier_budget_output_keeps_the_figures_of_its_moment(ip, scripted):
+    ip.run_line_magic("config", "SobaMagics.display_mode = 'rich'")
+    with capture_output() as first:
+        ip.run_line_magic("budget", "")
+    turns_to_compact(ip, scripted)
+    with capture_output():
+        ip.run_line_magic("compact", "")
+    with capture_output() as last:
+        ip.run_line_magic("budget", "")
+
+    [before], [after] = first.outputs, last.outputs
+    # Static HTML (no widget model), displayed once without a display id: nothing can
+    # update it later.
+    assert set(before.data) == {"text/html", "text/plain"}
+    assert not before.update and "display_id" not in (before.transient or {})
+    assert "Last compaction: none on this path" in before.data["text/plain"]
+    assert "Last compaction: Compacted (user)" in after.data["text/plain"]
+    agent = ip.magics_manager.registry["SobaMagics"].agent
+    assert after.data["text/plain"] == snapshot_of(agent).text()
+    assert before.data["text/plain"] != after.data["text/plain"]
+
+
+def test_budget_after_a_degraded_barrier(ip, scripted):
     ip.run_line_magic("config", "SobaMagics.display_mode = 'rich'")
     turns_to_compact(ip, scripted)
     scripted.summary = text("I'm sorry, I cannot summarize this conversation.")
     with capture_output() as cap:
         ip.run_line_magic("compact", "")
+        ip.run_line_magic("budget", "")
 
-    magics = ip.magics_manager.registry["SobaMagics"]
-    agent, monitor = magics.agent, magics.monitor
+    agent = ip.magics_manager.registry["SobaMagics"].agent
     result = agent.compactor.last_result
     assert result.outcome is Outcome.COMPLETED and result.quality == "degraded"
-    assert monitor.snapshot == snapshot_of(agent)
-    assert monitor.snapshot.effective == agent.compactor.measure().effective
-    assert f"width:{monitor.snapshot.percent:.1f}%" in monitor.bar.value
-    assert result.line() in monitor.barrier.value.replace("&gt;", ">")
-    assert "fallback" in monitor.barrier.value
-    assert result.checkpoint_id in monitor.snapshot.last_compaction
-    assert "fallback" in monitor.snapshot.last_compaction
-    assert "quality degraded" in monitor.text()
-    cell_lines = [o.data["text/plain"] for o in cap.outputs]
-    assert cell_lines[0] == LIVE_LINE.format(percent=0) and cell_lines[-1] == result.line()
+    *cell_lines, budget = rich_texts(cap.outputs)
+    assert cell_lines[0] == "Compacting context · 0%" and cell_lines[-1] == result.line()
+    assert "fallback" in result.line()
+    snapshot = snapshot_of(agent)
+    assert budget == snapshot.text()
+    assert snapshot.effective == agent.compactor.measure().effective
+    assert result.checkpoint_id in snapshot.last_compaction and "fallback" in snapshot.last_compaction
+    assert "quality degraded" in budget
+    assert f"width:{snapshot.percent:.1f}%" in cap.outputs[-1].data["text/html"]
+
+
+def test_a_skipped_compaction_reads_the_same_in_the_cell_budget_and_sidebar(ip, scripted):
+    ip.run_line_magic("config", "SobaMagics.display_mode = 'rich'")
+    sidebar = recording_sidebar(ip)
+    scripted.script(text("Short answer."))
+    with capture_output():
+        ip.run_line_magic("soba", "hello")
+    with capture_output() as cap:
+        ip.run_line_magic("compact", "")
+        ip.run_line_magic("budget", "")
+
+    *cell_lines, budget = rich_texts(cap.outputs)
+    line = cell_lines[-1]
+    assert line.startswith("skipped: ")
+    assert f"Last attempt: {line}" in budget.splitlines()
+    [result] = sidebar.of_type("result")
+    assert result["line"] == line and result["outcome"] == "skipped"
+    assert sidebar.of_type("snapshot")[-1]["lastAttempt"] == line
 
 
 def test_a_real_barrier_refreshes_the_line_at_least_every_half_second(ip, scripted):
     ip.run_line_magic("config", "SobaMagics.display_mode = 'rich'")
     turns_to_compact(ip, scripted)
     scripted.summary = text(good_summary(), chunks=30, chunk_delay_s=0.05)
-    magics = ip.magics_manager.registry["SobaMagics"]
-    changes: list[float] = []
-    magics.monitor.barrier.observe(lambda change: changes.append(time.monotonic()), names="value")
+    sidebar = recording_sidebar(ip)
     with capture_output():
         ip.run_line_magic("compact", "")
 
+    magics = ip.magics_manager.registry["SobaMagics"]
     assert magics.agent.compactor.last_result.quality == "full"
+    changes = [t for t, m in sidebar.sent if m["type"] in ("progress", "result")]
     assert changes[-1] - changes[0] >= 1.0  # the summary really took a while
     gaps = [later - earlier for earlier, later in pairwise(changes)]
     assert max(gaps) <= MAX_REFRESH_GAP_S
@@ -220,12 +321,10 @@ def test_the_last_compaction_survives_a_restart(ip, nb_dir, scripted, capsys):
 
 
 class RecordingComm:
-    """Stands in for an ipykernel comm whose frontend has the sidebar's target."""
+    """Stands in for the ipykernel comm a JupyterLab sidebar opened to the monitor's target."""
 
-    def __init__(self, target_name: str, data: dict):
-        self.target_name = target_name
-        self.sent = [data]
-        self._closed = False
+    def __init__(self) -> None:
+        self.sent: list[dict] = []
 
     def send(self, data: dict) -> None:
         self.sent.append(data)
@@ -237,36 +336,29 @@ class RecordingComm:
         pass
 
 
-def test_the_monitor_feeds_the_jupyterlab_sidebar(ip, scripted, monkeypatch):
-    import comm
-
+def test_the_magics_feed_the_jupyterlab_sidebar(ip, scripted, monkeypatch):
     from soba_nb.notebook import comm as sidebar
 
-    opened: list[RecordingComm] = []
-    widget_comm = comm.create_comm
-
-    def create_comm(*args, **kwargs):
-        if kwargs.get("target_name") != sidebar.TARGET_NAME:
-            return widget_comm(*args, **kwargs)  # the ipywidgets' own comms
-        opened.append(RecordingComm(kwargs["target_name"], kwargs["data"]))
-        return opened[-1]
-
-    monkeypatch.setattr(comm, "create_comm", create_comm)
-    monkeypatch.setattr(sidebar, "_comms", {})
-    monkeypatch.setattr(ip, "kernel", object(), raising=False)  # as in ipykernel
+    monkeypatch.setattr(sidebar, "_comms", [])
+    channel = RecordingComm()
+    sidebar._opened(channel, {})  # what ipykernel does when the sidebar opens a comm
     ip.run_line_magic("config", "SobaMagics.display_mode = 'rich'")
     turns_to_compact(ip, scripted)
     scripted.summary = text("Error: upstream model unavailable")
-    with capture_output():
+    with capture_output() as cap:
         ip.run_line_magic("compact", "")
 
-    [channel] = opened
-    assert channel.target_name == sidebar.TARGET_NAME
     kinds = [message["type"] for message in channel.sent]
     assert {"snapshot", "progress", "result"} <= set(kinds)
+    cell_lines = rich_texts(cap.outputs)
+    progress = [m for m in channel.sent if m["type"] == "progress"]
+    assert progress[0]["line"] == cell_lines[0] == "Compacting context · 0%"
+    assert all(m["line"] == f"Compacting context · {m['percent']}%" and m["trigger"] == "user" for m in progress)
     result = [m for m in channel.sent if m["type"] == "result"][-1]
-    assert result["degraded"] is True and "fallback" in result["line"]
+    assert result["line"] == cell_lines[-1]  # the line the cell collapsed to
+    assert result["degraded"] is True and result["outcome"] == "completed" and "fallback" in result["line"]
     snapshot = channel.sent[-1]
     agent = ip.magics_manager.registry["SobaMagics"].agent
     assert snapshot["type"] == "snapshot" and snapshot["effective"] == agent.compactor.measure().effective
     assert snapshot["degraded"] is True and snapshot["session"] == agent.session_id
+    assert snapshot["lastAttempt"] is None  # it completed (with the fallback capsule)

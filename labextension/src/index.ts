@@ -1,10 +1,12 @@
 /**
- * soba-nb-labextension: the "soba budget" panel in JupyterLab's right sidebar (SPEC §9).
+ * soba-nb-labextension: the "soba budget" panel in JupyterLab's right sidebar (SPEC §9),
+ * its status-bar item, and `.capsule.md` files opened as Markdown with their own icon.
  *
  * The comm target is registered on every notebook's kernel wherever the extension loads;
- * the panel itself is added only in JupyterLab (`ILabShell`). Notebook 7 loads the same
- * extensions but has no such panel: there the budget monitor renders inline, and the target
- * just keeps the kernel's messages from being refused.
+ * the panel itself is added only in JupyterLab (`ILabShell`), the status-bar item where
+ * there is a status bar. Notebook 7 loads the same extensions but has no such panel: there
+ * `%budget` renders inline, and the target just keeps the kernel's messages from being
+ * refused.
  */
 
 import {
@@ -15,26 +17,31 @@ import {
 } from '@jupyterlab/application';
 import { ICommandPalette } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
+import { IStatusBar } from '@jupyterlab/statusbar';
 
+import { capsuleFiles } from './capsule';
 import { budgetIcon } from './icon';
 import { BudgetPanel } from './panel';
+import { BudgetStatus, STATUS_ITEM_ID } from './statusbar';
 import { BudgetStore } from './store';
 
 const SHOW_BUDGET = 'soba:show-budget';
 const SIDEBAR_RANK = 600;
+const STATUS_RANK = 50;
 
-const plugin: JupyterFrontEndPlugin<void> = {
+const budget: JupyterFrontEndPlugin<void> = {
   id: 'soba-nb-labextension:plugin',
   description: 'The soba-nb context budget of the current notebook, in the right sidebar.',
   autoStart: true,
   requires: [INotebookTracker],
-  optional: [ILabShell, ICommandPalette, ILayoutRestorer],
+  optional: [ILabShell, ICommandPalette, ILayoutRestorer, IStatusBar],
   activate: (
     app: JupyterFrontEnd,
     tracker: INotebookTracker,
     labShell: ILabShell | null,
     palette: ICommandPalette | null,
-    restorer: ILayoutRestorer | null
+    restorer: ILayoutRestorer | null,
+    statusBar: IStatusBar | null
   ): void => {
     const store = new BudgetStore();
     tracker.forEach(notebook => store.track(notebook));
@@ -58,7 +65,18 @@ const plugin: JupyterFrontEndPlugin<void> = {
       execute: () => labShell.activateById(panel.id)
     });
     palette?.addItem({ command: SHOW_BUDGET, category: 'soba' });
+
+    if (statusBar) {
+      const item = new BudgetStatus(store, tracker, () => labShell.activateById(panel.id));
+      statusBar.registerStatusItem(STATUS_ITEM_ID, {
+        item,
+        align: 'left',
+        rank: STATUS_RANK,
+        isActive: () => item.shown,
+        activeStateChanged: item.activeChanged
+      });
+    }
   }
 };
 
-export default plugin;
+export default [budget, capsuleFiles];

@@ -20,23 +20,35 @@ export interface ISnapshot {
   softLimit: number;
   source: MeasurementSource;
   auto: boolean;
+  /** The last compaction's result line (`%budget`'s "Last compaction"). */
   lastResult: string | null;
+  /** The latest operation's result line when it did not complete (`%budget`'s "Last attempt"). */
+  lastAttempt: string | null;
   degraded: boolean;
   provider: string;
   session: string;
 }
 
-/** A compaction barrier is running: `Compacting context before response · NN%`. */
+/**
+ * A compaction barrier is running. `line` is the live line exactly as the cell shows it
+ * (`Compacting context before response · NN%`, or `Compacting context · NN%` for
+ * `%compact`): the kernel words it, the panel shows it as is.
+ */
 export interface IProgress {
   type: 'progress';
   percent: number;
   trigger: string;
+  line: string;
 }
 
-/** A barrier finished: the live line collapses to this result line. */
+/** How an operation ended. */
+export type Outcome = 'completed' | 'skipped' | 'cancelled' | 'stale' | 'failed';
+
+/** A barrier finished: the live line collapses to this result line (the cell's). */
 export interface IResult {
   type: 'result';
   line: string;
+  outcome: Outcome;
   degraded: boolean;
 }
 
@@ -47,6 +59,9 @@ type Fields = Record<string, unknown>;
 const isInt = (value: unknown): value is number => Number.isInteger(value);
 const isString = (value: unknown): value is string => typeof value === 'string';
 const isBool = (value: unknown): value is boolean => typeof value === 'boolean';
+const isLine = (value: unknown): boolean =>
+  value === null || value === undefined || isString(value);
+const OUTCOMES: readonly Outcome[] = ['completed', 'skipped', 'cancelled', 'stale', 'failed'];
 
 function parseSnapshot(data: Fields): ISnapshot | null {
   const ok =
@@ -55,7 +70,8 @@ function parseSnapshot(data: Fields): ISnapshot | null {
     isInt(data.softLimit) &&
     isString(data.source) &&
     isBool(data.auto) &&
-    (data.lastResult === null || data.lastResult === undefined || isString(data.lastResult));
+    isLine(data.lastResult) &&
+    isLine(data.lastAttempt);
   if (!ok) {
     return null;
   }
@@ -67,6 +83,7 @@ function parseSnapshot(data: Fields): ISnapshot | null {
     source: data.source as MeasurementSource,
     auto: data.auto as boolean,
     lastResult: (data.lastResult as string | undefined) ?? null,
+    lastAttempt: (data.lastAttempt as string | undefined) ?? null,
     degraded: data.degraded === true,
     provider: isString(data.provider) ? data.provider : '',
     session: isString(data.session) ? data.session : ''
@@ -86,16 +103,22 @@ export function parseMessage(data: unknown): MonitorMessage | null {
     case 'snapshot':
       return parseSnapshot(fields);
     case 'progress':
-      return isInt(fields.percent)
+      return isInt(fields.percent) && isString(fields.line)
         ? {
             type: 'progress',
             percent: fields.percent,
-            trigger: isString(fields.trigger) ? fields.trigger : ''
+            trigger: isString(fields.trigger) ? fields.trigger : '',
+            line: fields.line
           }
         : null;
     case 'result':
       return isString(fields.line)
-        ? { type: 'result', line: fields.line, degraded: fields.degraded === true }
+        ? {
+            type: 'result',
+            line: fields.line,
+            outcome: OUTCOMES.find(outcome => outcome === fields.outcome) ?? 'completed',
+            degraded: fields.degraded === true
+          }
         : null;
     default:
       return null;

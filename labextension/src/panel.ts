@@ -3,12 +3,20 @@
  *
  * Shows, for the current notebook, effective tokens against hardLimit as a bar with the soft
  * threshold marked, the measurement source, auto on/off, the last compaction's result line,
- * and during a barrier the live line `Compacting context before response · NN%`.
+ * the last attempt's (when the latest operation did not complete), and during a barrier the
+ * live line the kernel sends (`Compacting context before response · NN%`, or
+ * `Compacting context · NN%` for `%compact`) — the same words as in the cell.
+ *
+ * It is also a control: Compact now, Auto-compact on/off, Cancel (interrupts the kernel)
+ * and Export capsule…. The buttons are built once and only their state changes, so a
+ * redraw during a barrier never swallows a click.
  */
 
+import { InputDialog } from '@jupyterlab/apputils';
 import { NotebookPanel } from '@jupyterlab/notebook';
 import { Widget } from '@lumino/widgets';
 
+import { capsuleFileName } from './controls';
 import { ISnapshot } from './messages';
 import { BudgetStore, IBudgetState } from './store';
 
@@ -16,8 +24,6 @@ export const PANEL_ID = 'soba-budget-panel';
 export const PANEL_TITLE = 'soba budget';
 export const NO_NOTEBOOK = 'Open a notebook to see its context budget.';
 export const NO_DATA = 'Run %budget or %soba in this notebook';
-export const LIVE_LINE = (percent: number): string =>
-  `Compacting context before response · ${percent}%`;
 
 const PERCENT = 100;
 const SOURCE_LABELS: Record<string, string> = {
@@ -29,7 +35,7 @@ const SOURCE_LABELS: Record<string, string> = {
 export const tokens = (count: number): string => count.toLocaleString('en-US');
 
 /** `ok` below the soft threshold, `soft` from it, `hard` over the hard limit (SPEC §6:
- * the `hard_limit` trigger fires when effective > hardLimit), as the inline monitor does. */
+ * the `hard_limit` trigger fires when effective > hardLimit), as `%budget` does. */
 export function level(snapshot: ISnapshot): 'ok' | 'soft' | 'hard' {
   if (snapshot.effective > snapshot.hardLimit) {
     return 'hard';
@@ -93,34 +99,86 @@ function figures(snapshot: ISnapshot): HTMLElement[] {
   ];
 }
 
+function outcome(className: string, label: string, line: string): HTMLElement {
+  const node = el('div', className);
+  node.append(el('div', 'soba-Budget-label', label), el('div', 'soba-Budget-line', line));
+  return node;
+}
+
 /** The nodes for one notebook's state (exported for tests of the rendering rules). */
 export function render(state: IBudgetState): HTMLElement[] {
   const nodes = state.snapshot
     ? figures(state.snapshot)
     : [el('div', 'soba-Budget-empty', NO_DATA)];
   if (state.progress) {
-    nodes.push(el('div', 'soba-Budget-live', LIVE_LINE(state.progress.percent)));
+    nodes.push(el('div', 'soba-Budget-live', state.progress.line));
   }
   if (state.lastResult) {
     const { line, degraded } = state.lastResult;
     // SPEC §9: the result line says "fallback" when the capsule is degraded.
     const shown = degraded && !line.includes('fallback') ? `${line} · fallback` : line;
-    const result = el('div', 'soba-Budget-result');
+    const result = outcome('soba-Budget-result', 'last compaction', shown);
     result.dataset.degraded = String(degraded);
-    result.append(el('div', 'soba-Budget-label', 'last compaction'), el('div', '', shown));
     nodes.push(result);
+  }
+  if (state.lastAttempt) {
+    nodes.push(outcome('soba-Budget-attempt', 'last attempt', state.lastAttempt));
   }
   return nodes;
 }
 
+function button(label: string, className: string, title: string, onClick: () => void) {
+  const node = el('button', `soba-Budget-button ${className} jp-Button`, label);
+  node.setAttribute('type', 'button');
+  node.title = title;
+  node.addEventListener('click', onClick);
+  return node as HTMLButtonElement;
+}
+
 export class BudgetPanel extends Widget {
   private _notebook: NotebookPanel | null = null;
+  private readonly _name = el('div', 'soba-Budget-notebook');
+  private readonly _compact: HTMLButtonElement;
+  private readonly _auto: HTMLButtonElement;
+  private readonly _cancel: HTMLButtonElement;
+  private readonly _export: HTMLButtonElement;
+  private readonly _answer = el('div', 'soba-Budget-answer');
+  private readonly _body = el('div', 'soba-Budget-body');
 
   constructor(private readonly _store: BudgetStore) {
     super();
     this.id = PANEL_ID;
     this.addClass('soba-Budget');
     this.title.caption = PANEL_TITLE;
+    this._compact = button(
+      'Compact now',
+      'soba-Budget-compact',
+      'Compact the context now (%compact)',
+      () => this._ask({ type: 'compact' })
+    );
+    this._auto = button(
+      'Auto-compact',
+      'soba-Budget-autoToggle',
+      'Turn the soft compaction triggers on or off (%auto_compact)',
+      () => this._toggleAuto()
+    );
+    this._auto.setAttribute('role', 'switch');
+    this._cancel = button(
+      'Cancel',
+      'soba-Budget-cancel',
+      'Interrupt the kernel: stops the running %soba or %compact cleanly',
+      () => void this._notebook?.sessionContext.session?.kernel?.interrupt()
+    );
+    this._export = button(
+      'Export capsule…',
+      'soba-Budget-export',
+      'Write the latest capsule to a .capsule.md file',
+      () => void this._exportCapsule()
+    );
+    const controls = el('div', 'soba-Budget-controls');
+    controls.append(this._compact, this._auto, this._cancel, this._export);
+    const heading = el('h2', 'soba-Budget-title', PANEL_TITLE);
+    this.node.append(heading, this._name, controls, this._answer, this._body);
     _store.changed.connect((_, panel) => {
       if (panel === this._notebook) {
         this.update();
@@ -130,28 +188,84 @@ export class BudgetPanel extends Widget {
 
   /** Show the budget of `notebook` (null: no notebook is current). */
   showNotebook(notebook: NotebookPanel | null): void {
-    this._notebook?.title.changed.disconnect(this._onTitleChanged, this);
+    this._notebook?.title.changed.disconnect(this._onChanged, this);
+    this._notebook?.sessionContext.statusChanged.disconnect(this._onChanged, this);
     this._notebook = notebook;
-    notebook?.title.changed.connect(this._onTitleChanged, this);
+    notebook?.title.changed.connect(this._onChanged, this);
+    notebook?.sessionContext.statusChanged.connect(this._onChanged, this);
     this.update();
   }
 
-  private _onTitleChanged(): void {
+  private _onChanged(): void {
     this.update();
+  }
+
+  private _live(): NotebookPanel | null {
+    const notebook = this._notebook;
+    return notebook && !notebook.isDisposed ? notebook : null;
+  }
+
+  private _ask(request: Parameters<BudgetStore['request']>[1]): void {
+    const notebook = this._live();
+    if (notebook) {
+      void this._store.request(notebook, request);
+    }
+  }
+
+  private _toggleAuto(): void {
+    const notebook = this._live();
+    const snapshot = notebook && this._store.stateOf(notebook).snapshot;
+    if (snapshot) {
+      this._ask({ type: 'auto', on: !snapshot.auto });
+    }
+  }
+
+  private async _exportCapsule(): Promise<void> {
+    const notebook = this._live();
+    if (!notebook) {
+      return;
+    }
+    const answer = await InputDialog.getText({
+      title: 'Export capsule',
+      label: "Write the latest capsule to (relative to the notebook's folder):",
+      text: capsuleFileName(notebook.context.path),
+      okLabel: 'Export'
+    });
+    const path = answer.value?.trim();
+    if (answer.button.accept && path) {
+      this._ask({ type: 'export', path });
+    }
   }
 
   protected onUpdateRequest(): void {
-    const heading = el('h2', 'soba-Budget-title', PANEL_TITLE);
-    const notebook = this._notebook;
-    if (!notebook || notebook.isDisposed) {
-      this.node.replaceChildren(heading, el('div', 'soba-Budget-empty', NO_NOTEBOOK));
+    const notebook = this._live();
+    const state = notebook ? this._store.stateOf(notebook) : null;
+    this._name.textContent = notebook ? notebook.title.label : '';
+    this._updateControls(notebook, state);
+    if (!notebook || !state) {
+      this._body.replaceChildren(el('div', 'soba-Budget-empty', NO_NOTEBOOK));
       return;
     }
-    this.node.replaceChildren(
-      heading,
-      el('div', 'soba-Budget-notebook', notebook.title.label),
-      ...render(this._store.stateOf(notebook))
-    );
+    this._body.replaceChildren(...render(state));
+  }
+
+  private _updateControls(notebook: NotebookPanel | null, state: IBudgetState | null): void {
+    const pending = state?.control?.pending ?? false;
+    const auto = state?.snapshot?.auto;
+    this._compact.disabled = !notebook || pending;
+    this._export.disabled = !notebook || pending;
+    // The state to flip comes from the kernel's snapshot: none yet, nothing to flip.
+    this._auto.disabled = !notebook || pending || auto === undefined;
+    this._auto.textContent =
+      auto === undefined ? 'Auto-compact' : `Auto-compact: ${auto ? 'on' : 'off'}`;
+    this._auto.setAttribute('aria-checked', String(auto === true));
+    const status = notebook?.sessionContext.kernelDisplayStatus;
+    this._cancel.disabled = !notebook || (status !== 'busy' && !state?.progress);
+    const control = state?.control;
+    this._answer.textContent = control?.text ?? '';
+    this._answer.dataset.ok = String(control?.ok ?? true);
+    this._answer.dataset.pending = String(pending);
+    this._answer.hidden = !control;
   }
 
   protected onAfterShow(): void {

@@ -1,30 +1,43 @@
 """Kernel side of the JupyterLab budget sidebar (SPEC §9): send monitor messages over a comm.
 
-In JupyterLab the budget monitor sits in the right sidebar; the `labextension` registers the
-comm target `soba_nb.monitor` on every notebook's kernel and shows what arrives here for that
-notebook. `publish` is the only entry point: the budget monitor calls it with each message and
-keeps rendering inline/plain text as usual, so nothing depends on a frontend being there.
+In JupyterLab the budget monitor sits in the right sidebar; the `labextension` opens a comm
+to the target `soba_nb.monitor` on the notebook's kernel and shows what arrives on it. `publish` is the only entry point: the magics call it (through
+`monitor.SidebarPublisher`) with each message and keep rendering inline/plain text as usual,
+so nothing depends on a frontend being there. (The sidebar's buttons talk to the kernel over
+another target, `soba_nb.control`: see `soba_nb.notebook.controls`.)
 
 Messages (JSON objects, discriminated on "type"):
 
 - ``{"type": "snapshot", "effective": int, "hardLimit": int, "softLimit": int,
   "source": "provider_usage" | "estimated", "auto": bool, "lastResult": str | None,
-  "degraded": bool, "provider": str, "session": str}`` — the budget figures of the
-  session (what ``%budget`` shows); ``lastResult`` is the last compaction's result line and
-  ``degraded`` says whether its capsule was a fallback.
-- ``{"type": "progress", "percent": int, "trigger": str}`` — during a barrier; the sidebar
-  shows ``Compacting context before response · NN%``.
-- ``{"type": "result", "line": str, "degraded": bool}`` — the barrier finished; the live
-  line collapses to this result line.
+  "lastAttempt": str | None, "degraded": bool, "provider": str, "session": str,
+  "contextWindow": int, "windowSource": str}`` — the budget figures of the session (what
+  ``%budget`` shows); ``lastResult`` is the last compaction's result line (``%budget``'s
+  "Last compaction") and ``degraded`` says whether its capsule was a fallback;
+  ``lastAttempt`` is the result line of this kernel's latest operation when it did not
+  complete (``%budget``'s "Last attempt"), else None.
+- ``{"type": "progress", "percent": int, "trigger": str, "line": str}`` — during a
+  barrier; ``line`` is the live line exactly as the cell shows it
+  (``Compacting context before response · NN%``, or ``Compacting context · NN%`` for
+  ``%compact``); the sidebar shows it as is.
+- ``{"type": "result", "line": str, "outcome": str, "degraded": bool}`` — the barrier
+  finished; the live line collapses to this result line, the one the cell shows.
+  ``outcome`` is ``completed``, ``skipped``, ``cancelled``, ``stale`` or ``failed``.
 
-The frontend may send ``{"type": "refresh"}`` (after a page reload it adopts the open comm);
-the answer is the last snapshot published, and the last result if it came after it.
+The frontend opens the comm, never the kernel: a kernel that opened comms on its own would
+reach frontends without the target (nbclient and nbconvert log "No handler found for comm
+target 'soba_nb.monitor'", Notebook 7 closes it and the next message opens another). So
+`%load_ext soba_nb` registers the target (`register`); the sidebar opens a comm when a cell
+that uses soba is about to run, after `%load_ext soba_nb` ran, and after a page reload when
+the kernel still holds a comm from the previous page. On open, and on a ``{"type":
+"refresh"}`` request, the kernel sends the last snapshot published, and the last result if it
+came after it. Every open comm gets every message (two browser tabs on one kernel both
+follow); the oldest is closed past `MAX_COMMS` (pages that were reloaded never say goodbye).
 
-One comm per kernel, opened lazily by the first `publish`, with the message as the open
-data. A frontend without the target closes the comm at once; the next `publish` opens a new
-one. Outside a kernel (terminal IPython, a bare `InteractiveShell`, a plain script) there is
-no frontend to talk to: `publish` does nothing and returns False. It never raises — the
-sidebar is a view, and a broken view must not break a turn or a compaction.
+Outside a kernel (terminal IPython, a bare `InteractiveShell`, a plain script) or before any
+frontend opened a comm, `publish` sends nothing and returns False, but the message is kept
+for the next comm to open. It never raises — the sidebar is a view, and a broken view must
+not break a turn or a compaction.
 """
 
 from __future__ import annotations
@@ -34,7 +47,7 @@ import threading
 from typing import Any
 
 TARGET_NAME = "soba_nb.monitor"
-"""The comm target the labextension registers on each notebook's kernel."""
+"""The comm target `%load_ext soba_nb` registers on the kernel; the sidebar opens comms to it."""
 
 MESSAGE_TYPES = frozenset({"snapshot", "progress", "result"})
 """The kernel → frontend message types (see the module docstring for their fields)."""
@@ -42,36 +55,96 @@ MESSAGE_TYPES = frozenset({"snapshot", "progress", "result"})
 REFRESH = "refresh"
 """The frontend → kernel request: send the last snapshot (and result) again."""
 
+MAX_COMMS = 8
+"""Open comms kept per kernel; past it the oldest is closed."""
+
 logger = logging.getLogger(__name__)
 
 _lock = threading.RLock()
-_comms: dict[int, Any] = {}
-"""The open comm per kernel, keyed by `id(kernel)`; dropped when the frontend closes it."""
+_comms: list[Any] = []
+"""The comms the frontends opened and have not closed, oldest first."""
 _last_snapshot: dict[str, Any] | None = None
 _last_result: dict[str, Any] | None = None
 
 
 def publish(message: dict[str, Any]) -> bool:
-    """Send `message` to the budget sidebar; True when it was handed to a kernel comm.
+    """Send `message` to the budget sidebar; True when at least one frontend's comm took it.
 
-    False outside a kernel, for a message whose "type" is not one of `MESSAGE_TYPES`, or
-    when sending failed (logged at debug level, never raised).
+    False outside a kernel or before a frontend opened a comm, for a message whose "type" is
+    not one of `MESSAGE_TYPES`, or when sending failed (logged at debug level, never raised).
     """
     try:
         if message.get("type") not in MESSAGE_TYPES:
             return False
-        _remember(message)
-        kernel = _current_kernel()
-        if kernel is None:
-            return False
-        return _send(kernel, message)
+        with _lock:
+            _remember(message)
+            comms = list(_comms)
+        return sum(_send(channel, message) for channel in comms) > 0
     except Exception:  # the sidebar must never break the caller
         logger.debug("soba_nb.monitor: publish failed", exc_info=True)
         return False
 
 
+def register(manager: Any) -> None:
+    """Register the target on a kernel's comm manager (`%load_ext soba_nb`)."""
+    manager.register_target(TARGET_NAME, _opened)
+
+
+def unregister(manager: Any) -> None:
+    """Remove the target and close the open comms (`%unload_ext soba_nb`)."""
+    manager.targets.pop(TARGET_NAME, None)
+    with _lock:
+        comms, _comms[:] = list(_comms), []
+    for channel in comms:
+        _close(channel)
+
+
+def kernel_comm_manager(shell: Any) -> Any | None:
+    """The comm manager of `shell`'s kernel, or None outside a kernel (or without comms)."""
+    if getattr(shell, "kernel", None) is None:
+        return None
+    try:
+        import comm
+
+        return comm.get_comm_manager()
+    except Exception:  # no comm support: the sidebar says so itself
+        logger.debug("soba_nb: no comm manager", exc_info=True)
+        return None
+
+
+def _opened(channel: Any, _open_message: dict[str, Any]) -> None:
+    with _lock:
+        _comms.append(channel)
+        extra = _comms[:-MAX_COMMS]
+        del _comms[:-MAX_COMMS]
+    for old in extra:
+        _close(old)
+    channel.on_close(lambda _message: _forget(channel))
+    channel.on_msg(lambda message: _answer(channel, message))
+    _replay(channel)
+
+
+def _answer(channel: Any, request: dict[str, Any]) -> None:
+    data = request.get("content", {}).get("data") or {}
+    if isinstance(data, dict) and data.get("type") == REFRESH:
+        _replay(channel)
+
+
+def _replay(channel: Any) -> None:
+    with _lock:
+        previous = [m for m in (_last_snapshot, _last_result) if m is not None]
+    for message in previous:
+        _send(channel, message)
+
+
+def _forget(channel: Any) -> None:
+    with _lock:
+        if channel in _comms:
+            _comms.remove(channel)
+
+
 def _remember(message: dict[str, Any]) -> None:
-    """Keep what a reloaded page needs to show the budget again without waiting for a turn."""
+    """Keep what a newly opened comm needs to show the budget without waiting for a turn."""
     global _last_snapshot, _last_result
     if message["type"] == "snapshot":
         _last_snapshot, _last_result = dict(message), None
@@ -79,46 +152,17 @@ def _remember(message: dict[str, Any]) -> None:
         _last_result = dict(message)
 
 
-def _current_kernel() -> Any | None:
-    """The running ipykernel kernel, or None (no IPython, or a shell without a kernel)."""
+def _send(channel: Any, message: dict[str, Any]) -> bool:
     try:
-        from IPython.core.getipython import get_ipython
-    except ImportError:
-        return None
-    getter: Any = get_ipython  # typed in IPython 9, untyped in 8: call it as Any in both
-    shell = getter()
-    return getattr(shell, "kernel", None) if shell is not None else None
-
-
-def _send(kernel: Any, message: dict[str, Any]) -> bool:
-    with _lock:
-        open_comm = _comms.get(id(kernel))
-        if open_comm is not None and not getattr(open_comm, "_closed", False):
-            open_comm.send(data=message)
-            return True
-        _comms[id(kernel)] = _open(kernel, message)
+        channel.send(data=message)
         return True
+    except Exception:
+        logger.debug("soba_nb.monitor: send failed", exc_info=True)
+        return False
 
 
-def _open(kernel: Any, message: dict[str, Any]) -> Any:
-    # Looked up at call time: ipykernel replaces `comm.create_comm` when the kernel starts.
-    import comm
-
-    new_comm = comm.create_comm(target_name=TARGET_NAME, data=message)
-    kernel_key = id(kernel)
-
-    def forget(_close_message: dict[str, Any]) -> None:
-        with _lock:
-            if _comms.get(kernel_key) is new_comm:
-                del _comms[kernel_key]
-
-    def answer(request: dict[str, Any]) -> None:
-        data = request.get("content", {}).get("data") or {}
-        if data.get("type") == REFRESH:
-            for previous in (_last_snapshot, _last_result):
-                if previous is not None:
-                    new_comm.send(data=previous)
-
-    new_comm.on_close(forget)
-    new_comm.on_msg(answer)
-    return new_comm
+def _close(channel: Any) -> None:
+    try:
+        channel.close()
+    except Exception:
+        logger.debug("soba_nb.monitor: close failed", exc_info=True)

@@ -26,6 +26,9 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
+from soba_nb.notebook import comm
+from soba_nb.notebook.comm import kernel_comm_manager
+
 if TYPE_CHECKING:
     from soba_nb.notebook.magics import SobaMagics
 
@@ -39,7 +42,10 @@ def _compact(magics: SobaMagics, data: dict[str, Any]) -> None:
 
 
 def _auto(magics: SobaMagics, data: dict[str, Any]) -> None:
-    magics.auto_compact_magic("on" if data.get("on") else "off")
+    state = data.get("on")
+    if not isinstance(state, bool):
+        raise UsageError("auto: give on: true or false")
+    magics.auto_compact_magic("on" if state else "off")
 
 
 def _export(magics: SobaMagics, data: dict[str, Any]) -> None:
@@ -49,7 +55,15 @@ def _export(magics: SobaMagics, data: dict[str, Any]) -> None:
     capsules = magics.get_session().capsules()
     if not capsules:
         raise UsageError("export: this session has no capsule yet; compact first")
-    magics.capsule(f"export {capsules[-1].checkpoint_id} {path.strip()}")
+    magics.capsule(f"export {capsules[-1].checkpoint_id} {_quoted(path.strip())}")
+
+
+def _quoted(path: str) -> str:
+    """One word for `%capsule`'s argument splitting (quotes group, no escapes), spaces and all."""
+    for quote in ('"', "'"):
+        if quote not in path:
+            return f"{quote}{path}{quote}"
+    raise UsageError("export: a path holding both kinds of quotes cannot be passed on; rename it")
 
 
 HANDLERS: dict[str, Callable[[SobaMagics, dict[str, Any]], None]] = {
@@ -83,16 +97,12 @@ def handle(magics: SobaMagics, data: dict[str, Any]) -> dict[str, Any]:
 
 
 def register(magics: SobaMagics) -> bool:
-    """Register the control target on the kernel of `magics.shell`; False outside a kernel."""
-    if getattr(magics.shell, "kernel", None) is None:
+    """Register the control target (and the monitor's, `comm.register`) on the kernel of
+    `magics.shell`; False outside a kernel."""
+    manager = kernel_comm_manager(magics.shell)
+    if manager is None:
         return False
-    try:
-        import comm
-
-        manager = comm.get_comm_manager()
-    except Exception:  # no comm support: the sidebar's controls say so themselves
-        logger.debug("soba_nb.control: no comm manager", exc_info=True)
-        return False
+    comm.register(manager)
 
     def opened(channel: Any, _open_message: dict[str, Any]) -> None:
         def on_message(message: dict[str, Any]) -> None:
@@ -103,3 +113,11 @@ def register(magics: SobaMagics) -> bool:
 
     manager.register_target(CONTROL_TARGET, opened)
     return True
+
+
+def unregister(magics: SobaMagics) -> None:
+    """Remove the targets (`%unload_ext`): the sidebar then says to load the extension."""
+    manager = kernel_comm_manager(magics.shell)
+    if manager is not None:
+        manager.targets.pop(CONTROL_TARGET, None)
+        comm.unregister(manager)

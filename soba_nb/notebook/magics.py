@@ -8,10 +8,11 @@ Settings are traitlets, so `%config SobaMagics.max_steps = 10` works like any IP
 setting. Arguments go through `IPython.core.magic_arguments`; a bad argument is a
 one-line `UsageError`, never a traceback.
 
-Cancelling: interrupt the kernel (Jupyter's ■ button, `I I`, or Ctrl-C in a terminal).
-That is the primary cancel: while a cell runs the kernel processes no widget clicks, so a
-Cancel button cannot reach a turn running in that cell. `%soba --cancel` stops a turn
-running in another thread (for example one started from a widget callback).
+Cancelling: interrupt the kernel (Jupyter's ■ button, `I I`, the sidebar's Cancel, or
+Ctrl-C in a terminal). That is the primary cancel: while a cell runs the kernel processes no
+comm or widget messages, so only an interrupt (sent by the server, not over a comm) reaches
+a turn running in that cell. `%soba --cancel` stops a turn running in another thread.
+The sidebar's other buttons arrive over the `soba_nb.control` comm (`controls`).
 """
 
 # IPython's magic decorators and magic_arguments are untyped.
@@ -39,7 +40,7 @@ from soba_nb.capsules.export import CapsuleExportError
 from soba_nb.capsules.file import CapsuleFileError
 from soba_nb.capsules.memory import mirror, should_mirror
 from soba_nb.config import ConfigError, load_config
-from soba_nb.notebook import capsule_commands, input_transform
+from soba_nb.notebook import capsule_commands, controls, input_transform
 from soba_nb.notebook.arguments import PROMPT_VALUE_CHARS as PROMPT_VALUE_CHARS  # re-exported
 from soba_nb.notebook.arguments import (
     one_line,
@@ -49,7 +50,7 @@ from soba_nb.notebook.arguments import (
     unquote_prompt,
 )
 from soba_nb.notebook.location import locate
-from soba_nb.notebook.monitor import BudgetMonitor, snapshot_of
+from soba_nb.notebook.monitor import BudgetView, SidebarPublisher, snapshot_of
 from soba_nb.notebook.render import TurnRenderer, ipython_display
 from soba_nb.providers.errors import ProviderError
 from soba_nb.providers.http import DEFAULT_IDLE_TIMEOUT_S
@@ -97,7 +98,8 @@ class SobaMagics(Magics, Configurable):
         self.user_ns: dict[str, Any] = shell.user_ns
         """The notebook's namespace: the agent's python tool runs here."""
         self.agent: AgentSession | None = None
-        self.monitor: BudgetMonitor | None = None
+        self.sidebar = SidebarPublisher()
+        """The JupyterLab sidebar's feed (a no-op without a kernel)."""
         self.last_result: TurnResult | None = None
         self._cancel: threading.Event | None = None
         self._guard = threading.Lock()
@@ -159,20 +161,18 @@ class SobaMagics(Magics, Configurable):
 
     @property
     def rich(self) -> bool:
-        """Decided per call: a kernel with a frontend gets HTML/widgets, anything else text."""
+        """Decided per call: a kernel with a frontend gets HTML, anything else text."""
         if self.display_mode != "auto":
             return bool(self.display_mode == "rich")
         return type(self.shell).__name__ == "ZMQInteractiveShell"
 
     def _renderer(self) -> TurnRenderer:
-        rich = self.rich
-        if rich and self.monitor is None:
-            self.monitor = BudgetMonitor()
-        return TurnRenderer(rich=rich, monitor=self.monitor if rich else None)
+        return TurnRenderer(rich=self.rich, sidebar=self.sidebar)
 
     def refresh_monitor(self) -> None:
-        if self.monitor is not None and self.agent is not None:
-            self.monitor.refresh(snapshot_of(self.agent))
+        """Send the session's budget to the sidebar (after anything that changes it)."""
+        if self.agent is not None:
+            self.sidebar.refresh(snapshot_of(self.agent))
 
     @contextmanager
     def cancellable(self) -> Iterator[threading.Event]:
@@ -215,8 +215,8 @@ class SobaMagics(Magics, Configurable):
         Slash commands do what the magics do: `/budget`, `/compact [focus]`,
         `/auto-compact on|off`, `/capsule ...`, `/rewind TARGET`.
 
-        To cancel a running turn, interrupt the kernel (■ / `I I` / Ctrl-C): widget
-        buttons cannot receive clicks while a cell runs.
+        To cancel a running turn, interrupt the kernel (■ / `I I` / the sidebar's Cancel /
+        Ctrl-C).
         """
         options, prompt = split_options(line, frozenset({"--model", "--session", "--skill"}))
         prompt = unquote_prompt(prompt)
@@ -326,18 +326,18 @@ class SobaMagics(Magics, Configurable):
     @magic_arguments()
     def budget(self, line: str) -> None:
         """%budget — effective tokens vs hardLimit and softLimit, measurement source, auto
-        on/off and the last compaction. A widget in a notebook, text elsewhere."""
+        on/off and the last compaction, as of now: the output is a snapshot that later
+        magics leave as it is (the JupyterLab sidebar is the live view). HTML with its
+        text in a notebook, text elsewhere."""
         parse(self.budget, line)
         agent = self.get_session()
         agent.refresh_limits(ask_server=True)
         snapshot = snapshot_of(agent)
+        self.sidebar.refresh(snapshot)
         if not self.rich:
             print(snapshot.text())
             return
-        if self.monitor is None:
-            self.monitor = BudgetMonitor()
-        self.monitor.refresh(snapshot)
-        ipython_display(self.monitor)
+        ipython_display(BudgetView(snapshot))
 
     @line_magic("auto_compact")
     @magic_arguments(name="auto_compact")
@@ -405,6 +405,7 @@ def register(shell: Any) -> SobaMagics:
     magics = SobaMagics(shell)
     shell.register_magics(magics)
     input_transform.install(shell)
+    controls.register(magics)
     if magics not in shell.configurables:  # `%config SobaMagics.…` looks here
         shell.configurables.append(magics)
     return magics
@@ -416,6 +417,7 @@ def unregister(shell: Any) -> None:
     input_transform.uninstall(shell)
     if not isinstance(magics, SobaMagics):
         return
+    controls.unregister(magics)
     for kind, names in magics.magics.items():
         table = shell.magics_manager.magics[kind]
         for name in names:

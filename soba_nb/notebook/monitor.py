@@ -1,15 +1,25 @@
-"""The budget monitor (SPEC §9): effective tokens against the limits, and the barrier line.
+"""The budget figures (SPEC §9): what `%budget` shows, the barrier line, the sidebar feed.
 
 `BudgetSnapshot` is pure data computed from a session — the same figures the engine uses,
-so tests compare them directly. `BudgetMonitor` shows a snapshot with plain ipywidgets
-(`HTML` only, no custom widget JavaScript), so it renders in JupyterLab 4, Notebook 7 and
-VS Code; its `text/plain` representation carries the same text, which is also what a
-terminal IPython prints.
+so tests compare them directly.
 
-While a compaction barrier runs, `BarrierLine` shows `Compacting context before response
-· NN%`, refreshed as progress events arrive (the barrier emits one at least every 0.25 s)
-but never more than `MAX_UPDATES_PER_S` times a second, then collapses to the one-line
-result ("fallback" when the capsule is degraded, "skipped: <reason>" when skipped).
+`%budget` shows a `BudgetView`: the snapshot of that moment as static HTML (the bar with
+the soft threshold marked, then the figure lines) with the identical text as `text/plain`,
+which is also what a terminal prints. Nothing later changes it: an earlier `%budget` keeps
+the figures of its moment. Static HTML rather than ipywidgets because a snapshot has no
+state to sync: HTML is saved with the notebook and renders the same in JupyterLab,
+Notebook 7, VS Code and nbconvert, after a reload too, where a widget needs a live kernel
+(or saved widget state) and keeps a comm open per output for nothing.
+
+Two things are live. The running cell's barrier line (`TurnRenderer`, through a
+`BarrierLine`): `Compacting context before response · NN%` while an inference waits for the
+compaction (every trigger but `user`), `Compacting context · NN%` for `%compact` (trigger
+`user`), refreshed as progress events arrive (the barrier emits one at least every
+0.25 s) but never more than `MAX_UPDATES_PER_S` times a second, then collapsing to the one
+result line of `result_line`. And the JupyterLab sidebar: `SidebarPublisher` sends it the
+snapshot after every magic that changes the budget, and the same barrier line and result
+line as the cell (`soba_nb.notebook.comm`), so one outcome is worded the same in the cell,
+in `%budget`'s "Last attempt" and in the sidebar.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from soba_nb.compaction.barrier import CompactionEvent, CompactionResult, Outcome
+from soba_nb.compaction.triggers import Trigger
 from soba_nb.notebook.comm import publish
 from soba_nb.transcript.entries import CapsuleEntry
 
@@ -28,9 +39,12 @@ if TYPE_CHECKING:
     from soba_nb.agent.session import AgentSession
 
 MAX_UPDATES_PER_S = 10
-"""Display updates per second, at most (streamed answer, barrier line, monitor)."""
+"""Display updates per second, at most (streamed answer, barrier line, sidebar)."""
 MIN_UPDATE_INTERVAL_S = 1 / MAX_UPDATES_PER_S
 LIVE_LINE = "Compacting context before response · {percent}%"
+"""The live line while an inference waits for the compaction (every trigger but `user`)."""
+USER_LIVE_LINE = "Compacting context · {percent}%"
+"""The live line of `%compact` (trigger `user`): no response follows."""
 PERCENT = 100
 BAR_HEIGHT_PX = 10
 BAR_COLORS = {"ok": "#4caf50", "soft": "#ff9800", "hard": "#e53935"}
@@ -67,6 +81,12 @@ def result_line(result: CompactionResult) -> str:
     if result.outcome is Outcome.SKIPPED:
         return f"skipped: {result.reason}"
     return f"compaction {result.outcome.value} ({result.trigger}): {result.reason}"
+
+
+def live_line(trigger: str, percent: int) -> str:
+    """The barrier's live line: "before response" only when an inference follows."""
+    template = USER_LIVE_LINE if trigger == Trigger.USER.value else LIVE_LINE
+    return template.format(percent=percent)
 
 
 def capsule_line(capsule: CapsuleEntry) -> str:
@@ -167,6 +187,7 @@ class BudgetSnapshot:
             "source": self.source,
             "auto": self.auto,
             "lastResult": self.last_compaction,
+            "lastAttempt": self.last_attempt,
             "degraded": self.last_quality == "degraded",
             "provider": self.model,
             "session": self.session,
@@ -225,17 +246,13 @@ class BarrierLine:
         self.percent = 0
         self.result: CompactionResult | None = None
 
-    @property
-    def degraded(self) -> bool:
-        return self.result is not None and self.result.quality == "degraded"
-
     def on_event(self, event: CompactionEvent) -> None:
         self.trigger, self.percent = event.trigger, event.percent
         if event.kind == "compaction_start":
             self.running, self.result = True, None
-            self._show(LIVE_LINE.format(percent=0), force=True)
+            self._show(live_line(event.trigger, 0), force=True)
         elif event.kind == "compaction_progress" and self.running:
-            self._show(LIVE_LINE.format(percent=event.percent), force=False)
+            self._show(live_line(event.trigger, event.percent), force=False)
         elif event.kind == "compaction_end" and event.result is not None:
             self.running, self.result = False, event.result
             self._show(result_line(event.result), force=True, final=True)
@@ -254,7 +271,7 @@ def _bar_html(snapshot: BudgetSnapshot) -> str:
     soft = min(PERCENT, snapshot.soft_percent)
     title = html.escape(snapshot.lines()[0])
     return (
-        f'<div title="{title}" style="position:relative;height:{BAR_HEIGHT_PX}px;'
+        f'<div class="soba-bar" title="{title}" style="position:relative;height:{BAR_HEIGHT_PX}px;'
         f'background:#e0e0e0;border-radius:3px;margin:4px 0">'
         f'<div class="soba-bar-fill" style="width:{width:.1f}%;height:100%;'
         f'background:{BAR_COLORS[snapshot.level]};border-radius:3px"></div>'
@@ -264,57 +281,66 @@ def _bar_html(snapshot: BudgetSnapshot) -> str:
     )
 
 
-def _lines_html(lines: list[str]) -> str:
-    return "<br>".join(html.escape(line) for line in lines)
+class BudgetView:
+    """`%budget`'s output: the figures of one moment, as HTML with the same text as
+    `text/plain`. Displayed once, never updated."""
+
+    def __init__(self, snapshot: BudgetSnapshot):
+        self.snapshot = snapshot
+
+    def text(self) -> str:
+        return self.snapshot.text()
+
+    def html(self) -> str:
+        lines = "".join(f'<div class="soba-budget-line">{html.escape(line)}</div>' for line in self.snapshot.lines())
+        return (
+            f'<div class="soba-budget" data-level="{self.snapshot.level}">{_bar_html(self.snapshot)}'
+            f'<div class="soba-budget-figures">{lines}</div></div>'
+        )
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return {"text/html": self.html(), "text/plain": self.text()}
 
 
-class BudgetMonitor:
-    """The monitor widget: a bar with the soft threshold marked, figures, barrier line.
+def result_message(result: CompactionResult) -> dict[str, Any]:
+    """The sidebar's `result` message: the line the cell shows, and what kind of outcome."""
+    return {
+        "type": "result",
+        "line": result_line(result),
+        "outcome": result.outcome.value,
+        "degraded": result.quality == "degraded",
+    }
 
-    Everything it shows is also published to the JupyterLab sidebar (`comm.publish`, a
-    no-op without a kernel), throttled like the widget.
+
+Send = Callable[[dict[str, Any]], bool]
+
+
+class SidebarPublisher:
+    """Feeds the JupyterLab sidebar (`comm.publish`, a no-op without a kernel).
+
+    `refresh(snapshot)` after every magic that changes the budget; `on_event` during a
+    barrier: its live line (throttled like the cell's) as `progress`, then its result line.
     """
 
-    def __init__(self, clock: Clock = time.monotonic):
-        import ipywidgets  # heavy; only when a frontend can show it
-
+    def __init__(self, clock: Clock = time.monotonic, send: Send | None = None):
+        self.send: Send = send or publish
         self.snapshot: BudgetSnapshot | None = None
-        self.bar = ipywidgets.HTML()
-        self.figures = ipywidgets.HTML()
-        self.barrier = ipywidgets.HTML()
-        self.widget = ipywidgets.VBox([self.bar, self.figures, self.barrier])
         self.barrier_line = BarrierLine(self._show_barrier, clock)
 
     def refresh(self, snapshot: BudgetSnapshot) -> None:
         self.snapshot = snapshot
-        self.bar.value = _bar_html(snapshot)
-        self.figures.value = _lines_html(snapshot.lines())
-        publish(snapshot.message())
+        self.send(snapshot.message())
 
     def on_event(self, event: object) -> None:
         if isinstance(event, CompactionEvent):
             self.barrier_line.on_event(event)
 
     def _show_barrier(self, text: str, final: bool) -> None:
-        style = "font-weight:bold" if not final else "opacity:0.85"
-        self.barrier.value = f'<span style="{style}">{html.escape(text)}</span>'
         line = self.barrier_line
-        if final:
-            publish({"type": "result", "line": text, "degraded": line.degraded})
+        if final and line.result is not None:
+            self.send(result_message(line.result))
         else:
-            publish({"type": "progress", "percent": line.percent, "trigger": line.trigger})
-
-    def text(self) -> str:
-        lines = self.snapshot.lines() if self.snapshot else ["Budget: not measured yet"]
-        # The live line only while a barrier runs; afterwards the snapshot's lines say it.
-        if self.barrier_line.running and self.barrier_line.text:
-            lines.append(self.barrier_line.text)
-        return "\n".join(lines)
-
-    def __repr__(self) -> str:
-        return self.text()
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        bundle: dict[str, Any] = dict(self.widget._repr_mimebundle_(include=include, exclude=exclude) or {})
-        bundle["text/plain"] = self.text()
-        return bundle
+            self.send({"type": "progress", "percent": line.percent, "trigger": line.trigger, "line": text})

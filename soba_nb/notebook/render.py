@@ -4,8 +4,9 @@ Rich (a kernel with a frontend): the answer streams into one display handle as M
 updated at most `MAX_UPDATES_PER_S` times a second and rendered once more, whole, when the
 answer ends; each tool call is a collapsed receipt (`<details>`: tool · arguments · status
 · duration, the output's first lines inside); a compaction barrier shows its live line and
-collapses to the result line. Every object displayed carries `text/plain` with the same
-content (plain-text parity), so nbconvert-to-text and logs read the same thing.
+collapses to the result line (the JupyterLab sidebar, when given, gets the same lines).
+Every object displayed carries `text/plain` with the same content (plain-text parity), so
+nbconvert-to-text and logs read the same thing.
 
 Plain (terminal IPython, a bare `InteractiveShell`): the same information printed as text
 lines — the answer as it streams, one line per receipt, the compaction result line,
@@ -23,7 +24,13 @@ from typing import Any, TextIO
 from soba_nb.agent.events import Notice, TextDelta, ToolFinished, ToolStarted, Waiting
 from soba_nb.agent.loop import TurnResult
 from soba_nb.compaction.barrier import CompactionEvent
-from soba_nb.notebook.monitor import MAX_UPDATES_PER_S, BarrierLine, BudgetMonitor, Clock, Throttle
+from soba_nb.notebook.monitor import (
+    MAX_UPDATES_PER_S,
+    BarrierLine,
+    Clock,
+    SidebarPublisher,
+    Throttle,
+)
 
 MS_PER_S = 1000
 STATUS_UPDATES_PER_S = 2
@@ -108,13 +115,13 @@ class TurnRenderer:
         self,
         *,
         rich: bool,
-        monitor: BudgetMonitor | None = None,
+        sidebar: SidebarPublisher | None = None,
         display: Display | None = None,
         clock: Clock = time.monotonic,
         stream: TextIO | None = None,
     ):
         self.rich = rich
-        self.monitor = monitor
+        self.sidebar = sidebar
         self.display = display or ipython_display
         self.clock = clock
         self.stream = stream
@@ -226,8 +233,8 @@ class TurnRenderer:
             self.display(view)
 
     def _compaction(self, event: CompactionEvent) -> None:
-        if self.monitor is not None:
-            self.monitor.on_event(event)
+        if self.sidebar is not None:
+            self.sidebar.on_event(event)
         if event.kind == "compaction_start":
             self._end_answer()
             self._barrier = BarrierLine(self._show_barrier, self.clock)
