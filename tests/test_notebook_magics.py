@@ -127,10 +127,10 @@ def test_tool_calls_show_as_receipts_and_run_in_the_user_namespace(ip, scripted)
 
 def test_variables_are_substituted_only_when_defined(ip, scripted):
     ip.user_ns["n_rows"] = 120000
-    ip.user_ns["big"] = "x" * 1000
+    ip.user_ns["big"] = "x" * 5000
     ip.run_cell('%soba use {n_rows} with {missing}, {}, {"a": 1}, {{n_rows}} and {big}')
     [prompt] = user_messages(scripted.inference_requests()[-1])
-    expected_big = repr("x" * 1000)[:PROMPT_VALUE_CHARS] + "… [clipped]"
+    expected_big = repr("x" * 5000)[:PROMPT_VALUE_CHARS] + "… [clipped]"
     assert prompt == f'use 120000 with {{missing}}, {{}}, {{"a": 1}}, {{{{n_rows}}}} and {expected_big}'
 
 

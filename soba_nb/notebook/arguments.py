@@ -12,8 +12,10 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-PROMPT_VALUE_CHARS = 200
-"""A `{name}` in a prompt becomes the value's repr, clipped to this many characters."""
+PROMPT_VALUE_CHARS = 2_000
+"""A `{name}` in a prompt becomes the value's repr, clipped to this many characters: enough
+for what a notebook shows of a value (a DataFrame's head, a short list, a message), never a
+whole dataset (about 500-700 tokens at most)."""
 CLIPPED = "… [clipped]"
 _VARIABLE = re.compile(r"(?<!\{)\{([A-Za-z_][A-Za-z0-9_]*)\}(?!\})")
 _TOKEN = re.compile(r"""\s*("(?:[^"\\]|\\.)*"|'[^']*'|\S+)""")

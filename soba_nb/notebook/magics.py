@@ -209,7 +209,7 @@ class SobaMagics(Magics, Configurable):
         `%soba PROMPT` or `%%soba` with the prompt as the cell body. Options come first;
         everything after them is the prompt, verbatim (`--` ends the options). A prompt may
         name notebook variables as `{name}`: a name defined in the user namespace is replaced
-        by its repr, clipped to PROMPT_VALUE_CHARS characters; anything else (`{}`,
+        by its repr, clipped to 2,000 characters; anything else (`{}`,
         `{"a": 1}`, `{undefined}`, `{{name}}`) stays as typed.
 
         Slash commands do what the magics do: `/budget`, `/compact [focus]`,
