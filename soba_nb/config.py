@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from pydantic.alias_generators import to_camel
 
 from soba_nb.compaction.limits import hard_limit, soft_limit
+from soba_nb.paths import shown
 from soba_nb.resolution import resolve_provider
 
 ProviderName = Literal["openai", "anthropic", "local"]
@@ -361,10 +362,10 @@ def load_config(
     layers: list[tuple[str, Mapping[str, Any]]] = []
     user_path = (user_config or USER_CONFIG_PATH).expanduser()
     if user_path.is_file():
-        layers.append((str(user_path), _read_json(user_path)))
+        layers.append((shown(user_path), _read_json(user_path)))
     project = find_project_config(notebook_dir or Path.cwd())
     if project is not None:
-        layers.append((str(project), _read_json(project)))
+        layers.append((shown(project), _read_json(project)))
     layers.append(("environment", env_layer(environ)))
     if overrides:
         layers.append(("arguments", overrides))

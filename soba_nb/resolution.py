@@ -69,9 +69,8 @@ def resolve_provider(layers: list[tuple[str, Mapping[str, Any]]], environ: Mappi
             tuple(steps),
         )
     steps.append("passed: no model.baseUrl (or SOBA_BASE_URL) names a server")
-    missing = _embedded_missing()
-    if not missing:
+    if embedded_model_installed():
         steps.append("chosen: the embedded model is installed")
         return Resolution({"model": {"provider": "local"}}, "embedded SmolLM2-135M (offline, tiny)", True, tuple(steps))
-    steps.append(f"passed: the embedded model is not installed (missing: {', '.join(missing)})")
+    steps.append(f"passed: the embedded model is not installed (missing: {', '.join(_embedded_missing())})")
     return Resolution({}, HOW_TO_CONFIGURE, False, tuple(steps))

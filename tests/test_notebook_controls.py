@@ -101,7 +101,7 @@ def test_export_writes_the_latest_capsule(ip, scripted, nb_dir: Path):
         "type": "done",
         "request": "export",
         "ok": True,
-        "text": f"exported {checkpoint} to {written}",
+        "text": f"exported {checkpoint} to my notes.capsule.md",  # as the user typed it, inside the notebook folder
     }
     assert written.read_text(encoding="utf-8").startswith("---\nsoba-capsule: ")
 

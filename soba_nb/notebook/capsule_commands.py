@@ -30,6 +30,7 @@ from soba_nb.capsules.memory import list_memory, memory_dir
 from soba_nb.notebook.arguments import parse
 from soba_nb.notebook.monitor import capsule_line
 from soba_nb.notebook.render import TextView, ipython_display
+from soba_nb.paths import shown
 from soba_nb.redact import redact
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def capsule_create(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
     written = write_capsule_file(target, capsule_file, force=args.force)
     fallback = " · fallback" if entry.quality == "degraded" else ""
     print(
-        f"capsule {title!r} written to {written} "
+        f"capsule {title!r} written to {shown(written)} "
         f"({capsule_file.metadata.tokens:,} tokens · quality {entry.quality}{fallback})"
     )
 
@@ -76,7 +77,7 @@ def capsule_export(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
         agent.transcript, args.checkpoint, args.path,
         project_root=agent.project_root, force=args.force, allow_outside=explicit,
     )
-    print(f"exported {args.checkpoint} to {written}")
+    print(f"exported {args.checkpoint} to {shown(written)}")
 
 
 def capsule_load(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
@@ -95,7 +96,7 @@ def capsule_list(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
     if args.memory:
         found = list_memory(agent.project_root)
         if not found:
-            print(f"project memory is empty ({memory_dir(agent.project_root)})")
+            print(f"project memory is empty ({shown(memory_dir(agent.project_root))})")
         for item in found:
             meta = item.metadata
             described = f"{meta.title} · {meta.quality} · {meta.created}" if meta else f"unreadable: {item.error}"

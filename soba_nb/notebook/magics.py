@@ -52,6 +52,7 @@ from soba_nb.notebook.arguments import (
 from soba_nb.notebook.location import locate
 from soba_nb.notebook.monitor import BudgetView, SidebarPublisher, snapshot_of
 from soba_nb.notebook.render import TurnRenderer, ipython_display
+from soba_nb.paths import shown
 from soba_nb.providers.errors import ProviderError
 from soba_nb.providers.http import DEFAULT_IDLE_TIMEOUT_S
 from soba_nb.transcript.entries import CapsuleEntry
@@ -238,7 +239,7 @@ class SobaMagics(Magics, Configurable):
         if not prompt:
             if not (args.new or args.session or args.model or args.skill):
                 raise UsageError("%soba: give a prompt, e.g. %soba summarise df (or use %%soba)")
-            print(f"session {agent.session_id} ({agent.file})")
+            print(f"session {agent.session_id} ({shown(agent.file)})")
             return
         slash = _SLASH.match(prompt)
         if slash is not None:
@@ -320,7 +321,7 @@ class SobaMagics(Magics, Configurable):
         except CAPSULE_ERRORS as exc:
             renderer.show(f"warning: not mirrored to project memory: {one_line(exc)}", "warning")
             return
-        renderer.show(f"mirrored to project memory: {path}")
+        renderer.show(f"mirrored to project memory: {shown(path)}")
 
     @line_magic
     @magic_arguments()
