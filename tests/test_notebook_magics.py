@@ -181,7 +181,7 @@ def test_options_come_first_and_the_prompt_stays_verbatim():
         ("soba", ""),
         ("soba", "/frobnicate now"),
         ("auto_compact", "maybe"),
-        ("rewind", ""),
+        ("rewind", "ck_1 ck_2"),
         ("rewind", "ck_00000000"),
         ("budget", "extra"),
         ("capsule", ""),

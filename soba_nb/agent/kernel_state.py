@@ -3,13 +3,18 @@
 One line per variable: its name, type and shape or size, never its value — values can be
 large, private, or expensive to render, and the capsule only needs to remind the model what
 exists. No repr of a user object is ever called. pandas, numpy, polars and torch objects are
-recognised by duck typing (`shape`, `dtype`, the type's name), so none of them is imported:
+recognised by duck typing (`shape`, `dtype`, `dtypes`, the type's name), so none of them is
+imported:
 
-    df: DataFrame 120000×14
+    df: DataFrame 120000×14 · float64×9, object×4, datetime64[ns]×1 · built by python call 3fa2b1c0
     arr: ndarray float64 (3, 4)
     items: list[5]
-    cfg: dict[3]
     model: LinearRegression
+
+`kernel_state` writes the section: the variables the agent's `python` calls used come first
+(most recently used first, with the call that last assigned each), then the user's own; at
+most `MAX_KERNEL_LINES` lines and a `+N more` line; and a last line naming variables the
+agent built that the kernel no longer has (a restart, a `del`).
 """
 
 from __future__ import annotations
@@ -19,11 +24,72 @@ import types
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from soba_nb.agent.provenance import Provenance
+
 IPYTHON_NAMES = frozenset({"In", "Out", "exit", "quit", "get_ipython"})
 """Names IPython puts in every user namespace; they are not the user's work."""
 SIZED_BUILTINS = (list, tuple, dict, set, frozenset, str, bytes, bytearray)
 """Types whose len() is safe to take (no user code runs) and worth showing."""
 MAX_DTYPE_CHARS = 32
+MAX_KERNEL_LINES = 20
+"""Variables described in a capsule; the rest are counted on a `+N more` line."""
+MAX_COLUMNS_SCANNED = 10_000
+"""Columns whose dtypes are counted for a table's dtype summary."""
+MAX_DTYPE_KINDS = 6
+"""Distinct dtypes named in a summary; the rest are counted as `+N kinds`."""
+MISSING_PREFIX = "not in the kernel now (restarted, or deleted):"
+"""Starts the line naming variables the agent built that the kernel no longer has."""
+
+
+def kernel_state(ns: Mapping[str, Any], provenance: Provenance | None = None, limit: int = MAX_KERNEL_LINES) -> list[str]:
+    """The `## Kernel state` lines: variables the agent's work used first, never values."""
+    ranked = provenance.ranked() if provenance is not None else []
+    producers = provenance.producers if provenance is not None else {}
+    order = [name for name in ranked if name in ns] + list(ns)
+    described = [name for name in dict.fromkeys(order) if _is_user_variable(name, ns[name])]
+    lines = []
+    for name in described[:limit]:
+        line = f"{name}: {describe_value(ns[name])}"
+        if (dtypes := dtype_summary(ns[name])) is not None:
+            line += f" · {dtypes}"
+        if name in producers:
+            line += f" · built by python call {producers[name].entry_id}"
+        lines.append(line)
+    if len(described) > limit:
+        lines.append(f"+{len(described) - limit} more")
+    missing = [
+        name
+        for name in dict.fromkeys([*ranked, *producers])
+        if name in producers and name not in ns and name not in producers[name].imported
+    ]
+    if missing:
+        gone = ", ".join(f"`{name}` (python call {producers[name].entry_id})" for name in missing[:limit])
+        more = f", +{len(missing) - limit} more" if len(missing) > limit else ""
+        lines.append(f"{MISSING_PREFIX} {gone}{more}")
+    return lines
+
+
+def dtype_summary(value: Any) -> str | None:
+    """`float64×2, object×1` for a table (pandas, polars); None for anything else."""
+    if not hasattr(type(value), "columns") and not hasattr(value, "columns"):
+        return None
+    try:
+        dtypes = getattr(value, "dtypes", None)
+        if dtypes is None or isinstance(dtypes, str) or not hasattr(dtypes, "__iter__"):
+            return None
+        counts: dict[str, int] = {}
+        for index, dtype in enumerate(dtypes):
+            if index >= MAX_COLUMNS_SCANNED:
+                break
+            name = str(dtype)[:MAX_DTYPE_CHARS]
+            counts[name] = counts.get(name, 0) + 1
+    except Exception:  # a table that will not say: the shape is enough
+        return None
+    if not counts:
+        return None
+    parts = [f"{name}×{count}" for name, count in counts.items()]
+    extra = f", +{len(parts) - MAX_DTYPE_KINDS} kinds" if len(parts) > MAX_DTYPE_KINDS else ""
+    return ", ".join(parts[:MAX_DTYPE_KINDS]) + extra
 
 
 def describe_namespace(

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from soba_nb.agent.events import AgentEvent, Notice, TextDelta, ToolFinished, ToolStarted, Waiting
+from soba_nb.agent.rebuild import note_missing
 from soba_nb.agent.session import AgentSession
 from soba_nb.agent.tools import ToolContext, run_tool, summarize_arguments
 from soba_nb.compaction.barrier import CompactionResult, Outcome
@@ -61,6 +62,8 @@ class TurnResult:
     message: str = ""
     steps: int = 0
     compactions: list[CompactionResult] = field(default_factory=list)
+    checkpoint_id: str | None = None
+    """The `turn` checkpoint a completed turn recorded (`%rewind` returns there)."""
 
 
 EventSink = Callable[[AgentEvent], None]
@@ -103,6 +106,8 @@ class TurnRunner:
         listener = self.emit
         session.compactor.listeners.append(listener)
         try:
+            if (missing := note_missing(session)) is not None:
+                self.emit(Notice(missing, "warning"))
             session.transcript.append(MessageEntry(role="user", content=prompt))
             return self._loop()
         except KeyboardInterrupt:
@@ -136,7 +141,7 @@ class TurnRunner:
             self._record_answer(response, model_input.tokens, truncated=self._truncated(response, model_input.tokens))
             if not response.tool_calls:
                 self.result.answer = response.text
-                self.session.compactor.record_turn_complete()
+                self.result.checkpoint_id = self.session.compactor.record_turn_complete().checkpoint_id
                 return self._end("completed", "")
             if not self._run_tools(response):
                 return self._end("cancelled", "cancelled while tools ran; unfinished calls were recorded as cancelled")

@@ -14,7 +14,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from soba_nb.agent.kernel_state import describe_namespace
+from soba_nb.agent.kernel_state import kernel_state
+from soba_nb.agent.provenance import Provenance, trace
 from soba_nb.agent.skills import load_skill
 from soba_nb.agent.summarizer import ProviderSummarizer
 from soba_nb.agent.tools import TOOL_SCHEMAS
@@ -154,6 +155,10 @@ class AgentSession:
         header = SessionEntry(notebook=notebook, model=f"{config.model.provider}/{config.model.name}")
         self.transcript = Transcript.open(path, create_header=header)
         self.session_id = path.stem
+        self.resumed = any(not isinstance(e, SessionEntry) for e in self.transcript.entries)
+        """The session has work from before this kernel process opened it (a restart)."""
+        self.noted_missing: frozenset[str] = frozenset()
+        """Missing variables already reported to the user and the model (`rebuild.note_missing`)."""
         self._record_config()
         self.counter = counter_for(config)
         self.idle_timeout_s = DEFAULT_IDLE_TIMEOUT_S
@@ -162,6 +167,7 @@ class AgentSession:
         self._asked: tuple[str, str] | None = None
         """(baseUrl, model) the server was last asked about, so it is asked once."""
         self.limits = session_limits(config, self.transcript)
+        self._provenance: tuple[tuple[int, str], Provenance] | None = None
         self.compactor = Compactor(
             self.transcript,
             self.counter,
@@ -170,7 +176,7 @@ class AgentSession:
             tools=TOOL_SCHEMAS,
             summarizer=None,
             flight=FlightRecorder(sessions_dir / FLIGHT_FILE),
-            kernel_state=lambda: describe_namespace(self.namespace),
+            kernel_state=lambda: kernel_state(self.namespace, self.provenance()),
         )
 
     # -- configuration -------------------------------------------------------------------
@@ -304,6 +310,14 @@ class AgentSession:
     def checkpoints(self) -> list[CheckpointEntry | CapsuleEntry]:
         """Checkpoints and capsules on the current path."""
         return [e for e in self.transcript.path_view() if isinstance(e, CheckpointEntry | CapsuleEntry)]
+
+    def provenance(self) -> Provenance:
+        """The agent's python calls on the current path and the variables they built."""
+        path = self.transcript.path_view()
+        key = (len(path), path[-1].id if path else "")
+        if self._provenance is None or self._provenance[0] != key:
+            self._provenance = (key, trace(path))
+        return self._provenance[1]
 
     def capsules(self) -> list[CapsuleEntry]:
         return [e for e in self.transcript.path_view() if isinstance(e, CapsuleEntry)]

@@ -302,7 +302,7 @@ def generate_capsule(
     """
     previous = _previous_capsule(cut)
     request, quote = _request_to_quote(cut)
-    capsule = build_deterministic_capsule(
+    capsule = deterministic = build_deterministic_capsule(
         cut.summarize,
         previous=previous,
         kept=cut.kept,
@@ -317,7 +317,9 @@ def generate_capsule(
         if isinstance(outcome, CompactionResult):
             return outcome
         if isinstance(outcome, Capsule):
-            capsule, quality, note = outcome, "full", None
+            # The kernel state is ours, never the model's: it describes the live kernel.
+            capsule = outcome.model_copy(update={"kernel_state": deterministic.kernel_state})
+            quality, note = "full", None
             if request is not None:
                 capsule = with_latest_request(capsule, request, quote=quote)
             model, provider = ctx.summarizer.model, ctx.summarizer.provider

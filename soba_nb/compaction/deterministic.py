@@ -238,6 +238,9 @@ def _goal(
 
 
 def _kernel_state(scan: Scan, given: Sequence[str], previous: list[str]) -> list[str]:
+    if given:  # the live kernel described itself (`soba_nb.agent.kernel_state`): the truth now
+        return [bullet(line.strip()) for line in given if line.strip()]
+    # No kernel to ask (a transcript read offline): carry what earlier capsules said.
     names: list[str] = []
     others: list[str] = []
     for item in previous:

@@ -61,8 +61,7 @@ Rules:
 - "Verification": every command or code run that checked the work, with its last result
   (exit status, ok, or the exception).
 - "Active skills": the names of the skills in effect.
-- "Kernel state": the notebook variables the work depends on, with type and shape only
-  (for example `df: DataFrame 120000×14`), never their values.
+- "Kernel state": just "(filled in by soba)": soba describes the live kernel itself.
 - "Artifacts": paths of the outputs the work produced.
 - A section with nothing to say contains just "(none)".
 - Roll the previous capsule (given in full) into the new one: keep everything it records

@@ -38,14 +38,14 @@ logger = logging.getLogger(__name__)
 
 def _compact(magics: SobaMagics, data: dict[str, Any]) -> None:
     focus = data.get("focus")
-    magics.compact(focus if isinstance(focus, str) else "")
+    _magic(magics, "compact")(focus if isinstance(focus, str) else "")
 
 
 def _auto(magics: SobaMagics, data: dict[str, Any]) -> None:
     state = data.get("on")
     if not isinstance(state, bool):
         raise UsageError("auto: give on: true or false")
-    magics.auto_compact_magic("on" if state else "off")
+    _magic(magics, "auto_compact_magic")("on" if state else "off")
 
 
 def _export(magics: SobaMagics, data: dict[str, Any]) -> None:
@@ -55,7 +55,14 @@ def _export(magics: SobaMagics, data: dict[str, Any]) -> None:
     capsules = magics.get_session().capsules()
     if not capsules:
         raise UsageError("export: this session has no capsule yet; compact first")
-    magics.capsule(f"export {capsules[-1].checkpoint_id} {_quoted(path.strip())}")
+    _magic(magics, "capsule")(f"export {capsules[-1].checkpoint_id} {_quoted(path.strip())}")
+
+
+def _magic(magics: SobaMagics, name: str) -> Callable[[str], None]:
+    """A magic method by name: IPython 8 leaves its decorators untyped, IPython 9 types them
+    in a way mypy cannot apply to a bound method; looked up, it is what IPython calls."""
+    method: Callable[[str], None] = getattr(magics, name)
+    return method
 
 
 def _quoted(path: str) -> str:

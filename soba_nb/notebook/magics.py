@@ -34,6 +34,7 @@ from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
 from traitlets.config import Configurable
 
 from soba_nb.agent.loop import DEFAULT_MAX_STEPS, DEFAULT_TURN_TIMEOUT_S, TurnResult, run_turn
+from soba_nb.agent.rebuild import rebuild as rebuild_variables
 from soba_nb.agent.session import AgentSession, RewindError
 from soba_nb.agent.skills import SkillError
 from soba_nb.capsules.export import CapsuleExportError
@@ -49,6 +50,8 @@ from soba_nb.notebook.arguments import (
     substitute_variables,
     unquote_prompt,
 )
+from soba_nb.notebook.checkpoints import KINDS as CHECKPOINT_KINDS
+from soba_nb.notebook.checkpoints import checkpoint_ids, checkpoint_lines
 from soba_nb.notebook.location import locate
 from soba_nb.notebook.monitor import BudgetView, SidebarPublisher, snapshot_of
 from soba_nb.notebook.render import TurnRenderer, ipython_display
@@ -65,6 +68,8 @@ SLASH_COMMANDS = {
     "auto-compact": "auto_compact_magic",
     "capsule": "capsule",
     "rewind": "rewind",
+    "checkpoint": "checkpoint",
+    "rebuild": "rebuild",
 }
 """`%soba /NAME …` → the method of the magic that does the same."""
 _SLASH = re.compile(r"^/(?P<name>[a-z][a-z-]*)(?:\s+(?P<rest>.*))?$", re.DOTALL)
@@ -359,17 +364,69 @@ class SobaMagics(Magics, Configurable):
 
     @line_magic
     @magic_arguments()
-    @argument("target", help="A checkpoint id (ck_…) or an entry id.")
+    @argument("target", nargs="?", help="A checkpoint id (ck_…, Tab completes) or an entry id; omit to list them.")
     def rewind(self, line: str) -> None:
-        """%rewind CHECKPOINT_OR_ENTRY — move the leaf back; later work branches from there."""
+        """%rewind [CHECKPOINT_OR_ENTRY] — move the leaf back; later work branches from there.
+        Without a target, lists the recent checkpoints with their notes and times."""
         args = parse(self.rewind, line)
         agent = self.get_session()
+        if args.target is None:
+            lines = checkpoint_lines(agent.transcript)
+            print("\n".join(lines) if lines else "no checkpoints yet: every finished turn records one")
+            if lines:
+                print("%rewind CHECKPOINT returns there (Tab completes the id)")
+            return
         try:
             leaf = agent.rewind(args.target)
         except RewindError as exc:
             raise UsageError(one_line(exc)) from None
         print(f"rewound to {args.target} (entry {leaf.target_id}); the next turn continues from there")
         self.refresh_monitor()
+
+    @line_magic
+    @no_var_expand
+    def checkpoint(self, line: str) -> None:
+        """%checkpoint [milestone|plan_pivot] NOTE — record a checkpoint you can `%rewind` to.
+
+        Without a kind it is a `user` checkpoint (a bookmark); `milestone` and `plan_pivot`
+        are the kinds the agent records, and also ask for a compaction at the next turn.
+        """
+        kind, _, rest = line.strip().partition(" ")
+        if kind not in CHECKPOINT_KINDS:
+            kind, rest = "user", line.strip()
+        note = rest.strip()
+        if not note:
+            raise UsageError("%checkpoint: give a note, e.g. %checkpoint before feature work")
+        agent = self.get_session()
+        entry = agent.compactor.record_checkpoint(kind, note)
+        after = " (the next turn compacts first)" if entry.intent and agent.limits.auto else ""
+        print(f"checkpoint {entry.checkpoint_id} ({kind}) · {note}{after}")
+        self.refresh_monitor()
+
+    def rebuild(self, line: str) -> None:
+        """`%soba /rebuild` — re-run the recorded code that built the variables a kernel
+        restart lost, in order, with receipts; stops at the first error."""
+        if line.strip():
+            raise UsageError("%soba /rebuild takes no arguments")
+        agent = self.get_session()
+        renderer = self._renderer()
+        with self.cancellable() as cancel:
+            try:
+                result = rebuild_variables(agent, renderer.on_event, cancel)
+            except KeyboardInterrupt:
+                renderer.show("cancelled: interrupted; the variables rebuilt so far stay", "info")
+                return
+        if result.calls_run == 0:
+            renderer.show(result.message)
+        renderer.finish(None)
+        self.refresh_monitor()
+
+    def complete_checkpoint_ids(self, _shell: Any, event: Any) -> list[str]:
+        """Tab after `%rewind`: the session's checkpoint ids, newest first."""
+        if self.agent is None:
+            return []
+        prefix = getattr(event, "symbol", "") or ""
+        return [cid for cid in checkpoint_ids(self.agent.transcript) if cid.startswith(prefix)]
 
     # -- %capsule ------------------------------------------------------------------------
 
@@ -407,6 +464,7 @@ def register(shell: Any) -> SobaMagics:
     shell.register_magics(magics)
     input_transform.install(shell)
     controls.register(magics)
+    shell.set_hook("complete_command", magics.complete_checkpoint_ids, str_key="%rewind")
     if magics not in shell.configurables:  # `%config SobaMagics.…` looks here
         shell.configurables.append(magics)
     return magics

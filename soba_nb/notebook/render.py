@@ -36,7 +36,7 @@ MS_PER_S = 1000
 STATUS_UPDATES_PER_S = 2
 """The live status line ("waiting for the model · 3 s") changes at most this often."""
 RUNNING = "running"
-NOTICE_COLORS = {"error": "#c62828", "warning": "#ef6c00", "info": "#555"}
+NOTICE_COLORS = {"error": "#c62828", "warning": "#ef6c00", "info": "#555", "muted": "#888"}
 
 
 def receipt_text(name: str, summary: str, status: str, duration_ms: int | None) -> str:
@@ -280,3 +280,6 @@ class TurnRenderer:
         if result is not None and result.status != "completed":
             level = "error" if result.status == "failed" else "info"
             self.show(f"{result.status}: {result.message}" if result.message else result.status, level)
+        elif result is not None and result.checkpoint_id:
+            steps = f"{result.steps} step{'s' if result.steps != 1 else ''}"
+            self.show(f"completed · {result.checkpoint_id} · {steps}", "muted")

@@ -62,7 +62,8 @@ def test_a_milestone_after_an_auto_compaction_in_the_same_turn_runs_next_turn(ip
     ran_at = max(i for i, e in enumerate(path) if isinstance(e, MessageEntry) and e.content == "what next?")
     consumed = [e for e in path if isinstance(e, CompactionEntry) and milestone.checkpoint_id in e.consumed]
     assert all(path.index(e) > ran_at for e in consumed)
-    assert agent.compactor.tracker.pending_intents == ()
+    # The milestone is consumed (the turn just finished leaves its own `turn` intent, by design).
+    assert [c.kind for c in agent.compactor.tracker.pending_intents] in ([], ["turn"])
 
     scripted.script(text("And again."))
     ip.run_line_magic("soba", "anything else?")
