@@ -19,7 +19,13 @@ from llm_server import text, tool_calls
 from soba_nb.agent.provenance import trace
 from soba_nb.agent.rebuild import plan
 from soba_nb.compaction.capsule import SECTION_HEADINGS, parse_capsule
-from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry, MessageEntry, ToolCallEntry, ToolResultEntry
+from soba_nb.transcript.entries import (
+    CapsuleEntry,
+    CheckpointEntry,
+    MessageEntry,
+    ToolCallEntry,
+    ToolResultEntry,
+)
 
 BUILD_DF = "import pandas as pd\ndf = pd.DataFrame({'units': [1.0, 2.0, 3.0], 'region': ['N', 'S', 'N']})\ntotal = float(df.units.sum())\n"
 
