@@ -9,18 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from soba_nb.capsules.export import (
-    LOAD_OPERATION_PREFIX,
-    CapsuleExportError,
-    export_capsule,
-    load_capsule,
-)
+from soba_nb.capsules.export import CapsuleExportError, export_capsule
 from soba_nb.capsules.file import (
     CapsuleFileError,
     parse_capsule_file,
     read_capsule_file,
     render_capsule_file,
 )
+from soba_nb.capsules.load import LOAD_OPERATION_PREFIX, load_capsule
 from soba_nb.cli import main
 from soba_nb.compaction.capsule import Capsule, render_capsule
 from soba_nb.compaction.model_input import HANDOFF_FRAME, assemble, visible_context

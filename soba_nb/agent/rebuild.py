@@ -52,10 +52,11 @@ def missing_variables(session: AgentSession) -> list[str]:
 
 
 def capsule_variables(session: AgentSession) -> list[str]:
-    """The variables the latest capsule's `## Kernel state` lists (`- name: …` lines)."""
+    """The variables the latest capsule's `## Kernel state` lists (`- name: …` lines), when
+    this session wrote it."""
     capsules = session.capsules()
-    if not capsules:
-        return []
+    if not capsules or capsules[-1].source is not None:
+        return []  # a loaded capsule describes another kernel: its variables were never here
     try:
         body = parse_capsule(capsules[-1].content).kernel_state
     except CapsuleFormatError:

@@ -1,18 +1,18 @@
-"""Export a session's capsule to a `.capsule.md` file, and load one into a session (SPEC §8).
+"""Export a session's capsule to a file (SPEC §8): a `.capsule.md`, or a plain Markdown
+handoff for another agent (`agents-md`, see `soba_nb.capsules.handoff`).
 
 Export redacts secrets from the title and body, writes atomically, never overwrites
 without `force`, and refuses a path outside the project unless the caller says the user
 asked for it explicitly (`allow_outside`: the magic and the CLI pass it when the user gave
-an absolute path). Load validates the whole file before it appends anything, then appends
-exactly one capsule entry with trigger `user`.
+an absolute path). Loading a file into a session is `soba_nb.capsules.load`.
 """
 
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
 from pydantic import ValidationError
 
@@ -20,16 +20,19 @@ from soba_nb.capsules.file import (
     FILE_SUFFIX,
     CapsuleFile,
     CapsuleMetadata,
-    read_capsule_file,
     write_capsule_file,
+    write_file_atomically,
 )
+from soba_nb.capsules.handoff import AGENTS_MD, HANDOFF_SUFFIX, render_handoff
 from soba_nb.redact import redact
 from soba_nb.tokens import TokenCounter
-from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry, new_checkpoint_id
+from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry
 from soba_nb.transcript.store import Transcript
 
-LOAD_OPERATION_PREFIX = "op_load_"
-OPERATION_ID_BYTES = 6
+ExportFormat = Literal["capsule", "agents-md"]
+EXPORT_FORMATS: tuple[ExportFormat, ...] = ("capsule", "agents-md")
+"""`capsule`: the `.capsule.md` file soba-nb loads back (front matter, hash); `agents-md`: a
+plain Markdown handoff another coding agent reads (no front matter)."""
 # The tokenizer for a capsule whose entry does not name its model (o200k_base, exact).
 DEFAULT_COUNTING_MODEL = ("openai", "gpt-4o")
 
@@ -92,11 +95,11 @@ def find_capsule(transcript: Transcript, checkpoint_id: str) -> CapsuleEntry:
 
 
 def _target(
-    out_path: str | os.PathLike[str], checkpoint_id: str, project_root: Path, *, allow_outside: bool
+    out_path: str | os.PathLike[str], default_name: str, project_root: Path, *, allow_outside: bool
 ) -> Path:
     target = Path(out_path).expanduser().resolve()
     if target.is_dir():
-        target = target / f"{checkpoint_id}{FILE_SUFFIX}"
+        target = target / default_name
     root = project_root.resolve()
     if not allow_outside and not target.is_relative_to(root):
         raise CapsuleExportError(
@@ -114,63 +117,34 @@ def export_capsule(
     force: bool = False,
     allow_outside: bool = False,
     title: str | None = None,
+    export_format: ExportFormat = "capsule",
     environ: Mapping[str, str] = os.environ,
 ) -> Path:
     """Write the capsule of `checkpoint_id` to `out_path`; returns the file written.
 
     A relative `out_path` is taken from the working folder; an existing folder receives
-    `<checkpoint>.capsule.md`. Raises `CapsuleExportError` (unknown checkpoint, outside
-    the project) or `CapsuleFileError` (file exists without `force`, cannot write).
+    `<checkpoint>.capsule.md` (`AGENTS.md` for the `agents-md` format). Raises
+    `CapsuleExportError` (unknown checkpoint, outside the project) or `CapsuleFileError`
+    (file exists without `force`, cannot write).
     """
+    if export_format not in EXPORT_FORMATS:
+        raise CapsuleExportError(f"unknown format {export_format!r}; expected {' or '.join(EXPORT_FORMATS)}")
     entry = find_capsule(transcript, checkpoint_id)
-    target = _target(out_path, entry.checkpoint_id, Path(project_root), allow_outside=allow_outside)
+    default_name = AGENTS_MD if export_format == "agents-md" else f"{entry.checkpoint_id}{FILE_SUFFIX}"
+    target = _target(out_path, default_name, Path(project_root), allow_outside=allow_outside)
     header = transcript.header
+    notebook = header.notebook if header is not None else None
+    if export_format == "agents-md":
+        entry = entry.model_copy(update={"title": title if title is not None else default_title(entry)})
+        text = render_handoff(
+            entry, notebook=notebook, session_id=transcript.file.stem, base=target.parent, environ=environ
+        )
+        return write_file_atomically(target, text.encode("utf-8"), force=force, suffix=HANDOFF_SUFFIX)
     cf = capsule_file_from_entry(
         entry,
-        notebook=header.notebook if header is not None else None,
+        notebook=notebook,
         session_id=transcript.file.stem,
         title=title,
         environ=environ,
     )
     return write_capsule_file(target, cf, force=force)
-
-
-def load_capsule(
-    path: str | os.PathLike[str],
-    transcript: Transcript,
-    *,
-    session_notebook: str | os.PathLike[str] | None = None,
-    environ: Mapping[str, str] = os.environ,
-    counter: TokenCounter | None = None,
-) -> CapsuleEntry:
-    """Start the session from a `.capsule.md` file: one capsule entry, trigger `user`.
-
-    A relative `path` is taken from the notebook's folder (the working folder without a
-    notebook). The file is read and validated whole first, so on any error
-    (`CapsuleFileError`) nothing is appended. The loaded capsule gets a fresh checkpoint id
-    in this session; `source` records the file it came from. The body is redacted again with
-    this machine's environment, so a hand-made file cannot carry a secret into the transcript.
-    """
-    path = Path(path).expanduser()
-    if not path.is_absolute() and session_notebook is not None:
-        path = Path(session_notebook).expanduser().parent / path
-    path = path.resolve()
-    cf = read_capsule_file(path)
-    body = redact(cf.body, environ)
-    # Never a figure from the file: its `tokens` is recounted with this session's tokenizer.
-    tokens = (counter or TokenCounter.for_model(*DEFAULT_COUNTING_MODEL)).count_text(body)
-    entry = CapsuleEntry(
-        operation_id=f"{LOAD_OPERATION_PREFIX}{secrets.token_hex(OPERATION_ID_BYTES)}",
-        checkpoint_id=new_checkpoint_id(),
-        trigger="user",
-        quality=cf.metadata.quality,
-        tokens_before=tokens,
-        tokens_after=tokens,
-        first_kept_entry_id=None,
-        content=body,
-        source=str(path),
-        title=redact(cf.metadata.title, environ),
-    )
-    written = transcript.append(entry)
-    assert isinstance(written, CapsuleEntry)
-    return written

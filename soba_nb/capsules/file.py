@@ -95,6 +95,10 @@ class CapsuleFileError(ValueError):
         super().__init__(f"{self.source}: {problem}")
 
 
+class NoFrontMatterError(CapsuleFileError):
+    """The text does not start with a front matter: it may be a plain Markdown handoff."""
+
+
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -215,7 +219,7 @@ def _split_front_matter(text: str, source: str) -> tuple[list[tuple[int, str]], 
         raise CapsuleFileError(source, "empty file")
     first, newline, _ = text.partition("\n")
     if first.rstrip("\r").rstrip() != DELIMITER or not newline:
-        raise CapsuleFileError(
+        raise NoFrontMatterError(
             source, f"no front matter: a capsule file starts with a `{DELIMITER}` line"
         )
     lines: list[tuple[int, str]] = []
@@ -344,16 +348,24 @@ def parse_capsule_file(text: str, *, source: str) -> CapsuleFile:
 
 
 def read_capsule_file(path: str | os.PathLike[str]) -> CapsuleFile:
-    """Read and fully validate a `.capsule.md` file. Raises `CapsuleFileError`.
+    """Read and fully validate a `.capsule.md` file. Raises `CapsuleFileError`."""
+    return parse_capsule_file(read_text_file(path), source=str(path))
+
+
+def read_text_file(
+    path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTES, kind: str = "a capsule file"
+) -> str:
+    """The UTF-8 text of a regular file of at most `max_bytes`. Raises `CapsuleFileError`.
 
     Only a regular file is read, and only after its size (from the opened descriptor) is
-    checked: `/dev/zero`, a FIFO or a 10 GB file is refused before a byte is read.
+    checked: `/dev/zero`, a FIFO or a 10 GB file is refused before a byte is read. `kind`
+    names what the file should be, in errors ("a capsule file", "a Markdown handoff").
     """
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except IsADirectoryError:
-        raise CapsuleFileError(path, "is a folder, not a capsule file") from None
+        raise CapsuleFileError(path, f"is a folder, not {kind}") from None
     except FileNotFoundError:
         raise CapsuleFileError(path, "no such file") from None
     except OSError as exc:
@@ -361,24 +373,23 @@ def read_capsule_file(path: str | os.PathLike[str]) -> CapsuleFile:
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
-            raise CapsuleFileError(path, "is a folder, not a capsule file")
+            raise CapsuleFileError(path, f"is a folder, not {kind}")
         if not stat.S_ISREG(info.st_mode):
-            raise CapsuleFileError(path, "not a regular file (a device, FIFO or socket); a capsule is a .capsule.md file")
-        if info.st_size > MAX_FILE_BYTES:
-            raise CapsuleFileError(path, f"file is {info.st_size:,} bytes; a capsule file is at most {MAX_FILE_BYTES:,}")
+            raise CapsuleFileError(path, f"not a regular file (a device, FIFO or socket); expected {kind}")
+        if info.st_size > max_bytes:
+            raise CapsuleFileError(path, f"file is {info.st_size:,} bytes; {kind} is at most {max_bytes:,}")
         with os.fdopen(os.dup(fd), "rb") as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)
+            raw = handle.read(max_bytes + 1)
     except OSError as exc:
         raise CapsuleFileError(path, f"cannot read ({exc.strerror or exc})") from None
     finally:
         os.close(fd)
-    if len(raw) > MAX_FILE_BYTES:
-        raise CapsuleFileError(path, f"file grew past {MAX_FILE_BYTES:,} bytes while being read")
+    if len(raw) > max_bytes:
+        raise CapsuleFileError(path, f"file grew past {max_bytes:,} bytes while being read")
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise CapsuleFileError(path, f"not UTF-8 text (bad byte at offset {exc.start})") from None
-    return parse_capsule_file(text, source=str(path))
 
 
 def write_capsule_file(
@@ -391,11 +402,23 @@ def write_capsule_file(
     fields and the body are redacted, and so is the file name (`handoff-sk-….capsule.md`).
     Raises `CapsuleFileError` (file exists, unwritable folder, …).
     """
+    data = render_capsule_file(_redacted(cf)).encode("utf-8")
+    return write_file_atomically(path, data, force=force, suffix=FILE_SUFFIX)
+
+
+def write_file_atomically(
+    path: str | os.PathLike[str], data: bytes, *, force: bool = False, suffix: str = FILE_SUFFIX
+) -> Path:
+    """Write `data` atomically (temporary file, fsync, rename); returns the path written.
+
+    The file name is redacted (`handoff-sk-….md`); the caller redacts `data`. An existing
+    file is replaced only with `force`. `suffix` is the ending a file name is expected to
+    have, for the message when `path` is a folder. Raises `CapsuleFileError`.
+    """
     path = Path(path)
     path = path.with_name(redact_file_name(path.name))
-    data = render_capsule_file(_redacted(cf)).encode("utf-8")
     if path.is_dir():
-        raise CapsuleFileError(path, "is a folder; give a file name ending in .capsule.md")
+        raise CapsuleFileError(path, f"is a folder; give a file name ending in {suffix}")
     if path.exists() and not force:
         raise CapsuleFileError(path, "already exists; add --force to overwrite it")
     try:

@@ -1,5 +1,7 @@
-"""`soba-nb capsule export SESSION CHECKPOINT OUT [--force]`: write a capsule as a portable
-.capsule.md file."""
+"""`soba-nb capsule export SESSION CHECKPOINT OUT [--force] [--format capsule|agents-md]`:
+write a capsule as a portable `.capsule.md` file (the default), or as a plain Markdown
+handoff another coding agent reads as project instructions (`agents-md`: no front matter;
+a folder OUT gets `AGENTS.md`)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,10 @@ from pathlib import Path
 from soba_nb.cli import EXIT_OK, PROG, CommandError, subcommand
 from soba_nb.cli.session import load_session, notebook_folder, session_argument
 
+FORMATS = ("capsule", "agents-md")
+"""`soba_nb.capsules.export.EXPORT_FORMATS`, not imported here: the CLI imports the capsule
+modules (and the tokenizer) only when the command runs."""
+
 
 def capsule_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="capsule_action", metavar="ACTION", required=True)
@@ -17,8 +23,15 @@ def capsule_arguments(parser: argparse.ArgumentParser) -> None:
     export.add_argument(
         "checkpoint", metavar="CHECKPOINT", help="checkpoint id (ck_…) of a capsule"
     )
-    export.add_argument("out", metavar="OUT", type=Path, help="the .capsule.md file to write")
+    export.add_argument("out", metavar="OUT", type=Path, help="the file (or folder) to write")
     export.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
+    export.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="capsule",
+        help="capsule: a .capsule.md soba-nb loads back (default); "
+        "agents-md: a Markdown handoff for another coding agent (e.g. AGENTS.md)",
+    )
 
 
 @subcommand(
@@ -38,8 +51,10 @@ def capsule_command(args: argparse.Namespace) -> int:
             project_root=project_root_for(notebook_folder(transcript)),
             force=args.force,
             allow_outside=args.out.expanduser().is_absolute(),
+            export_format=args.format,
         )
     except (ValueError, OSError) as error:
         raise CommandError(f"{PROG} capsule export: {error}") from None
-    print(f"exported {args.checkpoint} to {written}")
+    kind = " as a Markdown handoff for another agent" if args.format == "agents-md" else ""
+    print(f"exported {args.checkpoint} to {written}{kind}")
     return EXIT_OK

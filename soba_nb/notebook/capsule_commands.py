@@ -4,6 +4,11 @@ Each handler takes the `SobaMagics` instance, the open agent session and the res
 line after the subcommand; `SobaMagics.capsule` picks one from `COMMANDS` and turns the
 capsule errors into a one-line `UsageError`. Each subcommand's arguments are a
 `magic_arguments` spec below (its docstring is the help text).
+
+`export --format agents-md` writes a Markdown handoff for another agent and `load
+--untrusted` reads one (`soba_nb.capsules.handoff`); a load into a session with history keeps
+it in model input and says so, with the `%rewind` target that undoes it
+(`soba_nb.capsules.load`); `list` shows the checkpoints of the current path, newest last.
 """
 
 # IPython's magic_arguments are untyped.
@@ -12,7 +17,7 @@ capsule errors into a one-line `UsageError`. Each subcommand's arguments are a
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,24 +25,30 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from soba_nb.agent.session import AgentSession
 from soba_nb.capsules.export import (
+    EXPORT_FORMATS,
     capsule_file_from_entry,
     export_capsule,
     find_capsule,
-    load_capsule,
 )
 from soba_nb.capsules.file import FILE_SUFFIX, write_capsule_file
+from soba_nb.capsules.load import LoadSummary, load_capsule, summarize_load
 from soba_nb.capsules.memory import list_memory, memory_dir
 from soba_nb.notebook.arguments import parse
+from soba_nb.notebook.checkpoints import local_time
 from soba_nb.notebook.monitor import capsule_line
 from soba_nb.notebook.render import TextView, ipython_display
 from soba_nb.paths import shown
 from soba_nb.redact import redact
+from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry, Entry, MessageEntry
 
 if TYPE_CHECKING:
     from soba_nb.notebook.magics import SobaMagics
 
 SLUG_CHARS = 60
 DEFAULT_SLUG = "capsule"
+LIST_LIMIT = 20
+"""`%capsule list` shows the last this many checkpoints; earlier ones are counted."""
+NOTE_CHARS = 70
 
 
 def slug(title: str) -> str:
@@ -76,19 +87,44 @@ def capsule_export(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
     written = export_capsule(
         agent.transcript, args.checkpoint, args.path,
         project_root=agent.project_root, force=args.force, allow_outside=explicit,
+        export_format=args.format,
     )
-    print(f"exported {args.checkpoint} to {shown(written)}")
+    kind = " as a Markdown handoff for another agent" if args.format == "agents-md" else ""
+    print(f"exported {args.checkpoint} to {shown(written)}{kind}")
 
 
 def capsule_load(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
     args = parse(_load_arguments, rest)
-    entry = load_capsule(args.path, agent.transcript, session_notebook=agent.notebook, counter=agent.counter)
-    print(
-        f"loaded {entry.title!r} from {entry.source} as {entry.checkpoint_id} "
-        f"({entry.tokens_after:,} tokens · quality {entry.quality}); the next turn starts from it"
+    entry = load_capsule(
+        args.path, agent.transcript, session_notebook=agent.notebook, counter=agent.counter,
+        untrusted=args.untrusted, project_root=agent.project_root, hard_limit=agent.limits.hard_limit,
     )
+    for line in load_message(entry, summarize_load(agent.transcript, entry), untrusted=args.untrusted):
+        print(line)
     _show_markdown(magics, entry.content)
     magics.refresh_monitor()
+
+
+def load_message(entry: CapsuleEntry, summary: LoadSummary, *, untrusted: bool) -> list[str]:
+    """One line for a load into an empty session; two when the session has history: what
+    stays in model input, what was rolled up, and how to get back."""
+    trust = " · untrusted: framed as data, not instructions" if untrusted else ""
+    loaded = (
+        f"loaded {entry.title!r} from {entry.source} as {entry.checkpoint_id} "
+        f"({entry.tokens_after:,} tokens · quality {entry.quality}{trust})"
+    )
+    if not summary.had_history:
+        return [f"{loaded}; the next turn starts from it"]
+    kept = []
+    if summary.kept_entries:
+        plural = "entry" if summary.kept_entries == 1 else "entries"
+        kept.append(f"the {summary.kept_entries} earlier {plural} of this session stay in model input after it")
+    if summary.rolled_up:
+        kept.append(f"this session's capsule {summary.rolled_up} is rolled into it")
+    return [
+        f"{loaded}, next to this session's work",
+        f"{'; '.join(kept)} · %rewind {summary.before} gets back to before the load",
+    ]
 
 
 def capsule_list(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
@@ -102,12 +138,44 @@ def capsule_list(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
             described = f"{meta.title} · {meta.quality} · {meta.created}" if meta else f"unreadable: {item.error}"
             print(f"{item.path.name}  {described}")
         return
-    capsules = agent.capsules()
-    if not capsules:
-        print("no capsules on the current path")
-    for capsule in capsules:
-        origin = capsule.title or capsule.source or ""
-        print(f"{capsule_line(capsule)} · {capsule.quality}" + (f" · {origin}" if origin else ""))
+    lines = path_checkpoint_lines(agent.transcript.path_view(), limit=None if args.all else LIST_LIMIT)
+    print("\n".join(lines) if lines else "no checkpoints or capsules on the current path yet")
+
+
+def path_checkpoint_lines(path: Sequence[Entry], *, limit: int | None = LIST_LIMIT) -> list[str]:
+    """The checkpoints and capsules of the current path, newest last, one line each:
+    checkpoint id · kind · local time · note, where a turn's note is its request and a
+    capsule's says what made it (trigger, tokens, quality) or which file it was loaded from.
+    At most `limit` lines (None: all), after a line counting the ones left out."""
+    lines: list[str] = []
+    request = ""
+    for entry in path:
+        if isinstance(entry, MessageEntry) and entry.role == "user":
+            request = entry.content
+        elif isinstance(entry, CheckpointEntry | CapsuleEntry):
+            parts = [entry.checkpoint_id, *_kind_and_note(entry, request)]
+            parts.insert(2, local_time(entry.timestamp))
+            lines.append(" · ".join(part for part in parts if part))
+    if limit is None or len(lines) <= limit:
+        return lines
+    return [f"… {len(lines) - limit} earlier (%capsule list --all shows them)", *lines[-limit:]]
+
+
+def _kind_and_note(entry: CheckpointEntry | CapsuleEntry, request: str) -> list[str]:
+    if isinstance(entry, CheckpointEntry):
+        if entry.note:
+            return [entry.kind, _clip(entry.note)]
+        return [entry.kind, f'"{_clip(request)}"' if entry.kind == "turn" and request else ""]
+    title = repr(_clip(entry.title)) if entry.title else ""
+    if entry.source is not None:
+        return ["loaded", title, f"from {Path(entry.source).name}", entry.quality]
+    figures = f"{entry.tokens_before:,} → {entry.tokens_after:,} tokens"
+    return [f"capsule ({entry.trigger})", title, figures, entry.quality]
+
+
+def _clip(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= NOTE_CHARS else line[: NOTE_CHARS - 1] + "…"
 
 
 def capsule_show(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
@@ -155,20 +223,31 @@ def _create_arguments() -> None:
 @argument("checkpoint", help="Checkpoint id of a capsule (ck_…).")
 @argument("path", help="Output file or folder.")
 @argument("--force", action="store_true", help="Replace an existing file.")
+@argument(
+    "--format", choices=EXPORT_FORMATS, default="capsule",
+    help="capsule: a .capsule.md soba-nb loads back (default); agents-md: a plain Markdown "
+    "handoff another coding agent reads (a folder gets AGENTS.md).",
+)
 def _export_arguments() -> None:
-    """Write one capsule of this session to a .capsule.md file."""
+    """Write one capsule of this session to a file."""
 
 
 @magic_arguments(name="capsule load")
-@argument("path", help="A .capsule.md file.")
+@argument("path", help="A .capsule.md file (with --untrusted: any Markdown handoff).")
+@argument(
+    "--untrusted", action="store_true",
+    help="Read a plain Markdown handoff without front matter (an AGENTS.md, another agent's "
+    "notes): its ## sections become the capsule's, quality degraded, framed as data.",
+)
 def _load_arguments() -> None:
-    """Start this session from a capsule file."""
+    """Load a capsule file into this session (its earlier work stays in model input)."""
 
 
 @magic_arguments(name="capsule list")
 @argument("--memory", action="store_true", help="List the project memory instead.")
+@argument("--all", action="store_true", help=f"Every checkpoint, not only the last {LIST_LIMIT}.")
 def _list_arguments() -> None:
-    """List capsules."""
+    """List the checkpoints and capsules on the current path, newest last."""
 
 
 @magic_arguments(name="capsule show")

@@ -432,15 +432,19 @@ class SobaMagics(Magics, Configurable):
 
     @line_magic
     def capsule(self, line: str) -> None:
-        """%capsule create "TITLE" [--force] | export CHECKPOINT PATH [--force] | load PATH
-        | list [--memory] | show [CHECKPOINT]
+        """%capsule create "TITLE" [--force] | export CHECKPOINT PATH [--force] [--format capsule|agents-md]
+        | load PATH [--untrusted] | list [--all] [--memory] | show [CHECKPOINT]
 
         create — a portable handoff of the current state (model summary, deterministic
         fallback), written to `<project>/<title-slug>.capsule.md`; the session is unchanged.
-        export — write the capsule of CHECKPOINT to PATH (a folder gets `<checkpoint>.capsule.md`;
+        export — write the capsule of CHECKPOINT to PATH (a folder gets `<checkpoint>.capsule.md`,
+        or `AGENTS.md` with `--format agents-md`: plain Markdown another coding agent reads;
         a path outside the project must be given as an absolute path).
-        load — start this session from a `.capsule.md` file (a capsule entry, trigger `user`).
-        list — the capsules on the current path (`--memory`: the project memory's).
+        load — load a capsule file into this session; its earlier work stays in model input
+        (`%rewind` gets back to before the load); `--untrusted` reads any Markdown handoff
+        (quality degraded, framed as data).
+        list — the checkpoints and capsules on the current path, newest last (`--all`: every
+        one; `--memory`: the project memory's capsules).
         show — the latest capsule on the path, or CHECKPOINT's.
         """
         command, _, rest = line.strip().partition(" ")
