@@ -26,7 +26,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 
@@ -96,6 +96,30 @@ def get_encoding(name: str) -> tiktoken.Encoding:
         return encoding
 
 
+COUNT_CHUNK_CHARS = 16_384
+"""Longer texts are counted in pieces cut at whitespace: BPE on one long run without spaces
+(a base64 blob, `x` * 50 MB) is superlinear, and a piece boundary at a space changes no
+token. The count stays exact for ordinary text and is off by a token per piece at worst."""
+
+
+RUN_CHUNK_CHARS = 2_048
+"""Piece size inside a run with no whitespace."""
+
+
+def _pieces(text: str) -> Iterator[str]:
+    start, end = 0, len(text)
+    while start < end:
+        stop = min(start + COUNT_CHUNK_CHARS, end)
+        if stop < end:
+            low = start + COUNT_CHUNK_CHARS // 2
+            space = max(text.rfind(" ", low, stop), text.rfind("\n", low, stop))
+            # The space starts the next piece, as the tokenizer would split it; a run with no
+            # whitespace is cut short, where BPE's cost grows fastest.
+            stop = space if space > start else start + RUN_CHUNK_CHARS
+        yield text[start:stop]
+        start = stop
+
+
 @dataclass(frozen=True)
 class EncodingChoice:
     """Which encoding counts for a model, and the factor applied to its counts."""
@@ -130,13 +154,28 @@ class TokenCounter:
 
     def __init__(self, choice: EncodingChoice, *, tokenizer: Callable[[str], int] | None = None):
         self.choice = choice
-        self._count_raw = tokenizer or self._tiktoken_counter(choice.encoding)
+        self._tokenizer = tokenizer
         self._cache: dict[Hashable, int] = {}
+        self.persist: Callable[[str, int], None] | None = None
+        """Called with each new count keyed by an entry id (`soba_nb.transcript.token_index`)."""
 
-    @staticmethod
-    def _tiktoken_counter(name: str) -> Callable[[str], int]:
-        encoding = get_encoding(name)
-        return lambda text: len(encoding.encode_ordinary(text))
+    @property
+    def key(self) -> str:
+        """What the counts depend on: the encoding and the factor applied to it."""
+        return f"{self.choice.encoding} x{self.choice.factor:g}"
+
+    def _count_raw(self, text: str) -> int:
+        # The encoding is loaded on the first real count (about a second for o200k): a
+        # resumed session whose counts are all in its index never needs it.
+        if self._tokenizer is None:
+            encoding = get_encoding(self.choice.encoding)
+            self._tokenizer = lambda piece: len(encoding.encode_ordinary(piece))
+        return self._tokenizer(text)
+
+    def prime(self, counts: dict[str, int]) -> None:
+        """Counts known from before (an index beside the transcript), keyed by entry id."""
+        for key, value in counts.items():
+            self._cache.setdefault(key, value)
 
     @classmethod
     def for_model(cls, provider: str, model: str) -> TokenCounter:
@@ -151,7 +190,7 @@ class TokenCounter:
         """Tokens in a piece of text (scaled by the family's factor, rounded up)."""
         if not text:
             return 0
-        raw = self._count_raw(text)
+        raw = self._count_raw(text) if len(text) <= COUNT_CHUNK_CHARS else sum(map(self._count_raw, _pieces(text)))
         if self.choice.factor == 1.0:
             return raw
         return -(-int(raw * self.choice.factor * 1000) // 1000)
@@ -173,6 +212,8 @@ class TokenCounter:
         if value is None:
             value = compute()
             self._cache[key] = value
+            if self.persist is not None and isinstance(key, str):
+                self.persist(key, value)
         return value
 
     def forget(self, key: Hashable) -> None:

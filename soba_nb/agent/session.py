@@ -41,6 +41,7 @@ from soba_nb.transcript.entries import (
     WindowSource,
 )
 from soba_nb.transcript.store import Transcript
+from soba_nb.transcript.token_index import TokenIndex
 from soba_nb.window import (
     AUTO_KEY,
     SessionLimits,
@@ -161,6 +162,7 @@ class AgentSession:
         """Missing variables already reported to the user and the model (`rebuild.note_missing`)."""
         self._record_config()
         self.counter = counter_for(config)
+        self._token_index = self._attach_token_index()
         self.idle_timeout_s = DEFAULT_IDLE_TIMEOUT_S
         """Longest silence from the server (`%config SobaMagics.idle_timeout_s`)."""
         self._server_window: ServerWindow | None = None
@@ -188,6 +190,13 @@ class AgentSession:
             max_output_tokens=self.limits.max_output_tokens,
             session_id=self.session_id,
         )
+
+    def _attach_token_index(self) -> TokenIndex:
+        """Counts from earlier kernels (never re-tokenise a resumed path); new ones are kept."""
+        index = TokenIndex.open(self.transcript.file, self.counter.key)
+        self.counter.prime(index.counts)
+        self.counter.persist = index.add
+        return index
 
     def set_idle_timeout(self, seconds: float) -> None:
         """A new idle limit applies from the next provider (made on next use)."""
@@ -329,4 +338,5 @@ class AgentSession:
         return written
 
     def close(self) -> None:
+        self._token_index.close()
         self.transcript.close()

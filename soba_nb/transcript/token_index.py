@@ -1,0 +1,129 @@
+"""A sidecar of token counts beside a transcript, so a resumed session never re-tokenises.
+
+Counting a long path with a real tokenizer is the most expensive thing a resume would do
+(seconds at 100k entries, most of a minute for a 50 MB message); the transcript itself is
+never rewritten, so the counts go beside it: `<session-id>.tokens`, one line per entry the
+first time it is counted (`<entry-id> <tokens>`), under a header naming the counter and the
+counting rules. On resume the counts are read back in milliseconds and only entries missing
+from it are counted.
+
+It is a cache, never the truth: a file for another counter or other rules is replaced, a torn
+or malformed line is skipped (that entry is simply counted again), and the only thing it
+holds is ids and integers (no text, nothing to redact). Deleting it costs one recount.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+from pathlib import Path
+
+SUFFIX = ".tokens"
+RULES_VERSION = 1
+"""Bump when what an entry costs changes (message framing, clipping): old files are replaced."""
+MAX_INDEX_BYTES = 256 * 1024 * 1024
+"""A bigger file is not ours to read: it is replaced."""
+
+
+def index_path(transcript: Path) -> Path:
+    return transcript.with_suffix(SUFFIX)
+
+
+class TokenIndex:
+    """Counts by entry id for one counter; `add` appends a new one."""
+
+    def __init__(self, path: Path, counter_key: str, counts: dict[str, int], fd: int | None):
+        self.path = path
+        self.counter_key = counter_key
+        self.counts = counts
+        self._fd = fd
+
+    @classmethod
+    def open(cls, transcript: Path, counter_key: str, *, writable: bool = True) -> TokenIndex:
+        """Read the index of `transcript` for `counter_key` (empty when missing or for
+        another counter); `writable`: append new counts (a fresh file replaces a stale one)."""
+        path = index_path(transcript)
+        header = _header(counter_key)
+        counts = _read(path, header)
+        fd = None
+        if writable:
+            with contextlib.suppress(OSError):  # a read-only folder: counting still works
+                fd = _open_for_append(path, header, fresh=counts is None)
+        return cls(path, counter_key, counts or {}, fd)
+
+    def add(self, entry_id: str, tokens: int) -> None:
+        """Remember one count (best effort: an index that cannot be written is only slower)."""
+        if entry_id in self.counts and self.counts[entry_id] == tokens:
+            return
+        self.counts[entry_id] = tokens
+        if self._fd is None:
+            return
+        try:
+            os.write(self._fd, f"{entry_id} {tokens}\n".encode())
+        except OSError:
+            self.close()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+
+def _header(counter_key: str) -> bytes:
+    return json.dumps({"tokenIndex": RULES_VERSION, "counter": counter_key}, separators=(",", ":")).encode() + b"\n"
+
+
+def _read(path: Path, header: bytes) -> dict[str, int] | None:
+    """The counts, or None when there is no usable file (missing, foreign, too big)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not _is_regular(info.st_mode) or info.st_size > MAX_INDEX_BYTES:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            raw = handle.read()
+    finally:
+        os.close(fd)
+    if not raw.startswith(header):
+        return None
+    counts: dict[str, int] = {}
+    for line in raw[len(header) :].split(b"\n"):
+        entry_id, _, tokens = line.partition(b" ")
+        if tokens.isdigit() and entry_id:
+            counts[entry_id.decode("ascii", "replace")] = int(tokens)
+    return counts
+
+
+def _open_for_append(path: Path, header: bytes, *, fresh: bool) -> int:
+    if fresh:  # missing or stale: start a new file under the current header, atomically
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, header)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+    if not _is_regular(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file")
+    # A torn last line (a crash mid-write) must not glue onto the next count.
+    if os.fstat(fd).st_size and not _ends_with_newline(path):
+        os.write(fd, b"\n")
+    return fd
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) == b"\n"
+
+
+def _is_regular(mode: int) -> bool:
+    return stat.S_ISREG(mode)
