@@ -313,6 +313,27 @@ def build_deterministic_capsule(
     results = {e.call_id: e for e in (*entries, *kept) if isinstance(e, ToolResultEntry)}
     scan = Scan(results)
     scan.run(entries)
+    return capsule_from_scan(
+        scan,
+        previous=previous,
+        kept=kept,
+        kernel_state=kernel_state,
+        latest_request_whole=latest_request_whole,
+        latest_request=latest_request,
+    )
+
+
+def capsule_from_scan(
+    scan: Scan,
+    *,
+    previous: Capsule | None = None,
+    kept: Sequence[Entry] = (),
+    kernel_state: Sequence[str] = (),
+    latest_request_whole: bool = True,
+    latest_request: str | None = None,
+) -> Capsule:
+    """`build_deterministic_capsule` from a scan already run (a scan can be extended with
+    more entries and read again, so an extract that grows costs one pass in all)."""
     if previous is None and scan.capsule_text is not None:
         previous = parse_capsule(scan.capsule_text, require_all=False)
     prior = previous or Capsule()

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict
 
 from soba_nb.compaction.capsule import SECTION_HEADINGS, Capsule, render_capsule
-from soba_nb.compaction.deterministic import build_deterministic_capsule
+from soba_nb.compaction.deterministic import capsule_from_scan
+from soba_nb.compaction.extract import Scan
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     CheckpointEntry,
@@ -84,6 +85,11 @@ EXTRACT_TEMPLATE = (
 HISTORY_TEMPLATE = "<history>\n{text}\n</history>"
 NO_HISTORY = "(no entries)"
 CLOSING = "Write the new capsule now: the 13 sections, in order, and nothing else."
+CLIP_ATTEMPTS = 8
+CLIP_AIM = 0.97
+"""Aim a little under the budget: characters per token vary along a text."""
+DROP_ATTEMPTS = 8
+"""Boundaries tried when the oldest entries must go to the extract (each builds one extract)."""
 
 
 class PromptBudgetTooSmall(ValueError):
@@ -164,59 +170,99 @@ def _assemble(previous: str | None, request: str | None, extract: tuple[int, str
 
 
 def clip_to_tokens(text: str, budget: int, count: Count) -> str:
-    """`text` clipped in the middle to at most `budget` tokens ("" when not even the note fits)."""
-    if count(text) <= budget:
+    """`text` clipped in the middle to at most `budget` tokens ("" when not even the note fits).
+
+    The cut is sized from the text's own characters per token and corrected a few times, so
+    a long text is counted a handful of times, not once per step of a bisection."""
+    tokens = count(text)
+    if tokens <= budget:
         return text
-    low, high = 0, len(text) - 1
-    while low < high:  # the longest clip that fits
-        middle = (low + high + 1) // 2
-        if count(clip_middle(text, middle)) <= budget:
-            low = middle
-        else:
-            high = middle - 1
-    clipped = clip_middle(text, low)
+    limit = len(text)
+    for _ in range(CLIP_ATTEMPTS):
+        limit = min(int(limit * budget / max(tokens, 1) * CLIP_AIM), limit - 1)
+        if limit <= 0:
+            break
+        clipped = clip_middle(text, limit)
+        tokens = count(clipped)
+        if tokens <= budget:
+            return clipped
+    clipped = clip_middle(text, 0)
     return clipped if count(clipped) <= budget else ""
 
 
 @dataclass
 class _Fitter:
-    """The prompt's parts and cached per-entry costs, fitted against a token target."""
+    """The prompt's parts, fitted against a token target from the newest entry back.
+
+    Only the entries that can be sent are rendered and counted (walking back from the
+    newest until the target is reached), so the cost follows what is sent, not the length
+    of the history; what is dropped reaches the summarizer through one deterministic
+    extract, built once per boundary tried (usually once).
+    """
 
     entries: Sequence[Entry]
     previous: str | None
     count: Count
     limits: tuple[int, ...]
-    _rendered: dict[int, list[str]] = field(default_factory=dict)
-    _costs: dict[int, list[int]] = field(default_factory=dict)
+    _costs: dict[tuple[int, int], int] = field(default_factory=dict)
+    _rendered: dict[tuple[int, int], str] = field(default_factory=dict)
     _extracts: dict[int, str] = field(default_factory=dict)
     _latest_user: int | None = None
+    _scan: Scan | None = None
+    _scanned: int = 0
 
-    def rendered(self, limit: int) -> list[str]:
-        if limit not in self._rendered:
-            self._rendered[limit] = [render_entry(e, tool_output_limit_chars=limit) for e in self.entries]
-        return self._rendered[limit]
+    def rendered(self, limit: int, index: int) -> str:
+        key = (limit, index)
+        if key not in self._rendered:
+            self._rendered[key] = render_entry(self.entries[index], tool_output_limit_chars=limit)
+        return self._rendered[key]
 
-    def costs(self, limit: int) -> list[int]:
-        """Per entry: its tokens plus a separator, plus one for rounding across the joins."""
-        if limit not in self._costs:
-            separator = self.count(ENTRY_SEPARATOR) + 1
-            self._costs[limit] = [self.count(t) + separator if t else 0 for t in self.rendered(limit)]
-        return self._costs[limit]
+    def cost(self, limit: int, index: int) -> int:
+        """An entry's tokens plus a separator, plus one for rounding across the joins."""
+        key = (limit, index)
+        if key not in self._costs:
+            text = self.rendered(limit, index)
+            self._costs[key] = self.count(text) + self.count(ENTRY_SEPARATOR) + 1 if text else 0
+        return self._costs[key]
+
+    def fitting_start(self, limit: int, room: int) -> int:
+        """The first index from which every later entry fits in `room` tokens."""
+        used, index = 0, len(self.entries)
+        while index > 0:
+            used += self.cost(limit, index - 1)
+            if used > room:
+                break
+            index -= 1
+        return index
 
     def history(self, limit: int, start: int) -> str:
-        return ENTRY_SEPARATOR.join(t for t in self.rendered(limit)[start:] if t)
+        texts = (self.rendered(limit, index) for index in range(start, len(self.entries)))
+        return ENTRY_SEPARATOR.join(text for text in texts if text)
 
     def extract(self, dropped: int) -> str:
+        """The deterministic extract of the oldest `dropped` entries. One scan serves every
+        boundary tried: it is extended, not restarted, as the boundary moves forward."""
         if dropped not in self._extracts:
-            capsule = build_deterministic_capsule(self.entries[:dropped], latest_request_whole=False)
+            if self._scan is None or self._scanned > dropped:
+                results = {e.call_id: e for e in self.entries if isinstance(e, ToolResultEntry)}
+                self._scan, self._scanned = Scan(results), 0
+            self._scan.run(self.entries[self._scanned : dropped])
+            self._scanned = dropped
+            capsule = capsule_from_scan(self._scan, latest_request_whole=False)
             self._extracts[dropped] = render_capsule(capsule).rstrip("\n")
         return self._extracts[dropped]
 
     def latest_request(self, dropped: int) -> str | None:
         """The latest user request, when it is among the dropped entries."""
         if self._latest_user is None:
-            users = [i for i, e in enumerate(self.entries) if isinstance(e, MessageEntry) and e.role == "user"]
-            self._latest_user = users[-1] if users else -1
+            self._latest_user = next(
+                (
+                    i
+                    for i in range(len(self.entries) - 1, -1, -1)
+                    if isinstance(self.entries[i], MessageEntry) and getattr(self.entries[i], "role", "") == "user"
+                ),
+                -1,
+            )
         if 0 <= self._latest_user < dropped:
             entry = self.entries[self._latest_user]
             assert isinstance(entry, MessageEntry)
@@ -227,7 +273,7 @@ class _Fitter:
         """(user message, number of dropped entries) within about `target` tokens, or None."""
         skeleton = self.count(_assemble(self.previous, None, None, ""))
         for limit in self.limits:
-            if skeleton + sum(self.costs(limit)) <= target:
+            if self.fitting_start(limit, target - skeleton) == 0:
                 return _assemble(self.previous, None, None, self.history(limit, 0)), 0
         return self._drop_oldest(target) if self.entries else self._clip_everything(target)
 
@@ -236,29 +282,26 @@ class _Fitter:
         return self.count(_assemble(previous, request, kept_extract, ""))
 
     def _drop_oldest(self, target: int) -> tuple[str, int] | None:
+        """Drop the oldest entries into the extract: the boundary moves forward until the
+        extract, the request it may have to quote and the kept entries fit together."""
         limit, total = self.limits[-1], len(self.entries)
-        costs = self.costs(limit)
-        suffix = [0] * (total + 1)
-        for index in range(total - 1, -1, -1):
-            suffix[index] = suffix[index + 1] + costs[index]
-
-        def size(dropped: int) -> int:
+        skeleton = self.count(_assemble(self.previous, None, None, ""))
+        dropped = max(self.fitting_start(limit, target - skeleton), 1)
+        for _ in range(DROP_ATTEMPTS):
             request = self.latest_request(dropped)
-            return self._size(self.previous, request, dropped, self.extract(dropped)) + suffix[dropped]
-
-        if size(total) > target:
-            return self._clip_everything(target)
-        low, high = 1, total  # the fewest dropped entries that fit (`high` always fits)
-        while low < high:
-            middle = (low + high) // 2
-            if size(middle) <= target:
-                high = middle
-            else:
-                low = middle + 1
-        user = _assemble(
-            self.previous, self.latest_request(high), (high, self.extract(high)), self.history(limit, high)
-        )
-        return user, high
+            room = target - self._size(self.previous, request, dropped, self.extract(dropped))
+            if room < 0:
+                break  # the extract alone is too big: clip it
+            start = self.fitting_start(limit, room)
+            if start <= dropped:
+                user = _assemble(
+                    self.previous, request, (dropped, self.extract(dropped)), self.history(limit, dropped)
+                )
+                return user, dropped
+            if dropped == total:
+                break
+            dropped = start  # the extract grew: keep fewer entries and try again
+        return self._clip_everything(target)
 
     def _clip_everything(self, target: int) -> tuple[str, int] | None:
         """Every entry dropped; clip the extract, else also the previous capsule, else also
