@@ -216,6 +216,10 @@ class TokenCounter:
                 self.persist(key, value)
         return value
 
+    def known(self, key: Hashable) -> int | None:
+        """The cached count for `key`, or None (nothing is counted)."""
+        return self._cache.get(key)
+
     def forget(self, key: Hashable) -> None:
         self._cache.pop(key, None)
 

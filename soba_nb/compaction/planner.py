@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from soba_nb.compaction.model_input import entry_tokens, latest_capsule_index
 from soba_nb.tokens import TokenCounter
@@ -20,6 +21,8 @@ from soba_nb.transcript.entries import (
     ToolCallEntry,
     ToolResultEntry,
 )
+
+_ID = attrgetter("id")
 
 
 @dataclass(frozen=True)
@@ -110,41 +113,75 @@ def plan_cut(
     `max_kept_tokens` (hard limit, overflow recovery) lets the kept tail shrink below
     `keep_recent_tokens`, down to the last group (the current request or an unanswered
     tool group), which is never dropped.
+
+    Walks back from the leaf: only the kept tail is looked at entry by entry; the rest of
+    the region costs one pass of cached counts (no rendering, no tokenizing).
     """
     entries, previous = region(path)
-    costs = [entry_tokens(entry, counter) for entry in entries]
-    cuts = valid_cuts(entries)
-    if not any(costs):
+    total = _total_tokens(entries, counter)
+    if not total:
         raise NothingToCompact("nothing to compact: the session has no history the model sees yet")
+    unanswered = _first_unanswered_call(entries)
+    cuts: list[tuple[int, int]] = []
+    """Valid cuts from the leaf back, with the tokens kept from each: (index, kept tokens)."""
+    awaiting: set[str] = set()
+    """Results after the position whose calls come before it: no cut there."""
+    kept = 0
+    for index in range(len(entries) - 1, -1, -1):
+        entry = entries[index]
+        kept += entry_tokens(entry, counter)
+        if type(entry) is ToolResultEntry:
+            awaiting.add(entry.call_id)
+        elif type(entry) is ToolCallEntry:
+            awaiting.discard(entry.call_id)
+        elif type(entry) is MessageEntry and not awaiting and index <= unanswered:
+            cuts.append((index, kept))
+            if kept >= keep_recent_tokens:
+                break  # the cut is decided: this one, or under `max_kept_tokens` a later one
     if not cuts:
         raise NothingToCompact("nothing to compact: no message to cut at (the history is a single tool group)")
-    suffix = [0] * (len(entries) + 1)
-    for index in range(len(entries) - 1, -1, -1):
-        suffix[index] = suffix[index + 1] + costs[index]
-    boundary = 0
-    for index in range(len(entries) - 1, -1, -1):
-        if suffix[index] >= keep_recent_tokens:
-            boundary = index
-            break
-    # Nearest valid cut at or before the budget boundary (never inside a tool group).
-    cut = max((c for c in cuts if c <= boundary), default=cuts[0])
-    if max_kept_tokens is not None and suffix[cut] > max_kept_tokens:
-        fitting = [c for c in cuts if suffix[c] <= max_kept_tokens]
-        cut = fitting[0] if fitting else cuts[-1]
-    summarized = suffix[0] - suffix[cut]
+    cut, kept_tokens = _choose(cuts, keep_recent_tokens, max_kept_tokens)
+    summarized = total - kept_tokens
     if summarized == 0:
-        kept_tokens = suffix[cut]
         raise NothingToCompact(
             f"nothing to compact: the history before the kept window is empty "
             f"({kept_tokens} tokens, keepRecentTokens {keep_recent_tokens})"
         )
-    first_kept = entries[cut].id if cut < len(entries) else None
     return Cut(
         summarize=tuple(entries[:cut]),
         kept=tuple(entries[cut:]),
-        first_kept_entry_id=first_kept,
-        kept_tokens=suffix[cut],
+        first_kept_entry_id=entries[cut].id if cut < len(entries) else None,
+        kept_tokens=kept_tokens,
         summarized_tokens=summarized,
         previous=previous,
         request=current_request(path),
     )
+
+
+def _choose(cuts: list[tuple[int, int]], keep_recent_tokens: int, max_kept_tokens: int | None) -> tuple[int, int]:
+    """The cut keeping about `keep_recent_tokens` (the nearest valid one at or before the
+    budget boundary), or, under `max_kept_tokens`, the largest tail that fits it."""
+    # `cuts` runs from the leaf back; the first one keeping at least the budget, else the oldest.
+    cut = next(((i, k) for i, k in cuts if k >= keep_recent_tokens), cuts[-1])
+    if max_kept_tokens is not None and cut[1] > max_kept_tokens:
+        fitting = [(i, k) for i, k in cuts if k <= max_kept_tokens]
+        cut = fitting[-1] if fitting else cuts[0]
+    return cut
+
+
+def _first_unanswered_call(entries: Sequence[Entry]) -> int:
+    """Index of the first tool call with no result in `entries` (no cut may follow it), or
+    `len(entries)`; the common case (every call answered) is two set comprehensions."""
+    calls = {e.call_id for e in entries if type(e) is ToolCallEntry}
+    answered = {e.call_id for e in entries if type(e) is ToolResultEntry}
+    if calls <= answered:
+        return len(entries)
+    return next(i for i, e in enumerate(entries) if type(e) is ToolCallEntry and e.call_id not in answered)
+
+
+def _total_tokens(entries: Sequence[Entry], counter: TokenCounter) -> int:
+    """What the region costs in model input: cached counts, counting only what is new."""
+    costs = list(map(counter.known, map(_ID, entries)))
+    if None not in costs:
+        return sum(costs)  # type: ignore[arg-type]  # no None left
+    return sum(c if c is not None else entry_tokens(e, counter) for c, e in zip(costs, entries, strict=True))
