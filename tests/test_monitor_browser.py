@@ -631,7 +631,7 @@ def export_and_open_capsule(page: Any, panel: Any, root: Path) -> None:
     expect(field).to_have_value(CAPSULE_FILE)
     page.locator(".jp-Dialog .jp-mod-accept").click()
     expect(panel.locator(".soba-Budget-answer")).to_contain_text(
-        f"to {root / CAPSULE_FILE}", timeout=CONTROL_TIMEOUT_MS
+        f"to {CAPSULE_FILE}", timeout=CONTROL_TIMEOUT_MS
     )
     assert (root / CAPSULE_FILE).read_text(encoding="utf-8").startswith("---")
 

@@ -164,13 +164,26 @@ export class BudgetStore {
     if (!this._states.has(panel)) {
       return;
     }
-    const kernel = panel.sessionContext.session?.kernel;
     const control = (pending: boolean, ok: boolean, text: string): IControlState => ({
       request: request.type,
       pending,
       ok,
       text
     });
+    let kernel = panel.sessionContext.session?.kernel;
+    if (!kernel && !panel.sessionContext.isReady && !panel.sessionContext.isDisposed) {
+      // The notebook was just opened and its kernel is still starting: a click then is
+      // meant for that kernel, not answered with "no kernel".
+      this._set(panel, {
+        ...this.stateOf(panel),
+        control: control(true, true, 'waiting for the kernel…')
+      });
+      await panel.sessionContext.ready;
+      if (!this._states.has(panel)) {
+        return;
+      }
+      kernel = panel.sessionContext.session?.kernel;
+    }
     if (!kernel) {
       this._set(panel, { ...this.stateOf(panel), control: control(false, false, NO_KERNEL) });
       return;
