@@ -22,6 +22,7 @@ from soba_nb.paths import shown
 from soba_nb.resolution import resolve_provider
 
 ProviderName = Literal["openai", "anthropic", "local"]
+ApiName = Literal["chat", "responses"]
 
 USER_CONFIG_PATH = Path("~/.soba/config.json")
 PROJECT_CONFIG_NAME = "soba.json"
@@ -61,6 +62,10 @@ class ModelSettings(_Section):
     """Which wire format / runtime: "openai" (any OpenAI-compatible server), "anthropic", "local"."""
     name: str = "gpt-4o-mini"
     """Model name sent to the server."""
+    api: ApiName = "chat"
+    """For provider "openai": "chat" (Chat Completions, every OpenAI-compatible server) or
+    "responses" (OpenAI's Responses API, which also compacts natively). Other providers
+    have one API each and ignore it."""
     base_url: str | None = None
     """Server URL; null means the provider's public default."""
     api_key_env: str = "OPENAI_API_KEY"

@@ -3,8 +3,10 @@
 `LLMServer` runs a stdlib `ThreadingHTTPServer` on 127.0.0.1 (a free port) in a
 background thread and answers
 
-- `POST /v1/chat/completions` in OpenAI Chat Completions style, and
-- `POST /v1/messages` in Anthropic Messages style,
+- `POST /v1/chat/completions` in OpenAI Chat Completions style,
+- `POST /v1/messages` in Anthropic Messages style (with the `compact_20260112` edit), and
+- `POST /v1/responses` and `POST /v1/responses/compact` in OpenAI Responses style
+  (`llm_server_native` has both native-compaction formats and what they refuse),
 
 streamed (SSE over chunked transfer encoding, flushed chunk by chunk) or not, as the
 request asks. Other routes (a llama.cpp `GET /props`, an Ollama `POST /api/show`, a vLLM
@@ -43,6 +45,7 @@ CHARS_PER_TOKEN = 4
 """Crude token count used for default usage figures."""
 OPENAI_PATH = "/v1/chat/completions"
 ANTHROPIC_PATH = "/v1/messages"
+RESPONSES_PATHS = ("/v1/responses", "/v1/responses/compact")
 POLL_INTERVAL_S = 0.02
 
 OPENAI_OVERFLOW = {
@@ -204,6 +207,8 @@ class RecordedRequest:
 
     @property
     def wire(self) -> str:
+        if self.path in RESPONSES_PATHS:
+            return "responses"
         return "anthropic" if self.path == ANTHROPIC_PATH else "openai"
 
 
@@ -257,7 +262,7 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.server.owner
         if self._answer_route(record):
             return
-        if self.path not in (OPENAI_PATH, ANTHROPIC_PATH):
+        if self.path not in (OPENAI_PATH, ANTHROPIC_PATH, *RESPONSES_PATHS):
             self._send_body(404, {"error": {"message": f"no route {self.path}"}})
             return
         reply = owner._next_reply(record)
@@ -269,7 +274,12 @@ class _Handler(BaseHTTPRequestHandler):
                 with contextlib.suppress(OSError):
                     self.connection.shutdown(socket.SHUT_RDWR)
                 return
-            _Answer(self, record, reply).send()
+            if self.path in RESPONSES_PATHS:
+                from llm_server_native import ResponsesAnswer
+
+                ResponsesAnswer(self, record, reply).send()
+            else:
+                _Answer(self, record, reply).send()
             record.completed = True
         except (_ClientGone, BrokenPipeError, ConnectionResetError):
             record.disconnected = True
@@ -354,9 +364,24 @@ class _Answer:
         neutral = reply.finish or ("tool_calls" if reply.calls else "stop")
         wire_finish = (ANTHROPIC_STOP if self.anthropic else OPENAI_FINISH).get(neutral, neutral)
         self.finish: str | None = None if reply.kind == "truncated" else wire_finish
+        self.compaction: dict[str, Any] | None = None
+        """A compaction block or item made for this request (native compaction)."""
+        self.pause = False
 
     def send(self) -> None:
         reply, handler = self.reply, self.handler
+        if self.anthropic and reply.kind != "error":
+            from llm_server_native import anthropic_compaction
+
+            native = anthropic_compaction(self.record, reply, handler.server.owner.native, self.model)
+            if native.error is not None:
+                handler._send_body(400, native.error)
+                return
+            if native.input_tokens is not None and reply.input_tokens is None:
+                self.input_tokens = native.input_tokens
+            self.compaction, self.pause = native.block, native.pause
+            if self.pause:
+                self.finish = "compaction"
         if reply.kind == "error":
             body = (
                 reply.body
@@ -486,11 +511,18 @@ class _Answer:
         self._event({"type": "message_start", "message": start}, "message_start")
         self._event({"type": "ping"}, "ping")
         index = 0
-        if self.reply.text:
+        if self.compaction is not None:
+            opened = {"type": "compaction", "content": None, "encrypted_content": None}
+            self._event({"type": "content_block_start", "index": 0, "content_block": opened}, "content_block_start")
+            delta = {"type": "compaction_delta", **{k: self.compaction[k] for k in ("content", "encrypted_content")}}
+            self._event({"type": "content_block_delta", "index": 0, "delta": delta}, "content_block_delta")
+            self._event({"type": "content_block_stop", "index": 0}, "content_block_stop")
+            index = 1
+        if self.reply.text and not self.pause:
             self._event(
                 {
                     "type": "content_block_start",
-                    "index": 0,
+                    "index": index,
                     "content_block": {"type": "text", "text": ""},
                 },
                 "content_block_start",
@@ -499,13 +531,13 @@ class _Answer:
                 self._pause_between_chunks()
                 delta = {
                     "type": "content_block_delta",
-                    "index": 0,
+                    "index": index,
                     "delta": {"type": "text_delta", "text": piece},
                 }
                 self._event(delta, "content_block_delta")
-            self._event({"type": "content_block_stop", "index": 0}, "content_block_stop")
-            index = 1
-        for offset, (name, arguments) in enumerate(self.reply.calls):
+            self._event({"type": "content_block_stop", "index": index}, "content_block_stop")
+            index += 1
+        for offset, (name, arguments) in enumerate([] if self.pause else self.reply.calls):
             block = {"type": "tool_use", "id": f"toolu_{offset}", "name": name, "input": {}}
             self._event(
                 {"type": "content_block_start", "index": index, "content_block": block},
@@ -531,13 +563,13 @@ class _Answer:
         self._event({"type": "message_stop"}, "message_stop")
 
     def _anthropic_message(self) -> dict[str, Any]:
-        content: list[dict[str, Any]] = (
-            [{"type": "text", "text": self.reply.text}] if self.reply.text else []
-        )
-        content += [
-            {"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": json.loads(args)}
-            for i, (name, args) in enumerate(self.reply.calls)
-        ]
+        content: list[dict[str, Any]] = [self.compaction] if self.compaction is not None else []
+        if not self.pause:
+            content += [{"type": "text", "text": self.reply.text}] if self.reply.text else []
+            content += [
+                {"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": json.loads(args)}
+                for i, (name, args) in enumerate(self.reply.calls)
+            ]
         answer: dict[str, Any] = {
             "id": "msg_test",
             "type": "message",
@@ -574,6 +606,10 @@ class LLMServer:
         self._script: deque[ScriptItem] = deque()
         self._requests: list[RecordedRequest] = []
         self._routes: dict[tuple[str, str], Route] = {}
+        from llm_server_native import NativeLedger
+
+        self.native = NativeLedger()
+        """Native compaction items this server issued and saw replayed."""
         self._connections: set[socket.socket] = set()
         self._closing = threading.Event()
         self._server = _Server(("127.0.0.1", 0), _Handler)

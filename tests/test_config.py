@@ -22,6 +22,7 @@ SPEC_DEFAULTS = {
     "model": {
         "provider": "openai",
         "name": "gpt-4o-mini",
+        "api": "chat",
         "baseUrl": None,
         "apiKeyEnv": "OPENAI_API_KEY",
         "contextWindow": 128000,
@@ -67,6 +68,15 @@ def refused(layer: dict[str, Any]) -> str:
 
 
 # -- defaults and key names ------------------------------------------------------------
+
+
+def test_model_api_chooses_chat_or_responses() -> None:
+    assert SobaConfig().model.api == "chat"
+    assert build_config([("soba.json", {"model": {"api": "responses"}})]).model.api == "responses"
+    assert "model.api = \"completions\": input should be 'chat' or 'responses'" in refused(
+        {"model": {"api": "completions"}}
+    )
+    assert env_layer({"SOBA_MODEL_API": "responses"}) == {"model": {"api": "responses"}}
 
 
 def test_defaults_equal_the_spec_table() -> None:
@@ -304,6 +314,7 @@ def test_unknown_keys(layer: dict[str, Any], key: str) -> None:
         ),
         ({"compaction": {"auto": "maybe"}}, "compaction.auto", '"maybe"'),
         ({"model": {"provider": "mystery"}}, "model.provider", '"mystery"'),
+        ({"model": {"api": "completions"}}, "model.api", '"completions"'),
         ({"model": {"name": None}}, "model.name", "null"),
         ({"model": "gpt-4o"}, "model", '"gpt-4o"'),
     ],

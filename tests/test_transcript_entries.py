@@ -17,6 +17,7 @@ from soba_nb.transcript.entries import (
     Entry,
     LeafEntry,
     MessageEntry,
+    NativeContinuation,
     SessionEntry,
     SkillEntry,
     ToolCallEntry,
@@ -147,6 +148,35 @@ def test_unknown_fields_are_kept() -> None:
     entry = entry_from_json('{"type":"message","id":"m","role":"user","future":{"x":1}}')
     assert entry.model_extra == {"future": {"x": 1}}
     assert json.loads(entry_to_json(entry))["future"] == {"x": 1}
+
+
+NATIVE_CAPSULE_LINE = (
+    '{"type":"capsule","id":"c1","parentId":"m1","timestamp":"2026-02-01T10:00:00.000Z",'
+    '"operationId":"op_1","checkpointId":"ck_0011aabb","trigger":"user","quality":"degraded",'
+    '"tokensBefore":9000,"tokensAfter":2100,"firstKeptEntryId":"m1","content":"## Goal and constraints",'
+    '"continuation":"native","native":{"provider":"openai","model":"gpt-5","kind":"openai.responses.compact",'
+    '"payload":{"items":[{"type":"compaction","encrypted_content":"gAAAAB-opaque"}]},"request":"plot it"}}'
+)
+
+
+def test_a_capsule_carries_its_native_continuation_in_camel_case() -> None:
+    entry = entry_from_json(NATIVE_CAPSULE_LINE)
+    assert isinstance(entry, CapsuleEntry) and entry.continuation == "native"
+    assert entry.native == NativeContinuation(
+        provider="openai", model="gpt-5", kind="openai.responses.compact",
+        payload={"items": [{"type": "compaction", "encrypted_content": "gAAAAB-opaque"}]}, request="plot it",
+    )
+    written = json.loads(entry_to_json(entry))
+    assert written["native"] == json.loads(NATIVE_CAPSULE_LINE)["native"]
+    assert entry_from_json(entry_to_json(entry)) == entry
+    assert "gAAAAB-opaque" not in repr(entry)  # never shown, not even in a repr or a log line
+
+
+def test_capsules_written_before_native_continuation_still_load() -> None:
+    old = json.loads(NATIVE_CAPSULE_LINE)
+    del old["native"], old["continuation"]
+    entry = entry_from_json(json.dumps(old))
+    assert isinstance(entry, CapsuleEntry) and entry.native is None and entry.continuation is None
 
 
 def test_tool_result_keeps_its_content_whole() -> None:

@@ -185,6 +185,7 @@ class TurnRunner:
             operation_id="op_" + uuid.uuid4().hex[:12],
             input_tokens=sent,
             near_window=sent >= compactor.thresholds.soft_limit,
+            native=model_input.native,
         )
         streamed: list[str] = []
 

@@ -28,6 +28,7 @@ from soba_nb.providers.base import Provider
 from soba_nb.providers.discovery import ServerWindow, discover_window
 from soba_nb.providers.errors import ProviderError
 from soba_nb.providers.http import DEFAULT_IDLE_TIMEOUT_S
+from soba_nb.providers.native import native_compactor_for
 from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import (
     CapsuleEntry,
@@ -204,6 +205,7 @@ class AgentSession:
             self.idle_timeout_s = seconds
             self._provider = None
             self.compactor.summarizer = None
+            self.compactor.native = None
 
     def apply_config(self, config: SobaConfig) -> None:
         """New settings (e.g. soba.json edited); a model change also changes the provider."""
@@ -211,9 +213,12 @@ class AgentSession:
         self.config = config
         self._record_config()
         if model_changed:
+            # A new model gets the portable capsule: native items are replayed only to the
+            # provider and model that made them (the compactor's target changes with it).
             self._provider = None
             self._server_window = None
             self.compactor.summarizer = None
+            self.compactor.native = None
         self.refresh_limits()
 
     def _record_config(self) -> None:
@@ -287,6 +292,7 @@ class AgentSession:
                     warm_up()
         if self.compactor.summarizer is None:
             self.compactor.summarizer = ProviderSummarizer(self._provider)
+            self.compactor.native = native_compactor_for(self._provider)
         return self._provider
 
     def ensure_summarizer(self) -> None:
@@ -295,6 +301,7 @@ class AgentSession:
             _ = self.provider
         except Exception:  # no key / no model: compaction uses the deterministic capsule
             self.compactor.summarizer = None
+            self.compactor.native = None
 
     # -- navigation ----------------------------------------------------------------------
 

@@ -48,6 +48,11 @@ def describe(transcript: Transcript) -> dict[str, Any]:
                 "tokensBefore": entry.tokens_before,
                 "tokensAfter": entry.tokens_after,
                 "firstKeptEntryId": entry.first_kept_entry_id,
+                "continuation": entry.continuation,
+                # Which native item it holds, never the item itself (opaque, often encrypted).
+                "native": None
+                if entry.native is None
+                else {"provider": entry.native.provider, "model": entry.native.model, "kind": entry.native.kind},
             }
             for entry in entries
             if isinstance(entry, CapsuleEntry)
@@ -83,6 +88,7 @@ def render_inspect(info: dict[str, Any]) -> str:
     lines += [
         f"  {cap['checkpointId']}  {cap['trigger']:<16}  {cap['quality']:<8}  "
         f"{cap['tokensBefore']} → {cap['tokensAfter']}  first kept {cap['firstKeptEntryId'] or '-'}"
+        + (f"  native {cap['native']['provider']}/{cap['native']['model']} ({cap['native']['kind']})" if cap["native"] else "")
         for cap in info["capsules"]
     ]
     exactness = "" if tokens["exactTokenizer"] else ", estimate for this model family"

@@ -5,6 +5,11 @@ deadline of `timeoutMs`; on expiry it is aborted and the deterministic capsule i
 (`quality: degraded`). Before appending, the barrier re-checks the abort signal and that
 the leaf is still the plan's expected leaf: a late summary after cancel or a leaf change
 is dropped (`cancelled` / `stale`), even if the model answers afterwards.
+
+When the provider offers native compaction (`BarrierContext.native`), the operation asks it
+first, within the same deadline; its item is recorded beside the deterministic capsule
+(`continuation: native`). If it fails, times out or is refused, the model summary runs as
+usual (`portable`), or the deterministic capsule (`fallback`).
 """
 
 from __future__ import annotations
@@ -26,7 +31,15 @@ from soba_nb.compaction.capsule import (
 )
 from soba_nb.compaction.deterministic import build_deterministic_capsule, with_latest_request
 from soba_nb.compaction.flight import FlightRecord, FlightRecorder
-from soba_nb.compaction.model_input import VISIBLE_TYPES, ModelInput, VisibleContext, assemble
+from soba_nb.compaction.model_input import (
+    VISIBLE_TYPES,
+    ModelInput,
+    VisibleContext,
+    assemble,
+    native_cost_key,
+)
+from soba_nb.compaction.native import NativeCompactor, continuation_label
+from soba_nb.compaction.native_run import NativeFailure, ask_native, native_request
 from soba_nb.compaction.planner import Cut
 from soba_nb.compaction.summarizer import Summarizer, SummaryOutput
 from soba_nb.compaction.summary_prompt import build_summary_prompt
@@ -36,6 +49,8 @@ from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     CompactionEntry,
+    Continuation,
+    NativeContinuation,
     Quality,
     SkillEntry,
     new_checkpoint_id,
@@ -69,6 +84,8 @@ class Reason(str, Enum):
     FALLBACK_FAILED = "fallback_summary_failed"
     FALLBACK_REJECTED = "fallback_summary_rejected"
     FALLBACK_TOO_LARGE = "fallback_model_capsule_too_large"
+    NATIVE_FAILED = "native_failed"
+    NATIVE_REFUSED = "native_refused"
     NOTHING_TO_COMPACT = "nothing_to_compact"
     RECLAIMED_BELOW_FLOOR = "reclaimed_below_floor"
     RATIO_BELOW_FLOOR = "ratio_below_floor"
@@ -138,8 +155,17 @@ class CompactionResult:
     def reclaimed(self) -> int | None:
         return None if self.tokens_after is None else self.tokens_before - self.tokens_after
 
+    @property
+    def continuation(self) -> Continuation | None:
+        """`native`, `portable` or `fallback` (see `native.continuation_label`); None when no
+        capsule was appended, or a full capsule where native compaction was not on offer."""
+        if self.entry is not None:
+            return continuation_label(self.entry)
+        return "fallback" if self.quality == "degraded" else None
+
     def line(self) -> str:
-        """One result line: trigger, tokens before → after, reclaimed %, checkpoint (fallback)."""
+        """One result line: trigger, tokens before → after, reclaimed %, checkpoint, and which
+        continuation was made (native / portable / fallback)."""
         if self.outcome is not Outcome.COMPLETED:
             return f"compaction {self.outcome.value} ({self.trigger}): {self.reason}"
         assert self.tokens_after is not None
@@ -148,7 +174,8 @@ class CompactionResult:
             f"Compacted ({self.trigger}) · {self.tokens_before:,} → {self.tokens_after:,} tokens · "
             f"reclaimed {percent}% · {self.checkpoint_id}"
         )
-        return text + " · fallback" if self.quality == "degraded" else text
+        label = self.continuation
+        return f"{text} · {label}" if label else text
 
 
 Emit = Callable[[CompactionEvent], None]
@@ -169,6 +196,8 @@ class BarrierContext:
     kernel_state: Sequence[str] = ()
     flight: FlightRecorder | None = None
     emit: Emit | None = None
+    native: NativeCompactor | None = None
+    """The provider's own compaction, when it offers one (asked before the model summary)."""
 
 
 class _SummaryRun:
@@ -236,6 +265,14 @@ def _run(plan: CompactionPlan, ctx: BarrierContext, cancel: threading.Event, sta
     if isinstance(generated, CompactionResult):
         return generated
     verdict = _gates(plan, generated.tokens_after, ctx)
+    if verdict is not None and generated.entry.native is not None:
+        # The provider's continuation does not pass our gates (its window keeps every user
+        # message verbatim, say): the portable path may still, within what is left of the time.
+        note = Note(f"native continuation not used ({verdict[1]})", Reason.NATIVE_REFUSED)
+        portable = generate_capsule(plan, cut, ctx, cancel, started, native_note=note)
+        if isinstance(portable, CompactionResult):
+            return portable
+        generated, verdict = portable, _gates(plan, portable.tokens_after, ctx)
     if verdict is not None and verdict[0] is Outcome.FAILED and generated.entry.quality == "full":
         # A forced compaction whose model capsule is too large: the deterministic capsule
         # (bounded sections) may still fit, and a degraded capsule beats a stranded session.
@@ -257,12 +294,22 @@ def _run(plan: CompactionPlan, ctx: BarrierContext, cancel: threading.Event, sta
         )
     written = ctx.transcript.append(entry)
     assert isinstance(written, CapsuleEntry)
-    fallback_note = generated.note
+    reason, code = _completed_reason(generated)
     return _result(
-        plan, Outcome.COMPLETED, "" if fallback_note is None else f"fallback: {fallback_note.text}", started,
-        tokens_after=tokens_after, entry=written, quality=entry.quality,
-        code=Reason.OK if fallback_note is None else fallback_note.code,
+        plan, Outcome.COMPLETED, reason, started,
+        tokens_after=tokens_after, entry=written, quality=entry.quality, code=code,
     )
+
+
+def _completed_reason(generated: Generated) -> tuple[str, Reason]:
+    """The reason of a completed operation: why a fallback was used, why native was not."""
+    note, native_note = generated.note, generated.native_note
+    if note is not None:
+        detail = f"; {native_note.text}" if native_note is not None and native_note is not note else ""
+        return f"fallback: {note.text}{detail}", note.code
+    if native_note is not None:
+        return f"portable: {native_note.text}", native_note.code
+    return "", Reason.OK
 
 
 @dataclass(frozen=True)
@@ -284,6 +331,8 @@ class Generated:
     tokens_after: int
     note: Note | None
     """Why the deterministic fallback was used, when it was."""
+    native_note: Note | None = None
+    """Why the provider's native compaction was not used, when it was asked."""
 
 
 def generate_capsule(
@@ -294,10 +343,13 @@ def generate_capsule(
     started: float,
     *,
     fallback_note: Note | None = None,
+    native_note: Note | None = None,
 ) -> Generated | CompactionResult:
-    """The model capsule (or the deterministic fallback) of `cut`, measured; nothing appended.
+    """The native item (beside the deterministic capsule), the model capsule or the
+    deterministic fallback of `cut`, measured; nothing appended.
 
     `fallback_note`: build the deterministic capsule without asking the model, for this reason.
+    `native_note`: do not ask the provider for native compaction, for this reason.
     Returns a terminal `CompactionResult` only when cancelled while the summary ran.
     """
     previous = _previous_capsule(cut)
@@ -312,7 +364,20 @@ def generate_capsule(
     model = provider = None
     note: Note | None = fallback_note or NO_MODEL
     quality: Quality = "degraded"
-    if ctx.summarizer is not None and fallback_note is None:
+    native: NativeContinuation | None = None
+    time_left = True
+    if ctx.native is not None and fallback_note is None and native_note is None:
+        asked = _ask_native(plan, cut, ctx, ctx.native, cancel, started)
+        if isinstance(asked, CompactionResult):
+            return asked
+        if isinstance(asked, NativeContinuation):
+            # The portable capsule beside it is the deterministic one (no second model call).
+            native, note = asked.model_copy(update={"request": request if quote else None}), None
+        else:
+            native_note = asked
+            if asked.code is Reason.FALLBACK_TIMEOUT:
+                note, time_left = asked, False  # the deadline is shared: no time for a summary
+    if ctx.summarizer is not None and fallback_note is None and native is None and time_left:
         outcome = _summarize(plan, cut, ctx, cancel, previous, started)
         if isinstance(outcome, CompactionResult):
             return outcome
@@ -325,6 +390,9 @@ def generate_capsule(
             model, provider = ctx.summarizer.model, ctx.summarizer.provider
         else:
             note = outcome
+    continuation: Continuation | None = None
+    if ctx.native is not None:
+        continuation = "native" if native is not None else "portable" if quality == "full" else "fallback"
     entry = CapsuleEntry(
         operation_id=plan.operation_id,
         checkpoint_id=new_checkpoint_id(),
@@ -338,6 +406,8 @@ def generate_capsule(
         model=model,
         provider=provider,
         content=render_capsule(capsule),
+        native=native,
+        continuation=continuation,
     )
     # Measured locally and exactly, then put on the scale of `tokens_before`: when that was
     # the provider's figure, its difference from our estimate carries over (like with like).
@@ -345,7 +415,50 @@ def generate_capsule(
     fit_to = plan.hard_limit - max(calibration, 0)
     tokens_after = max(measure_continuation(entry, cut, fit_to, ctx).tokens + calibration, 0)
     ctx.counter.forget(entry.id)
-    return Generated(entry.model_copy(update={"tokens_after": tokens_after}), tokens_after, note)
+    ctx.counter.forget(native_cost_key(entry))
+    return Generated(entry.model_copy(update={"tokens_after": tokens_after}), tokens_after, note, native_note)
+
+
+def _ask_native(
+    plan: CompactionPlan,
+    cut: Cut,
+    ctx: BarrierContext,
+    compactor: NativeCompactor,
+    cancel: threading.Event,
+    started: float,
+) -> NativeContinuation | Note | CompactionResult:
+    """The provider's native item, why it is not used, or the terminal result of a cancel."""
+    request = native_request(
+        cut,
+        operation_id=plan.operation_id,
+        system=ctx.system,
+        tools=ctx.tools,
+        skills=ctx.skills,
+        counter=ctx.counter,
+        target=compactor.target,
+        hard_limit=plan.hard_limit,
+        soft_limit=plan.soft_limit,
+        max_output_tokens=plan.summary_output_tokens,
+    )
+    timeout_s = ctx.timeout_ms / 1000
+    last_progress = [0.0]
+
+    def on_poll() -> None:
+        now = time.monotonic()
+        if now - last_progress[0] >= PROGRESS_INTERVAL_S:
+            last_progress[0] = now
+            percent = _percent(now - started, timeout_s, 0, 1)
+            _emit(ctx, CompactionEvent("compaction_progress", plan.operation_id, plan.trigger.value, percent))
+
+    asked = ask_native(
+        compactor, request, cancel=cancel, deadline=started + timeout_s, timeout_ms=ctx.timeout_ms, on_poll=on_poll
+    )
+    if asked is None:
+        return _result(plan, Outcome.CANCELLED, "cancelled while the native compaction ran", started, code=Reason.CANCELLED)
+    if isinstance(asked, NativeFailure):
+        code = Reason.FALLBACK_TIMEOUT if asked.timed_out else Reason.NATIVE_REFUSED if asked.refused else Reason.NATIVE_FAILED
+        return Note(asked.text, code)
+    return asked
 
 
 def _request_to_quote(cut: Cut) -> tuple[str | None, bool]:
@@ -377,7 +490,8 @@ def _summarize(
     )
     timeout_s = ctx.timeout_ms / 1000
     deadline = started + timeout_s
-    run = _SummaryRun(ctx.summarizer, plan, prompt.system, prompt.user, timeout_s)
+    # The deadline is the operation's: a native attempt before this may have used part of it.
+    run = _SummaryRun(ctx.summarizer, plan, prompt.system, prompt.user, max(deadline - time.monotonic(), POLL_S))
     run.start()
     last_progress = 0.0
     expected_chars = plan.summary_output_tokens * CHARS_PER_SUMMARY_TOKEN
@@ -422,7 +536,9 @@ def _percent(elapsed: float, timeout: float, chars: int, expected_chars: int) ->
 def measure_continuation(entry: CapsuleEntry, cut: Cut, hard_limit: int, ctx: BarrierContext) -> ModelInput:
     """The whole continuation measured exactly: system/tools, serialized capsule, kept tail."""
     kept = tuple(e for e in cut.kept if isinstance(e, VISIBLE_TYPES))
-    context = VisibleContext(entry, kept, tuple(ctx.skills))
+    # The next requests carry the native item when the provider produced it: measure that.
+    native = entry.native if ctx.native is not None and ctx.native.target.accepts(entry.native) else None
+    context = VisibleContext(entry, kept, tuple(ctx.skills), native)
     return assemble(context, system=ctx.system, tools=ctx.tools, counter=ctx.counter, fit_to=hard_limit)
 
 
@@ -521,6 +637,7 @@ def _flight(plan: CompactionPlan, result: CompactionResult) -> FlightRecord:
         checkpoint_id=result.checkpoint_id,
         quality=result.quality,
         measurement_source=plan.measurement_source,
+        continuation=result.continuation if result.outcome is Outcome.COMPLETED else None,
     )
 
 

@@ -14,9 +14,11 @@ from typing import Literal
 
 from soba_nb.compaction.model_input import (
     SKILLS_HEADING,
+    capsule_tokens,
     entry_tokens,
     latest_capsule_index,
 )
+from soba_nb.compaction.native import NativeTarget
 from soba_nb.compaction.triggers import (
     INTENT_KINDS,
     SOFT_TRIGGERS,
@@ -83,6 +85,14 @@ class BudgetTracker:
         self.rebuilds = 0
         """How many full rebuilds happened (tests and benchmarks read it)."""
         self._usage_ceiling: int | None = None
+        self._target: NativeTarget | None = None
+
+    def set_target(self, target: NativeTarget | None) -> None:
+        """The provider and model the next requests go to: a capsule costs its native item
+        when they produced it, else its portable text (a switch rebuilds the measurement)."""
+        if target != self._target:
+            self._target = target
+            self._last_id = None  # the next measure rebuilds
 
     def distrust_usage_from(self, ceiling: int | None) -> None:
         """Usage figures of `ceiling` tokens or more are not used: the server cuts prompts to
@@ -166,7 +176,7 @@ class BudgetTracker:
         if capsule_at is not None:
             capsule = path[capsule_at]
             assert isinstance(capsule, CapsuleEntry)
-            self._estimated += entry_tokens(capsule, self.counter)
+            self._estimated += capsule_tokens(capsule, self.counter, self._target)
             start = capsule_at + 1
             kept = capsule.first_kept_entry_id
             if kept is not None:

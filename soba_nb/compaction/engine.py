@@ -4,6 +4,10 @@
 The agent loop calls `preflight()` before every inference, `compact()` for `%compact`,
 `recover_overflow()` after a provider overflow, and `request_for_sending()` to get model
 input that is known to be under the hard limit (fail-closed).
+
+`native` (set by the session when its provider offers native compaction) makes every
+operation ask the provider for its own compaction first, and model input replay the native
+item while the provider and model are the ones that produced it (SPEC §5 item 2).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from soba_nb.compaction.model_input import (
     system_text,
     visible_context,
 )
+from soba_nb.compaction.native import NativeCompactor, NativeTarget
 from soba_nb.compaction.planner import Cut, NothingToCompact, current_request, plan_cut, region
 from soba_nb.compaction.summarizer import Summarizer
 from soba_nb.compaction.triggers import (
@@ -100,6 +105,7 @@ class Compactor:
         summarizer: Summarizer | None = None,
         flight: FlightRecorder | None = None,
         kernel_state: Callable[[], Sequence[str]] | None = None,
+        native: NativeCompactor | None = None,
     ):
         self.transcript = transcript
         self.counter = counter
@@ -107,6 +113,8 @@ class Compactor:
         self.system = system
         self.tools = tuple(tools)
         self.summarizer = summarizer
+        self.native = native
+        """The provider's native compaction, when it offers one."""
         self.flight = flight
         self.kernel_state = kernel_state
         self.last_result: CompactionResult | None = None
@@ -123,14 +131,22 @@ class Compactor:
     def update_settings(self, settings: EngineSettings) -> None:
         self.settings = settings
 
+    @property
+    def target(self) -> NativeTarget | None:
+        """The provider and model requests go to, when it replays native items."""
+        return self.native.target if self.native is not None else None
+
     def measure(self) -> Measurement:
+        self.tracker.set_target(self.target)
         return self.tracker.measure(self.transcript.path_view())
 
     def context(self) -> VisibleContext:
         """The model-visible part of the current path (using the tracker's incremental state)."""
         self.measure()
         tracker = self.tracker
-        return visible_context(self.transcript.path_view(), capsule_at=tracker.capsule_index, skills=tracker.skills)
+        return visible_context(
+            self.transcript.path_view(), capsule_at=tracker.capsule_index, skills=tracker.skills, target=self.target
+        )
 
     def model_input(self, *, fit: bool = True) -> ModelInput:
         """The model input of the current path (emergency clipping toward the hard limit)."""
@@ -233,7 +249,9 @@ class Compactor:
         summarize, previous = region(path)
         cut = Cut(tuple(summarize), (), None, 0, measurement.estimated, previous, current_request(path))
         plan = replace(self._plan(Trigger.USER, measurement, focus, (), None, None), cut=cut, unplannable=None)
-        generated = generate_capsule(plan, cut, self._barrier_context(), cancel, time.monotonic())
+        # A handoff is portable by nature: the provider's native item is not asked for.
+        context = replace(self._barrier_context(), native=None)
+        generated = generate_capsule(plan, cut, context, cancel, time.monotonic())
         if isinstance(generated, CompactionResult) or cancel.is_set():
             return None
         return generated.entry
@@ -336,6 +354,7 @@ class Compactor:
             kernel_state=tuple(self.kernel_state()) if self.kernel_state else (),
             flight=self.flight,
             emit=self._emit,
+            native=self.native,
         )
 
     def _consume_without_operation(self, decision: Decision) -> None:

@@ -34,6 +34,9 @@ class FlightRecord:
     checkpoint_id: str | None
     quality: str | None
     measurement_source: str
+    continuation: str | None = None
+    """`native`, `portable` or `fallback` when the provider offered native compaction (never
+    the native item itself)."""
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -52,6 +55,7 @@ class FlightRecord:
             "checkpointId": self.checkpoint_id,
             "quality": self.quality,
             "measurementSource": self.measurement_source,
+            "continuation": self.continuation,
         }
 
     def to_json(self) -> str:

@@ -1,21 +1,26 @@
 """Model-input assembly (SPEC §5) and the tool-pairing validator.
 
 The model input of a path is: system prompt (+ active skills) and tool schemas; the latest
-capsule on the path rendered as text; the kept tail from `firstKeptEntryId`; every entry
-after the capsule. Tool outputs are clipped here (never in the transcript).
+capsule on the path — its native continuation when the target provider and model produced
+it, else the portable capsule rendered as text; the kept tail from `firstKeptEntryId`;
+every entry after the capsule. Tool outputs are clipped here (never in the transcript).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from soba_nb.compaction.native import NativeTarget, native_tokens, request_message
 from soba_nb.messages import ChatMessage, ToolCall, ToolSchema
 from soba_nb.tokens import TOKENS_PER_REPLY, TokenCounter
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     Entry,
     MessageEntry,
+    NativeContinuation,
     SkillEntry,
     ToolCallEntry,
     ToolResultEntry,
@@ -95,6 +100,20 @@ def entry_tokens(entry: Entry, counter: TokenCounter) -> int:
     return counter.cached(entry.id, compute)
 
 
+def native_cost_key(capsule: CapsuleEntry) -> tuple[str, str]:
+    """The token cache key of a capsule's native item (beside its own id for the text)."""
+    return (capsule.id, "native")
+
+
+def capsule_tokens(capsule: CapsuleEntry, counter: TokenCounter, target: NativeTarget | None) -> int:
+    """Tokens the capsule costs in model input sent to `target`: its native item when the
+    target produced it, else the portable capsule. Cached."""
+    native = capsule.native
+    if native is not None and target is not None and target.accepts(native):
+        return counter.cached(native_cost_key(capsule), lambda: native_tokens(native, counter))
+    return entry_tokens(capsule, counter)
+
+
 @dataclass(frozen=True)
 class VisibleContext:
     """What of a path reaches the model."""
@@ -103,6 +122,18 @@ class VisibleContext:
     entries: tuple[Entry, ...]
     """Kept tail and later entries, model-visible kinds only, in path order."""
     skills: tuple[SkillEntry, ...]
+    native: NativeContinuation | None = None
+    """The capsule's native item, when the target provider and model produced it: sent
+    instead of the portable capsule."""
+
+    def capsule_tokens(self, counter: TokenCounter) -> int:
+        """What the capsule (native item or portable text) costs in this input."""
+        if self.capsule is None:
+            return 0
+        native = self.native
+        if native is not None:
+            return counter.cached(native_cost_key(self.capsule), lambda: native_tokens(native, counter))
+        return entry_tokens(self.capsule, counter)
 
 
 def latest_capsule_index(path: Sequence[Entry]) -> int | None:
@@ -117,11 +148,13 @@ def visible_context(
     *,
     capsule_at: int | None = None,
     skills: Sequence[SkillEntry] | None = None,
+    target: NativeTarget | None = None,
 ) -> VisibleContext:
     """The model-visible part of a path: latest capsule, kept tail, later entries, skills.
 
     `capsule_at` and `skills`, when the caller already knows them (the budget tracker keeps
-    both incrementally), spare the scans of the whole path.
+    both incrementally), spare the scans of the whole path. `target`: the provider and model
+    the input is for; the capsule's native item is used when it accepts it.
     """
     if capsule_at is None:
         capsule_at = latest_capsule_index(path)
@@ -147,7 +180,8 @@ def visible_context(
                 active[entry.name] = entry
         skills = tuple(active.values())
     visible = tuple(entry for entry in candidates if isinstance(entry, VISIBLE_TYPES))
-    return VisibleContext(capsule, visible, tuple(skills))
+    native = capsule.native if capsule is not None and target is not None and target.accepts(capsule.native) else None
+    return VisibleContext(capsule, visible, tuple(skills), native)
 
 
 @dataclass(frozen=True)
@@ -160,17 +194,27 @@ class ModelInput:
     tokens: int
     notes: tuple[str, ...] = field(default_factory=tuple)
     """What the assembler had to do (repairs, emergency clips), for logs and tests."""
+    native: NativeContinuation | None = None
+    """The native item the provider replays before `messages` (instead of the capsule text)."""
 
 
 def fixed_tokens(system: str, tools: Sequence[ToolSchema], counter: TokenCounter) -> int:
     """System prompt, tool schemas and reply priming: the cost of an empty conversation."""
     schemas = [tool.model_dump() for tool in tools]
-    return counter.count_message("system", system) + counter.count_tools(schemas) + TOKENS_PER_REPLY
+    # Keyed by content, so the counts sidecar keeps it too (a resume then loads no tokenizer).
+    key = "fixed:" + hashlib.sha1(json.dumps([system, schemas], sort_keys=True).encode()).hexdigest()[:16]
+    return counter.cached(
+        key, lambda: counter.count_message("system", system) + counter.count_tools(schemas) + TOKENS_PER_REPLY
+    )
 
 
 def _messages(context: VisibleContext, result_limit: dict[str, int]) -> list[ChatMessage]:
     messages: list[ChatMessage] = []
-    if context.capsule is not None:
+    if context.native is not None:
+        quote = request_message(context.native)
+        if quote is not None:
+            messages.append(quote)
+    elif context.capsule is not None:
         messages.append(ChatMessage(role="user", content=capsule_text(context.capsule)))
     for entry in context.entries:
         if isinstance(entry, MessageEntry):
@@ -275,7 +319,7 @@ def assemble(
     notes: list[str] = []
     limits: dict[str, int] = {}
     base = fixed_tokens(full_system, tools, counter)
-    capsule_cost = entry_tokens(context.capsule, counter) if context.capsule else 0
+    capsule_cost = context.capsule_tokens(counter)
     total = base + capsule_cost + sum(entry_tokens(entry, counter) for entry in context.entries)
     if fit_to is not None and total > fit_to:
         total = _emergency_clip(context, counter, limits, total, fit_to, notes)
@@ -286,7 +330,7 @@ def assemble(
             raise PairingError("; ".join(problems))
         notes.append("repaired tool pairing: " + "; ".join(problems))
         messages = repair_pairing(messages)
-    return ModelInput(full_system, tuple(tools), tuple(messages), total, tuple(notes))
+    return ModelInput(full_system, tuple(tools), tuple(messages), total, tuple(notes), context.native)
 
 
 def _emergency_clip(

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from soba_nb.compaction.barrier import CompactionEvent, CompactionResult, Outcome
+from soba_nb.compaction.native import continuation_label
 from soba_nb.compaction.triggers import Trigger
 from soba_nb.notebook.comm import publish
 from soba_nb.transcript.entries import CapsuleEntry
@@ -90,21 +91,22 @@ def live_line(trigger: str, percent: int) -> str:
 
 
 def capsule_line(capsule: CapsuleEntry) -> str:
-    """A committed capsule as a result line: trigger, before → after, reclaimed %, checkpoint.
+    """A committed capsule as a result line: trigger, before → after, reclaimed %, checkpoint,
+    and the continuation it made (native / portable / fallback), worded as `result_line`.
 
     A capsule loaded from a `.capsule.md` file is not a compaction and says where it came from.
     """
+    label = continuation_label(capsule)
+    suffix = f" · {label}" if label else ""
     if capsule.source:
         title = f' "{capsule.title}"' if capsule.title else ""
-        line = f"Loaded capsule{title} from {capsule.source} · {capsule.tokens_after:,} tokens · {capsule.checkpoint_id}"
-        return line + " · fallback" if capsule.quality == "degraded" else line
+        return f"Loaded capsule{title} from {capsule.source} · {capsule.tokens_after:,} tokens · {capsule.checkpoint_id}{suffix}"
     before, after = capsule.tokens_before, capsule.tokens_after
     reclaimed = round(PERCENT * (before - after) / max(before, 1))
-    line = (
+    return (
         f"Compacted ({capsule.trigger}) · {before:,} → {after:,} tokens · "
-        f"reclaimed {reclaimed}% · {capsule.checkpoint_id}"
+        f"reclaimed {reclaimed}% · {capsule.checkpoint_id}{suffix}"
     )
-    return line + " · fallback" if capsule.quality == "degraded" else line
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,8 @@ class BudgetSnapshot:
     last_compaction: str | None = None
     """Result line of the latest capsule on the current path."""
     last_quality: str | None = None
+    last_continuation: str | None = None
+    """`native`, `portable` or `fallback` for the latest capsule (see `capsule_line`)."""
     last_attempt: str | None = None
     """Result line of this kernel's latest operation when it did not complete."""
     model: str = ""
@@ -188,7 +192,7 @@ class BudgetSnapshot:
             "auto": self.auto,
             "lastResult": self.last_compaction,
             "lastAttempt": self.last_attempt,
-            "degraded": self.last_quality == "degraded",
+            "degraded": self.last_continuation == "fallback",
             "provider": self.model,
             "session": self.session,
             "contextWindow": self.context_window,
@@ -220,6 +224,7 @@ def snapshot_of(session: AgentSession) -> BudgetSnapshot:
         auto=thresholds.auto,
         last_compaction=capsule_line(latest) if latest else None,
         last_quality=latest.quality if latest else None,
+        last_continuation=continuation_label(latest) if latest else None,
         last_attempt=result_line(attempt) if attempt and attempt.outcome is not Outcome.COMPLETED else None,
         model=f"{session.config.model.provider}/{session.config.model.name}",
         session=session.session_id,
@@ -311,7 +316,7 @@ def result_message(result: CompactionResult) -> dict[str, Any]:
         "type": "result",
         "line": result_line(result),
         "outcome": result.outcome.value,
-        "degraded": result.quality == "degraded",
+        "degraded": result.continuation == "fallback",
     }
 
 

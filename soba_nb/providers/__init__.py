@@ -1,6 +1,7 @@
 """Model providers: OpenAI-compatible, Anthropic, and (with the `local` extra) embedded.
 
-`make_provider(settings)` picks the provider named by `ModelSettings.provider`. The
+`make_provider(settings)` picks the provider named by `ModelSettings.provider` (for
+"openai", `ModelSettings.api` chooses Chat Completions or the Responses API). The
 agent loop and the summarizer only use the `Provider` protocol and the types of
 `base.py`; failures are the typed errors of `errors.py`.
 """
@@ -37,6 +38,10 @@ def _make_local(settings: ModelSettings, **kw: Any) -> Provider:
 
 def make_provider(settings: ModelSettings, **kw: Any) -> Provider:
     """The provider for `settings`; `kw` goes to its constructor (retries, timeouts, client)."""
+    if settings.provider == "openai" and settings.api == "responses":
+        from soba_nb.providers.responses import ResponsesProvider
+
+        return ResponsesProvider(settings, **kw)
     if settings.provider == "openai":
         from soba_nb.providers.openai import OpenAIProvider
 

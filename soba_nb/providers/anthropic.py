@@ -6,6 +6,14 @@ their results `tool_result` blocks of a *user* message (results of one batch go 
 user message, and messages of the same role are merged, since the API wants roles to
 alternate); streams are named events, and the usage figures arrive in two parts
 (input tokens in `message_start`, output tokens in `message_delta`).
+
+Native continuation (beta `compact-2026-01-12`): a `compaction` block the provider made
+(`soba_nb.providers.native`) is replayed in an assistant message at the start of the
+conversation — the API ignores what comes before the block, so a one-line user message
+opens the conversation as the API requires. Replaying the block needs the beta header and
+a declared `compact_20260112` edit (the API refuses a compaction block whose strategy is not
+declared); its trigger is set beyond the model's window so the provider never compacts on
+its own: when to compact stays our barrier's decision.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from soba_nb.providers.classify import classify_stream_error, one_line
 from soba_nb.providers.errors import BadResponseError, IncompleteResponseError
 from soba_nb.providers.http import HttpProvider, TextSink
 from soba_nb.providers.sse import ServerSentEvent
+from soba_nb.transcript.entries import NativeContinuation
 
 DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
@@ -32,6 +41,15 @@ STOP_REASONS = {
     "max_tokens": "length",
     "model_context_window_exceeded": "length",
 }
+
+ANTHROPIC_KIND = "anthropic.compact_20260112"
+"""The native kind this API replays: a `compaction` content block."""
+COMPACT_BETA = "compact-2026-01-12"
+COMPACT_EDIT = "compact_20260112"
+BETA_HEADER = "anthropic-beta"
+MIN_COMPACT_TRIGGER_TOKENS = 50_000
+"""The smallest `trigger.value` the API accepts for `compact_20260112` (documented)."""
+REPLAY_OPENING = "(The earlier part of this conversation was compacted; its summary follows.)"
 
 # Prompt-cache figures are part of the prompt: effective tokens count all of them.
 INPUT_TOKEN_FIELDS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
@@ -91,13 +109,35 @@ def message_blocks(message: ChatMessage) -> list[dict[str, Any]]:
     return blocks
 
 
-def messages_to_wire(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+def native_messages(native: NativeContinuation | None) -> list[dict[str, Any]]:
+    """The replayed compaction block (after a one-line opening), or nothing."""
+    if native is None or native.kind != ANTHROPIC_KIND:
+        return []
+    return [
+        {"role": "user", "content": [{"type": "text", "text": REPLAY_OPENING}]},
+        {"role": "assistant", "content": [dict(native.payload)]},
+    ]
+
+
+def compact_edit(trigger_tokens: int, *, pause: bool) -> dict[str, Any]:
+    """`context_management` declaring the `compact_20260112` edit."""
+    edit: dict[str, Any] = {
+        "type": COMPACT_EDIT,
+        "trigger": {"type": "input_tokens", "value": max(trigger_tokens, MIN_COMPACT_TRIGGER_TOKENS)},
+    }
+    if pause:
+        edit["pause_after_compaction"] = True
+    return {"edits": [edit]}
+
+
+def messages_to_wire(messages: list[ChatMessage], start: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Neutral messages → alternating user/assistant messages with content blocks.
 
     Tool results become user messages, so consecutive results (and a user message that
-    follows them) merge into one user message, results first as the API requires.
+    follows them) merge into one user message, results first as the API requires. `start`:
+    wire messages that come first (a replayed compaction), merged the same way.
     """
-    wire: list[dict[str, Any]] = []
+    wire: list[dict[str, Any]] = [{"role": m["role"], "content": list(m["content"])} for m in start or []]
     for message in messages:
         role = "assistant" if message.role == "assistant" else "user"
         blocks = message_blocks(message)
@@ -145,13 +185,20 @@ class AnthropicProvider(HttpProvider):
             headers["x-api-key"] = api_key
         return headers
 
+    def request_headers(self, request: ModelRequest) -> dict[str, str]:
+        return {BETA_HEADER: COMPACT_BETA} if native_messages(request.native) else {}
+
     def build_body(self, request: ModelRequest) -> dict[str, Any]:
+        replay = native_messages(request.native)
         body: dict[str, Any] = {
             "model": self.model,
             "max_tokens": request.max_output_tokens,
-            "messages": messages_to_wire(request.messages),
+            "messages": messages_to_wire(request.messages, replay),
             "stream": request.stream,
         }
+        if replay:
+            # Declared so the block is accepted; beyond the window so it never fires.
+            body["context_management"] = compact_edit(self.settings.context_window, pause=False)
         if request.system:
             body["system"] = request.system
         if request.tools:

@@ -14,6 +14,7 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, Field
 
 from soba_nb.messages import ChatMessage, ToolCall, ToolSchema
+from soba_nb.transcript.entries import NativeContinuation
 
 Operation = Literal["inference", "compaction"]
 
@@ -52,6 +53,9 @@ class ModelRequest(BaseModel):
     near_window: bool = False
     """The input is near the model's window (at or past the soft limit; never sent): an
     empty answer is then read as a context overflow, not retried as a glitch."""
+    native: NativeContinuation | None = None
+    """Provider-side compaction state replayed before `messages` (SPEC §5 item 2); only set
+    for the provider and model that produced it."""
 
 
 class ModelResponse(BaseModel):

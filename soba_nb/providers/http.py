@@ -15,6 +15,7 @@ Anthropic) only says how to build the body and how to read an answer or a stream
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -29,7 +30,13 @@ from urllib.parse import urlsplit
 import httpx
 
 from soba_nb.config import ModelSettings
-from soba_nb.providers.base import ModelRequest, ModelResponse, TextCallback, WaitCallback
+from soba_nb.providers.base import (
+    ModelRequest,
+    ModelResponse,
+    Operation,
+    TextCallback,
+    WaitCallback,
+)
 from soba_nb.providers.classify import (
     classify_http_error,
     classify_stream_error,
@@ -195,6 +202,10 @@ class HttpProvider(ABC):
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
         """Headers carrying the key (and any fixed headers of the API)."""
 
+    def request_headers(self, request: ModelRequest) -> dict[str, str]:
+        """Headers one request needs besides the key (a beta feature it uses); none by default."""
+        return {}
+
     @abstractmethod
     def build_body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body for `request`."""
@@ -224,6 +235,7 @@ class HttpProvider(ABC):
         api_key = read_api_key(self.settings.api_key_env, self.base_url)
         headers = {
             **self.auth_headers(api_key),
+            **self.request_headers(request),
             OPERATION_HEADER: request.operation,
             OPERATION_ID_HEADER: request.operation_id,
         }
@@ -262,6 +274,49 @@ class HttpProvider(ABC):
             redact(exc, api_key)
             raise
 
+    def post_json(
+        self,
+        url: str,
+        body: dict[str, Any],
+        *,
+        operation: Operation,
+        operation_id: str,
+        headers: dict[str, str] | None = None,
+        cancel: threading.Event | None = None,
+        timeout_s: float | None = None,
+    ) -> dict[str, Any]:
+        """One non-streamed JSON request to `url` (a native compaction endpoint) with the life
+        cycle of `complete`: the key, `X-Soba-Operation` headers, deadline, cancel, retries and
+        error classification (an overflow is never retried). Returns the answer's JSON object."""
+        deadline = Deadline(timeout_s if timeout_s is not None else self.default_timeout_s)
+        api_key = read_api_key(self.settings.api_key_env, self.base_url)
+        sent = {
+            **self.auth_headers(api_key),
+            **(headers or {}),
+            OPERATION_HEADER: operation,
+            OPERATION_ID_HEADER: operation_id,
+        }
+
+        def attempt(_index: int) -> dict[str, Any]:
+            feed = Feed(cancel=cancel, deadline=deadline, idle_s=self.idle_timeout_s, source=self.source)
+            timeout, bounded_by_deadline = self._timeout(deadline)
+            feed.start(lambda feed: self._io(feed, False, body, sent, timeout, url=url))
+            with self._httpx_errors(deadline, bounded_by_deadline):
+                head = feed.head()
+                if head.status >= HTTP_ERROR_MIN:
+                    raise classify_http_error(self.source, head.status, head.text or "", head.headers)
+                data = parse_json_answer(self.source, head.text or "")
+            check_cancel(cancel, self.source)
+            return data
+
+        try:
+            return call_with_retries(
+                attempt, policy=self.policy, deadline=deadline, source=self.source, cancel=cancel, rng=self._rng
+            )
+        except ProviderError as exc:
+            redact(exc, api_key)
+            raise
+
     def _empty_overflow(self, request: ModelRequest) -> ContextOverflowError:
         size = f"about {request.input_tokens:,} tokens" if request.input_tokens else "a prompt"
         return ContextOverflowError(
@@ -294,13 +349,13 @@ class HttpProvider(ABC):
         feed = Feed(cancel=cancel, deadline=deadline, idle_s=self.idle_timeout_s, source=self.source, on_wait=on_wait)
         timeout, bounded_by_deadline = self._timeout(deadline)
         feed.start(lambda feed: self._io(feed, stream, body, headers, timeout))
-        try:
+        with self._httpx_errors(deadline, bounded_by_deadline):
             head = feed.head()
             if head.status >= HTTP_ERROR_MIN:
                 raise classify_http_error(self.source, head.status, head.text or "", head.headers)
             if head.text is not None:
                 data = parse_json_answer(self.source, head.text)
-                if stream and "error" in data:
+                if stream and data.get("error"):
                     # Some servers answer a streamed request with one JSON object (often an error).
                     raise classify_stream_error(self.source, data)
                 result = self.parse_answer(data)
@@ -308,6 +363,15 @@ class HttpProvider(ABC):
                     sink(result.text)
             else:
                 result = self._parse_lines(feed.lines(), sink)
+        # An answer that finished after the caller cancelled is dropped all the same.
+        check_cancel(cancel, self.source)
+        return result
+
+    @contextlib.contextmanager
+    def _httpx_errors(self, deadline: Deadline, bounded_by_deadline: bool) -> Iterator[None]:
+        """httpx's exceptions as our typed errors (one attempt's worth)."""
+        try:
+            yield
         except httpx.TimeoutException as exc:
             if bounded_by_deadline or deadline.expired():
                 raise deadline.timeout_error(self.source) from None
@@ -324,14 +388,20 @@ class HttpProvider(ABC):
             raise ServerError(
                 f"{self.source}: connection failed ({type(exc).__name__}: {exc})"
             ) from None
-        # An answer that finished after the caller cancelled is dropped all the same.
-        check_cancel(cancel, self.source)
-        return result
 
-    def _io(self, feed: Feed, stream: bool, body: dict[str, Any], headers: dict[str, str], timeout: httpx.Timeout) -> None:
+    def _io(
+        self,
+        feed: Feed,
+        stream: bool,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        timeout: httpx.Timeout,
+        *,
+        url: str | None = None,
+    ) -> None:
         """The worker's part: send, and hand over the head, then the lines of a stream."""
         if not stream:
-            response = self._client.post(self.endpoint(), json=body, headers=headers, timeout=timeout)
+            response = self._client.post(url or self.endpoint(), json=body, headers=headers, timeout=timeout)
             feed.put_head(response, response.text)
             return
         with self._client.stream(

@@ -10,6 +10,8 @@ leaves open, documented in the README:
 - a compaction operation that ends without a capsule (skipped / failed) is recorded as a
   `compaction` entry (outcome, reason, the intents it consumed), so intents are consumed
   once and the loop guard's pause holds even across a kernel restart;
+- a capsule may carry the provider's own compaction (`native`: provider, model, kind and the
+  opaque payload, replayed only to that provider and model) beside its portable content;
 - the effective configuration is a `config` entry (at the start and after each change);
 - settings the user changes for the session (`%auto_compact off`) are `setting` entries, and
   what the session learned of the model's real window (from the server, an overflow error,
@@ -44,6 +46,7 @@ TriggerName = Literal[
     "context_overflow",
 ]
 Quality = Literal["full", "degraded"]
+Continuation = Literal["native", "portable", "fallback"]
 
 
 def new_entry_id() -> str:
@@ -134,6 +137,30 @@ class UsageEntry(_Entry):
     (Ollama does when its num_ctx is smaller). Not used to measure the budget."""
 
 
+class NativeContinuation(BaseModel):
+    """Provider-side compaction state (SPEC §5 item 2), kept beside the portable capsule.
+
+    Replayed only to the provider and model that produced it; any other model gets the
+    portable capsule. The payload is the provider's own item, opaque (OpenAI's is encrypted):
+    it is never shown (not in `repr`, `%capsule show`, `%budget`, `inspect`, flight records)
+    and never exported.
+    """
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow", frozen=True)
+
+    provider: str
+    """Provider kind that produced it (`ModelSettings.provider`, e.g. "openai", "anthropic")."""
+    model: str
+    """The model name it was produced for (`ModelSettings.name`)."""
+    kind: str
+    """What the payload is, e.g. "openai.responses.compact" or "anthropic.compact_20260112"."""
+    payload: dict[str, Any] = Field(repr=False)
+    """The provider's item(s), exactly as returned (replayed verbatim)."""
+    request: str | None = None
+    """The request being worked on, when the kept tail does not carry it: sent verbatim right
+    after the native item (SPEC §5; the provider's summary may paraphrase it)."""
+
+
 class CapsuleEntry(_Entry):
     """A committed Context Capsule (SPEC §4): replaces the path before `firstKeptEntryId`."""
 
@@ -160,6 +187,13 @@ class CapsuleEntry(_Entry):
     source: str | None = None
     """For loaded capsules: where it came from (a `.capsule.md` path)."""
     title: str | None = None
+    native: NativeContinuation | None = None
+    """The provider's own compaction of the same history, when it made one (used instead of
+    `content` while the provider and model match)."""
+    continuation: Continuation | None = None
+    """Which continuation the operation produced when the provider offered native compaction:
+    `native`, `portable` (the model capsule) or `fallback` (the deterministic capsule); null
+    when it did not (older entries, other providers)."""
 
 
 class CheckpointEntry(_Entry):

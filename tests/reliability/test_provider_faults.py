@@ -1,9 +1,10 @@
 """Provider faults: every way a server misbehaves ends in a clear error or a good answer,
 within a bounded time.
 
-Scenarios run against the loopback server through the real providers (both wire formats
-where the fault is wire-specific), with a 2 s idle limit; the figure is how many ended as
-they should and the worst time to a clear error.
+Scenarios run against the loopback server through the real providers (each wire format,
+Chat Completions, Anthropic Messages and Responses, where the fault is wire-specific), with
+a 2 s idle limit; the figure is how many ended as they should and the worst time to a
+clear error.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from soba_nb.providers.errors import (
     StalledError,
 )
 from soba_nb.providers.openai import OpenAIProvider
+from soba_nb.providers.responses import ResponsesProvider
 
 IDLE_S = 2.0
 RETRIES = 3
@@ -83,6 +85,9 @@ def make(server: LLMServer, wire: str) -> OpenAIProvider | AnthropicProvider:
     if wire == "anthropic":
         settings = ModelSettings(provider="anthropic", base_url=server.anthropic_url, api_key_env="SOBA_TEST_UNSET_KEY")
         return AnthropicProvider(settings, **options)  # type: ignore[arg-type]
+    if wire == "responses":
+        settings = ModelSettings(base_url=server.url, api_key_env="SOBA_TEST_UNSET_KEY", api="responses")
+        return ResponsesProvider(settings, **options)  # type: ignore[arg-type]
     return OpenAIProvider(ModelSettings(base_url=server.url, api_key_env="SOBA_TEST_UNSET_KEY"), **options)  # type: ignore[arg-type]
 
 
@@ -91,7 +96,7 @@ def test_every_provider_fault_ends_clearly_and_in_bounded_time(figures):
     passed = total = 0
     worst = 0.0
     failures: list[str] = []
-    for wire in ("openai", "anthropic"):
+    for wire in ("openai", "anthropic", "responses"):
         for scenario in SCENARIOS:
             total += 1
             with LLMServer() as server, make(server, wire) as provider:
