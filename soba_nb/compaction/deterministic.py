@@ -30,6 +30,8 @@ EARLIER_REQUESTS_KEPT = 3
 """User messages before the latest one that are quoted (clipped) as context."""
 EARLIER_REQUESTS_MAX = 8
 REQUEST_CLIP_CHARS = 300
+OPENING_CLIP_CHARS = 600
+"""The session's first request (usually its goal) is kept through every capsule, this long."""
 KEPT_REQUEST_QUOTE_LIMIT_CHARS = 300
 """A latest request that is also in the kept tail (which carries it whole) is quoted up to
 this size: enough to say what it was, without doubling a pasted table in model input."""
@@ -54,13 +56,15 @@ OUTPUT_EXTENSIONS = frozenset(
 
 LATEST_REQUEST_LABEL = "Latest user request (verbatim):"
 EARLIER_REQUESTS_LABEL = "Earlier user requests:"
+OPENING_REQUEST_LABEL = "First request of the session:"
 CONSTRAINTS_LABEL = "Constraints the user stated:"
 CARRIED_LABEL = "Carried over from the previous capsule:"
 ASSIGNED_NAMES_PREFIX = "Names assigned by the agent's python code (type and shape not recorded):"
 
 _CONSTRAINT = re.compile(
     r"\b(?:must|never|don['’]?t|do not|only|should|shouldn['’]t|without|always|avoid"
-    r"|make sure|ensure|no more than|at most|at least)\b",
+    r"|make sure|ensure|no more than|at most|at least|has to|have to|needs? to|required?|keep\b[^.!?\n]*?"
+    r"\b(?:under|below|within|to)\b|in under)\b",
     re.IGNORECASE,
 )
 _NEXT_STEP = re.compile(
@@ -158,11 +162,11 @@ def _run_key(item: str) -> str:
 CLIPPED_REQUEST_NOTE = "(clipped here; the whole request is in the recent messages after this capsule)"
 
 
-def _decompose_goal(body: str) -> tuple[str | None, list[str], list[str], str]:
-    """(latest request, earlier requests, constraints, carried text) of a goal section this
-    module wrote; a goal in any other layout is carried over whole."""
+def _decompose_goal(body: str) -> tuple[str | None, list[str], list[str], list[str], str]:
+    """(latest request, opening request, earlier requests, constraints, carried text) of a
+    goal section this module wrote; a goal in any other layout is carried over whole."""
     if not body:
-        return None, [], [], ""
+        return None, [], [], [], ""
     request = None
     rest = body
     if block := _REQUEST_BLOCK.match(body):
@@ -172,20 +176,22 @@ def _decompose_goal(body: str) -> tuple[str | None, list[str], list[str], str]:
     at = 0 if rest.startswith(marker) else rest.find("\n" + marker) + 1
     if rest.startswith(marker) or at > 0:
         head, carried = rest[:at], rest[at + len(marker) :].strip()
+    opening: list[str] = []
     earlier: list[str] = []
     constraints: list[str] = []
+    targets = {OPENING_REQUEST_LABEL: opening, EARLIER_REQUESTS_LABEL: earlier, CONSTRAINTS_LABEL: constraints}
     target: list[str] | None = None
     for line in head.split("\n"):
         stripped = line.strip()
         if not stripped or stripped == CLIPPED_REQUEST_NOTE:
             continue
-        if stripped in (EARLIER_REQUESTS_LABEL, CONSTRAINTS_LABEL):
-            target = earlier if stripped == EARLIER_REQUESTS_LABEL else constraints
+        if stripped in targets:
+            target = targets[stripped]
         elif target is not None and _ITEM_MARKER.match(line):
             target.append(line)
         else:
-            return None, [], [], body
-    return request, earlier, constraints, carried
+            return None, [], [], [], body
+    return request, opening, earlier, constraints, carried
 
 
 def _constraints(messages: Iterable[str]) -> list[str]:
@@ -200,7 +206,14 @@ def _constraints(messages: Iterable[str]) -> list[str]:
 def _goal(
     scan: Scan, kept_requests: list[str], previous_body: str, latest_whole: bool, current: str | None
 ) -> str:
-    old_request, earlier, constraints, carried = _decompose_goal(previous_body)
+    old_request, opening, earlier, constraints, carried = _decompose_goal(previous_body)
+    if not previous_body and scan.user_messages:
+        # No capsule before this region: its first request opened the session (its goal,
+        # most often), and is kept, clipped, through every later capsule.
+        opening = [bullet(one_line(scan.user_messages[0], OPENING_CLIP_CHARS))]
+        quoted_first = bullet(one_line(scan.user_messages[0], REQUEST_CLIP_CHARS))
+    else:
+        quoted_first = None
     # Requests in the kept tail follow the capsule whole: only the latest is named here
     # (clipped when long), so the capsule stands alone without repeating the tail.
     earlier_source = list(scan.user_messages)
@@ -225,9 +238,12 @@ def _goal(
     newest = earlier_source[-EARLIER_REQUESTS_KEPT:] if latest_whole else earlier_source[-EARLIER_REQUESTS_KEPT - 1 :]
     earlier = _cap(_merge(earlier, [bullet(one_line(m, REQUEST_CLIP_CHARS)) for m in newest if m.strip()]), EARLIER_REQUESTS_MAX)
     constraints = _cap(_merge(constraints, _constraints(scan.user_messages)), CONSTRAINTS_MAX)
+    earlier = [item for item in earlier if item not in opening and item != quoted_first]
     parts = []
     if request is not None:
         parts.append(f"{LATEST_REQUEST_LABEL}\n\n{_fenced(request)}" + (f"\n{note}" if note else ""))
+    if opening and (request is None or one_line(request, OPENING_CLIP_CHARS) not in opening[0]):
+        parts.append(OPENING_REQUEST_LABEL + "\n" + "\n".join(opening))
     if earlier:
         parts.append(EARLIER_REQUESTS_LABEL + "\n" + "\n".join(earlier))
     if constraints:
@@ -264,7 +280,9 @@ def _blockers(scan: Scan, previous: list[str]) -> list[str]:
         for key, run in scan.runs.items()
         if run.failed and (run.kind == "shell" or key == scan.last_python)
     ]
-    merged = _merge(previous, failing, _run_key)
+    # Held up by something outside the work (stated in a message): kept until the cap pushes
+    # it out, since no run can say it was resolved.
+    merged = _merge(_merge(previous, failing, _run_key), scan.stated_blockers, _run_key)
     return _cap([item for item in merged if _run_key(item) not in resolved], BLOCKERS_MAX)
 
 

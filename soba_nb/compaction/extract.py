@@ -72,6 +72,13 @@ _DECISION = re.compile(
     r"\b(?:decided|decide to|chose|choosing|instead of|switch(?:ed|ing)? to|because|rather than)\b",
     re.IGNORECASE,
 )
+_BLOCKER = re.compile(
+    r"\b(?:blocked|blocker|waiting (?:on|for)|(?:has|have) not (?:yet )?(?:confirmed|approved|answered|arrived|sent)"
+    r"|not (?:yet )?confirmed|(?:is|are) still (?:open|missing|pending)|cannot proceed|can['’]t proceed"
+    r"|(?:is|are) missing from)\b",
+    re.IGNORECASE,
+)
+"""A sentence that says the work is held up by something outside it (stated, not a failed run)."""
 _ARGUMENT_STRING = re.compile(r'"(?P<key>path|command|code|kind|note)"\s*:\s*(?P<value>"(?:[^"\\]|\\.)*")')
 
 
@@ -200,6 +207,8 @@ class Scan:
     assigned: dict[str, None] = field(default_factory=dict)
     skills: dict[str, str] = field(default_factory=dict)
     pending: list[str] = field(default_factory=list)
+    stated_blockers: list[str] = field(default_factory=list)
+    """Sentences of user or assistant messages that say the work is held up (`_BLOCKER`)."""
     tool_counts: dict[str, int] = field(default_factory=dict)
     capsule_text: str | None = None
 
@@ -217,6 +226,8 @@ class Scan:
                 self.capsule_text = entry.content
 
     def _message(self, entry: MessageEntry) -> None:
+        if entry.role in ("user", "assistant"):
+            self._stated_blockers(entry.content)
         if entry.role == "user":
             self.user_messages.append(entry.content)
             self.answered_latest_request = False
@@ -227,6 +238,11 @@ class Scan:
             for sentence in SENTENCE_BREAK.split(entry.content[:DECISION_SCAN_CHARS]):
                 if _DECISION.search(sentence):
                     self.decisions.append((False, bullet(one_line(sentence, ITEM_CLIP_CHARS))))
+
+    def _stated_blockers(self, text: str) -> None:
+        for sentence in SENTENCE_BREAK.split(text[:DECISION_SCAN_CHARS]):
+            if _BLOCKER.search(sentence):
+                self.stated_blockers.append(bullet(one_line(sentence, ITEM_CLIP_CHARS)))
 
     def _checkpoint(self, kind: str, note: str) -> None:
         text = one_line(note, ITEM_CLIP_CHARS * 2)

@@ -273,7 +273,8 @@ class _Fitter:
         """(user message, number of dropped entries) within about `target` tokens, or None."""
         skeleton = self.count(_assemble(self.previous, None, None, ""))
         for limit in self.limits:
-            if self.fitting_start(limit, target - skeleton) == 0:
+            # (With no entries every start "fits": the previous capsule must fit too.)
+            if skeleton <= target and self.fitting_start(limit, target - skeleton) == 0:
                 return _assemble(self.previous, None, None, self.history(limit, 0)), 0
         return self._drop_oldest(target) if self.entries else self._clip_everything(target)
 

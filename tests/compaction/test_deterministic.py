@@ -7,7 +7,12 @@ import json
 import time
 
 from soba_nb.compaction.capsule import Capsule, parse_capsule, render_capsule
-from soba_nb.compaction.deterministic import NARRATIVE_MAX_ITEMS, build_deterministic_capsule
+from soba_nb.compaction.deterministic import (
+    EARLIER_REQUESTS_LABEL,
+    NARRATIVE_MAX_ITEMS,
+    OPENING_REQUEST_LABEL,
+    build_deterministic_capsule,
+)
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     CheckpointEntry,
@@ -155,7 +160,11 @@ def test_the_latest_user_request_is_quoted_whole_and_earlier_ones_clipped() -> N
     assert LONG_REQUEST in capsule.goal_and_constraints
     assert LONG_REQUEST in parse_capsule(render_capsule(capsule)).goal_and_constraints
     assert "second: plot it" in capsule.goal_and_constraints
-    assert "x" * 400 not in capsule.goal_and_constraints
+    earlier = capsule.goal_and_constraints.split(EARLIER_REQUESTS_LABEL)[1]
+    assert "x" * 400 not in earlier and "first: load" not in earlier
+    # The session's first request (its goal, usually) is kept, clipped less.
+    opening = capsule.goal_and_constraints.split(OPENING_REQUEST_LABEL)[1].split(EARLIER_REQUESTS_LABEL)[0]
+    assert "first: load the data " + "x" * 400 in opening and "x" * 700 not in opening
     assert "- You must not touch data/raw.csv." in capsule.goal_and_constraints
     assert "- Only use scikit-learn." in capsule.goal_and_constraints
     assert "Working on the latest user request" in capsule.in_progress
@@ -250,6 +259,37 @@ def test_rolling_twice_keeps_the_older_request_and_carried_goal() -> None:
     assert goal.count("Build a churn model. Never upload data.") == 1
     third = build(History().assistant("still working"), previous=second)
     assert "Request two." in third.goal_and_constraints.split("Earlier user requests:")[0]
+
+
+def test_the_first_request_of_the_session_survives_every_later_capsule() -> None:
+    """The opening request (the session's goal, most often) is not one of the last three
+    requests after a while: it is kept under its own label, carried through each roll-up."""
+    history = History().user("I'm preparing the Q3 churn report for the board. Keep it under two pages.")
+    for n in range(5):
+        history.assistant(f"done step {n}").user(f"step {n + 1}: next thing")
+    capsule = build(history)
+    for n in range(6):
+        capsule = build(History().user(f"later request {n}").assistant("ok"), previous=capsule)
+    goal = capsule.goal_and_constraints
+    assert goal.count("the Q3 churn report for the board") == 1
+    assert goal.index(OPENING_REQUEST_LABEL) < goal.index(EARLIER_REQUESTS_LABEL)
+    assert "- Keep it under two pages." in goal  # a "keep … under" sentence is a constraint
+
+
+def test_blockers_stated_in_messages_are_kept_beside_failing_runs() -> None:
+    history = (
+        History()
+        .user("Score March. One more thing: finance has not confirmed the fiscal calendar yet.")
+        .assistant("Loaded the data. Blocked on access to the CRM warehouse: ticket IT-4411 is still open.")
+        .shell("pytest -q", 1)
+        .assistant("The weather is fine and the tests ran.")
+    )
+    blockers = build(history).blockers
+    assert "finance has not confirmed the fiscal calendar yet." in blockers
+    assert "Blocked on access to the CRM warehouse: ticket IT-4411 is still open." in blockers
+    assert "pytest -q" in blockers and "weather" not in blockers
+    carried = build(History().user("go on").assistant("ok"), previous=build(history))
+    assert "IT-4411" in carried.blockers
 
 
 def test_a_capsule_entry_among_the_entries_is_the_previous_capsule() -> None:
