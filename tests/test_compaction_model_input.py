@@ -120,6 +120,19 @@ def test_a_single_group_above_the_hard_limit_is_clipped_to_fit_with_a_note(tmp_p
     assert any("clipped" in note for note in built.notes)
 
 
+def test_clipping_that_cannot_fit_is_not_tried(tmp_path):
+    """Messages alone above the limit: no clip of tool outputs would make it fit, so none
+    is cut (a long path would re-count every output for nothing); compaction must run."""
+    t = open_transcript(tmp_path)
+    t.append(MessageEntry(role="user", content=words(3000)))
+    add_tool_group(t, 2500)
+    unclipped = build(t)
+    built = build(t, fit_to=1000)
+    assert built.tokens == unclipped.tokens > 1000
+    assert built.messages == unclipped.messages
+    assert built.notes == ("larger than the hard limit even without tool outputs: not clipped",)
+
+
 def test_pairing_validator_finds_orphans_and_missing_results():
     call = ToolCall(id="c1", name="python", arguments="{}")
     broken = [

@@ -350,6 +350,11 @@ def _emergency_clip(
         key=lambda entry: entry_tokens(entry, counter),
         reverse=True,
     )
+    if total - sum(entry_tokens(entry, counter) for entry in results) > fit_to:
+        # Even with every tool output gone it would not fit: clipping cannot help (and would
+        # re-count every output of a long path for nothing); compaction has to run.
+        notes.append("larger than the hard limit even without tool outputs: not clipped")
+        return total
     for entry in results:
         if total <= fit_to:
             break
