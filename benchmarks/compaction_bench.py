@@ -1,4 +1,5 @@
-"""Compaction benchmarks, registered into `run.py`'s table (imported by it).
+"""Compaction benchmarks on the `periodic` sessions (a capsule every 40 turns), registered
+into `run.py`'s table (imported by it).
 
 - preflight decision: append one entry, then `Compactor.preflight` when no trigger fires
   (measurement, pending intents, trigger rules) — target flat (≤ 2× from the smallest to
@@ -12,13 +13,17 @@ from __future__ import annotations
 import shutil
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from itertools import islice
 from typing import Any
 
+try:
+    from benchmarks.generate import MODEL, PROVIDER
+except ImportError:  # run as a script: benchmarks/ itself is on sys.path
+    from generate import MODEL, PROVIDER  # type: ignore[no-redef]
+
 from soba_nb.agent.session import SYSTEM_PROMPT
 from soba_nb.agent.tools import TOOL_SCHEMAS
-from soba_nb.cli import model_of
 from soba_nb.compaction.deterministic import build_deterministic_capsule
 from soba_nb.compaction.engine import Compactor, EngineSettings
 from soba_nb.compaction.limits import soft_limit
@@ -45,8 +50,9 @@ def _quiet_thresholds() -> Thresholds:
     )
 
 
-def _compactor(store: Transcript) -> Compactor:
-    counter = TokenCounter.for_model(*model_of(store))
+def quiet_compactor(store: Transcript) -> Compactor:
+    """The engine of the benchmark model on `store`, with thresholds no trigger reaches."""
+    counter = TokenCounter.for_model(PROVIDER, MODEL)
     settings = EngineSettings(_quiet_thresholds(), timeout_ms=15_000, max_output_tokens=8000, session_id="bench")
     return Compactor(store, counter, settings, system=SYSTEM_PROMPT, tools=TOOL_SCHEMAS)
 
@@ -55,15 +61,16 @@ def register(benchmark: Callable[[str], Callable[[Any], Any]], row: type, ms: Ca
     """Register the compaction benchmarks into run.py's table."""
 
     @benchmark("preflight decision")
-    def decision(sessions: Sequence[Any]) -> list[Any]:
+    def decision(workspace: Any) -> list[Any]:
         rows: list[Any] = []
         baseline: float | None = None
-        folder = sessions[0].path.parent
+        sessions = workspace.periodic()
+        name = "preflight decision, capsule every 40 turns"
         for session in sessions:
-            copy = folder / f"decision-{session.entries}.jsonl"
+            copy = workspace.folder / f"decision-{session.entries}.jsonl"
             shutil.copyfile(session.path, copy)
             with Transcript.open(copy) as store:
-                engine = _compactor(store)
+                engine = quiet_compactor(store)
                 engine.preflight(TurnState())  # a resumed session's first preflight counts it all
                 costs = []
                 for entry in islice(entries(7), PREFLIGHTS):
@@ -76,23 +83,23 @@ def register(benchmark: Callable[[str], Callable[[Any], Any]], row: type, ms: Ca
             under = median * 1000 <= DECISION_TARGET_MS
             if baseline is None:
                 baseline = median
-                rows.append(row("preflight decision", session.entries, ms(median), "baseline (median)",
-                                "", f"< {DECISION_TARGET_MS:g} ms", under))
+                rows.append(row(name, session.entries, ms(median), "baseline (median)",
+                                "", f"< {DECISION_TARGET_MS:g} ms", under, session.size))
                 continue
             ratio = median / baseline
             rows.append(row(
-                "preflight decision", session.entries, ms(median),
+                name, session.entries, ms(median),
                 f"{sessions[0].entries:,} entries {ms(baseline)}", f"{ratio:.2f}×",
                 f"≤ {DECISION_TARGET_RATIO:g}× smallest, < {DECISION_TARGET_MS:g} ms",
-                ratio <= DECISION_TARGET_RATIO and under,
+                ratio <= DECISION_TARGET_RATIO and under, session.size,
             ))
         return rows
 
     @benchmark("deterministic capsule")
-    def deterministic(sessions: Sequence[Any]) -> list[Any]:
-        largest = sessions[-1]
+    def deterministic(workspace: Any) -> list[Any]:
+        largest = workspace.periodic()[-1]
         store = Transcript.load(largest.path)
-        counter = TokenCounter.for_model(*model_of(store))
+        counter = TokenCounter.for_model(PROVIDER, MODEL)
         history, tokens = [], 0
         for entry in store.path_view():
             history.append(entry)
@@ -109,10 +116,10 @@ def register(benchmark: Callable[[str], Callable[[Any], Any]], row: type, ms: Ca
                     f"< {DETERMINISTIC_TARGET_MS:g} ms", best < DETERMINISTIC_TARGET_MS)]
 
     @benchmark("model-input assembly")
-    def assembly(sessions: Sequence[Any]) -> list[Any]:
+    def assembly(workspace: Any) -> list[Any]:
         rows = []
-        for session in sessions:
-            engine = _compactor(Transcript.load(session.path))
+        for session in workspace.periodic():
+            engine = quiet_compactor(Transcript.load(session.path))
             engine.measure()
             times = []
             for _ in range(5):
@@ -120,5 +127,5 @@ def register(benchmark: Callable[[str], Callable[[Any], Any]], row: type, ms: Ca
                 built = engine.model_input()
                 times.append(time.perf_counter() - start)
             result = f"{ms(min(times))} ({len(built.messages)} messages, {built.tokens:,} tokens)"
-            rows.append(row("model-input assembly", session.entries, result))
+            rows.append(row("model-input assembly, capsule every 40 turns", session.entries, result, file_bytes=session.size))
         return rows

@@ -1,19 +1,26 @@
 """Transcript benchmarks: `python benchmarks/run.py` prints a Markdown table.
 
-For sessions of 1k, 10k and 100k entries (benchmarks/generate.py, written to a temporary
-folder) it measures:
+Headline rows (benchmarks/resume_bench.py), on `analysis` sessions of 1k, 10k and 100k
+entries (300k with `--large`) with no capsule, and the same sessions ending in a capsule:
+resume (open + measure + model input, each timed) in a fresh process against pi's
+`SessionManager.open` + `buildSessionContext` and against the orjson parse floor; peak RSS
+after resume; the compaction plan against pi's `prepareCompaction`; the summary input; the
+cost of every request; appending one entry. pi's figures need pi installed (see
+benchmarks/pi_runner.py); without it the table says so in one line and shows ours alone.
+
+Then the older rows, on `periodic` sessions (a capsule every 40 turns):
 
 - load: `Transcript.load` against the floor of bare `json.loads` on every line of the same
   file (target: at most 3× the floor);
-- count per preflight: append one entry, then measure effective tokens with the agent's
-  incremental `BudgetTracker`, which counts only what is new (`TokenCounter.cached` keyed by
-  entry id) — the cost must not grow with the session (target: at 100k entries within 2×
-  of 1k entries);
-- peak memory of a load (tracemalloc).
+- count per preflight: append one entry, then measure effective tokens with the engine
+  (`Compactor.measure`), which counts only what is new — flat in session length (target: at
+  100k entries within 2× of 1k entries);
+- the preflight decision, the deterministic capsule and model-input assembly
+  (benchmarks/compaction_bench.py).
 
-Adding a benchmark: decorate a function `(sessions) -> list[Row]` with `@benchmark("name")`
+Adding a benchmark: decorate a function `(workspace) -> list[Row]` with `@benchmark("name")`
 (here or in a module that imports this one and then calls `main()`); each `Row` is one line
-of the table.
+of the table. `workspace` makes the sessions a benchmark asks for, once.
 """
 
 from __future__ import annotations
@@ -27,25 +34,20 @@ import statistics
 import sys
 import tempfile
 import time
-import tracemalloc
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 try:
-    from benchmarks import compaction_bench
-    from benchmarks.generate import SIZES, write_session
+    from benchmarks import compaction_bench, resume_bench
+    from benchmarks.generate import LARGE_SIZE, SIZES, compact_session, write_session
+    from benchmarks.pi_runner import find_pi
 except ImportError:  # run as a script: benchmarks/ itself is on sys.path
     import compaction_bench  # type: ignore[no-redef]
-    from generate import SIZES, write_session  # type: ignore[no-redef]
+    import resume_bench  # type: ignore[no-redef]
+    from generate import LARGE_SIZE, SIZES, compact_session, write_session  # type: ignore[no-redef]
+    from pi_runner import find_pi  # type: ignore[no-redef]
 
-from soba_nb.agent.session import SYSTEM_PROMPT
-from soba_nb.agent.tools import TOOL_SCHEMAS
-from soba_nb.cli import model_of
-from soba_nb.compaction.budget import BudgetTracker
-from soba_nb.compaction.model_input import fixed_tokens
-from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import Entry, MessageEntry, ToolResultEntry
 from soba_nb.transcript.store import Transcript
 
@@ -55,6 +57,8 @@ PREFLIGHTS = 200
 """Preflights measured per session size (each: append one entry, count what is new)."""
 PREFLIGHT_RESULT_BYTES = 4000
 """Size of the tool result appended on every other preflight (like a dataframe repr)."""
+PERIODIC_MAX_ENTRIES = 100_000
+"""The older `periodic` sessions (1.4 KB an entry) stop here: the headline rows go larger."""
 MIB = 1024 * 1024
 
 
@@ -81,10 +85,44 @@ class Row:
     ratio: str = ""
     target: str = ""
     ok: bool | None = None
-    """None when the row has no target."""
+    """None when the row has no target (or what it is compared with is absent)."""
+    file_bytes: int | None = None
 
 
-Benchmark = Callable[[Sequence[Session]], list[Row]]
+class Workspace:
+    """The sessions of one run, generated in a temporary folder the first time they are asked for."""
+
+    def __init__(self, folder: Path, sizes: Sequence[int]):
+        self.folder = folder
+        self.sizes = tuple(sizes)
+        self._periodic: list[Session] | None = None
+        self._analysis: dict[tuple[int, bool], Session] = {}
+        self.pi, self.pi_line = find_pi()
+
+    def periodic(self) -> list[Session]:
+        """`periodic` sessions (a capsule every 40 turns) of every size up to 100k entries."""
+        if self._periodic is None:
+            sizes = [size for size in self.sizes if size <= PERIODIC_MAX_ENTRIES] or [min(self.sizes)]
+            self._periodic = [
+                Session(size, write_session(self.folder / f"periodic-{size}", size, kind="periodic", settled=False))
+                for size in sizes
+            ]
+        return self._periodic
+
+    def analysis(self, size: int, *, capsule: bool = False) -> Session:
+        """The `analysis` session of `size` entries: no capsule, or the same ending in one."""
+        key = (size, capsule)
+        if key not in self._analysis:
+            if capsule:
+                plain = self.analysis(size)
+                path = compact_session(plain.path, self.folder / f"analysis-{size}-capsule")
+            else:
+                path = write_session(self.folder / f"analysis-{size}", size)
+            self._analysis[key] = Session(size, path)
+        return self._analysis[key]
+
+
+Benchmark = Callable[[Workspace], list[Row]]
 BENCHMARKS: dict[str, Benchmark] = {}
 
 
@@ -122,12 +160,17 @@ def milliseconds(seconds: float) -> str:
     return f"{seconds * 1000:,.2f} ms" if seconds < 1 else f"{seconds:,.2f} s"
 
 
-def megabytes(count: int) -> str:
+def megabytes(count: float) -> str:
     return f"{count / MIB:,.1f} MiB"
 
 
 def mark(ok: bool | None) -> str:
     return "" if ok is None else ("✓" if ok else "✗ missed")
+
+
+# -- resume, side by side with pi (the headline) ---------------------------------------------------
+
+resume_bench.register(benchmark, Row, milliseconds, megabytes)
 
 
 # -- load vs. the parse floor ------------------------------------------------------------------
@@ -139,9 +182,9 @@ def parse_floor(path: Path) -> list[object]:
 
 
 @benchmark("load")
-def load_benchmark(sessions: Sequence[Session]) -> list[Row]:
+def load_benchmark(workspace: Workspace) -> list[Row]:
     rows = []
-    for session in sessions:
+    for session in workspace.periodic():
         runs = runs_for(session)
         floor = best_of(runs, lambda s=session: parse_floor(s.path))
         load = best_of(runs, lambda s=session: Transcript.load(s.path))
@@ -149,13 +192,14 @@ def load_benchmark(sessions: Sequence[Session]) -> list[Row]:
         ok = ratio <= LOAD_TARGET_RATIO
         rows.append(
             Row(
-                "load",
+                "load, capsule every 40 turns",
                 session.entries,
                 milliseconds(load),
                 f"json.loads floor {milliseconds(floor)}",
                 f"{ratio:.2f}×",
                 f"≤ {LOAD_TARGET_RATIO:g}× floor",
                 ok,
+                session.size,
             )
         )
     return rows
@@ -182,87 +226,57 @@ def preflight_entries(seed: int) -> Iterator[Entry]:
         index += 1
 
 
-def preflight_costs(session: Session, folder: Path) -> tuple[list[float], int]:
+def preflight_costs(session: Session, folder: Path) -> tuple[list[float], int | None]:
     """Seconds per preflight, `PREFLIGHTS` times: append one entry, then measure effective
-    tokens with the agent's own incremental tracker (entry counts cached by entry id).
-    Also returns how many full rebuilds the tracker did after the first preflight."""
+    tokens with the engine (entry counts cached by entry id). Also returns how many full
+    recounts the engine's tracker reported after the first preflight, when it reports them."""
     copy = folder / f"preflight-{session.entries}.jsonl"
     shutil.copyfile(session.path, copy)
     with Transcript.open(copy) as store:
-        counter = TokenCounter.for_model(*model_of(store))
-        tracker = BudgetTracker(counter, fixed_tokens(SYSTEM_PROMPT, TOOL_SCHEMAS, counter))
-        tracker.measure(store.path_view())  # a resumed session's first preflight counts it all
-        rebuilds = tracker.rebuilds
+        engine = compaction_bench.quiet_compactor(store)
+        engine.measure()  # a resumed session's first preflight counts it all
+        rebuilds = getattr(engine.tracker, "rebuilds", None)
         costs = []
         source = preflight_entries(seed=7)
         for _ in range(PREFLIGHTS):
             entry = next(source)
             start = time.perf_counter()
             store.append(entry)
-            tracker.measure(store.path_view())
+            engine.measure()
             costs.append(time.perf_counter() - start)
     copy.unlink()
-    return costs, tracker.rebuilds - rebuilds
+    after = getattr(engine.tracker, "rebuilds", None)
+    return costs, None if rebuilds is None or after is None else after - rebuilds
 
 
 @benchmark("count per preflight")
-def preflight_benchmark(sessions: Sequence[Session]) -> list[Row]:
+def preflight_benchmark(workspace: Workspace) -> list[Row]:
     rows = []
-    folder = sessions[0].path.parent
+    sessions = workspace.periodic()
     baseline: float | None = None
+    name = "count per preflight, capsule every 40 turns"
     for session in sessions:
-        costs, rebuilds = preflight_costs(session, folder)
+        costs, rebuilds = preflight_costs(session, workspace.folder)
         if rebuilds:
             raise AssertionError(f"{session.entries}: {rebuilds} full recounts during preflights")
         median = statistics.median(costs)
         result = f"{milliseconds(median)} (mean {milliseconds(statistics.mean(costs))})"
         if baseline is None:
             baseline = median
-            rows.append(Row("count per preflight", session.entries, result, "baseline (median)"))
+            rows.append(Row(name, session.entries, result, "baseline (median)", file_bytes=session.size))
             continue
         ratio = median / baseline
         ok = ratio <= PREFLIGHT_TARGET_RATIO
         rows.append(
             Row(
-                "count per preflight",
+                name,
                 session.entries,
                 result,
                 f"{sessions[0].entries:,} entries {milliseconds(baseline)}",
                 f"{ratio:.2f}×",
                 f"≤ {PREFLIGHT_TARGET_RATIO:g}× smallest",
                 ok,
-            )
-        )
-    return rows
-
-
-# -- memory ------------------------------------------------------------------------------------
-
-
-@contextmanager
-def traced() -> Iterator[Callable[[], int]]:
-    gc.collect()
-    tracemalloc.start()
-    try:
-        yield lambda: tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
-@benchmark("peak memory (load)")
-def memory_benchmark(sessions: Sequence[Session]) -> list[Row]:
-    rows = []
-    for session in sessions:
-        with traced() as peak:
-            Transcript.load(session.path)
-            used = peak()
-        rows.append(
-            Row(
-                "peak memory (load)",
-                session.entries,
-                megabytes(used),
-                f"file {megabytes(session.size)}",
-                f"{used / session.size:.1f}× file",
+                session.size,
             )
         )
     return rows
@@ -276,11 +290,10 @@ compaction_bench.register(benchmark, Row, milliseconds, preflight_entries)
 COLUMNS = ("benchmark", "entries", "file", "result", "compared with", "ratio", "target")
 
 
-def render(rows: Sequence[Row], sessions: Sequence[Session]) -> str:
-    sizes = {session.entries: session.size for session in sessions}
+def render(rows: Sequence[Row]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for row in rows:
-        file_size = megabytes(sizes[row.entries]) if row.entries in sizes else ""
+        file_size = megabytes(row.file_bytes) if row.file_bytes is not None else ""
         target = f"{row.target} {mark(row.ok)}".strip()
         cells = (
             row.benchmark,
@@ -295,18 +308,14 @@ def render(rows: Sequence[Row], sessions: Sequence[Session]) -> str:
     return "\n".join(lines)
 
 
-def run(
-    sizes: Sequence[int], folder: Path, names: Sequence[str] | None = None
-) -> tuple[list[Row], list[Session]]:
-    """Generate the sessions in `folder` and run the registered benchmarks (or `names`)."""
-    sessions = [
-        Session(size, write_session(folder / f"session-{size}.jsonl", size)) for size in sizes
-    ]
+def run(sizes: Sequence[int], folder: Path, names: Sequence[str] | None = None) -> tuple[list[Row], Workspace]:
+    """Run the registered benchmarks (or `names`) on sessions generated in `folder`."""
+    workspace = Workspace(folder, sizes)
     rows: list[Row] = []
     for name, function in BENCHMARKS.items():
         if names is None or name in names:
-            rows.extend(function(sessions))
-    return rows, sessions
+            rows.extend(function(workspace))
+    return rows, workspace
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -315,19 +324,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--sizes", type=int, nargs="+", default=list(SIZES), help="session sizes in entries"
     )
     parser.add_argument(
+        "--large", action="store_true", help=f"add {LARGE_SIZE:,} entries (about {resume_bench.LARGE_MINUTES} more minutes)"
+    )
+    parser.add_argument(
         "--only", nargs="+", choices=sorted(BENCHMARKS), help="run only these benchmarks"
     )
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args(argv)
+    sizes = sorted(set(args.sizes) | ({LARGE_SIZE} if args.large else set()))
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="soba-bench-") as folder:
-        rows, sessions = run(sorted(args.sizes), Path(folder), args.only)
-        print(render(rows, sessions))
+        rows, workspace = run(sizes, Path(folder), args.only)
+        print(render(rows))
     missed = [row for row in rows if row.ok is False]
     print()
+    print(workspace.pi_line)
+    for note in workspace.pi.notes if workspace.pi else ():
+        print(f"note: {note}")
+    if LARGE_SIZE not in sizes:
+        print(f"{LARGE_SIZE:,} entries: not run (add --large; about {resume_bench.LARGE_MINUTES} more minutes on 2 cores)")
     print(
-        f"python {sys.version.split()[0]}; targets: load ≤ {LOAD_TARGET_RATIO:g}× the parse floor, "
-        f"count per preflight at the largest size ≤ {PREFLIGHT_TARGET_RATIO:g}× the smallest; "
-        + ("all met." if not missed else f"{len(missed)} missed.")
+        f"python {sys.version.split()[0]}; {time.monotonic() - started:,.0f} s; "
+        + ("all targets met." if not missed else f"{len(missed)} targets missed.")
     )
     return 1 if missed and args.check else 0
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 import functools
 import os
 import re
+import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -106,13 +108,44 @@ NAME_MAX_CHARS = 128
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
+ENV_RESCAN_S = 0.5
+"""The names in `os.environ` are re-scanned at least this often (and whenever their number
+changes); the values of the secret-named ones are read again on every call."""
+
+
+def _is_secret_env_name(name: str) -> bool:
+    return any(word in name.upper() for word in SECRET_NAME_WORDS)
+
+
+class _EnvSecretNames:
+    """Which variables of `os.environ` have secret names, without decoding the whole
+    environment on every write (a transcript append redacts several strings)."""
+
+    def __init__(self) -> None:
+        self._names: tuple[str, ...] = ()
+        self._size = -1
+        self._scanned = -ENV_RESCAN_S
+        self._lock = threading.Lock()
+
+    def names(self) -> tuple[str, ...]:
+        now = time.monotonic()
+        size = len(os.environ)
+        with self._lock:
+            if size != self._size or now - self._scanned >= ENV_RESCAN_S:
+                self._names = tuple(name for name in list(os.environ) if _is_secret_env_name(name))
+                self._size, self._scanned = size, now
+            return self._names
+
+
+_ENV_SECRET_NAMES = _EnvSecretNames()
+
+
 def _secret_env_values(environ: Mapping[str, str]) -> list[str]:
-    values = {
-        value
-        for name, value in environ.items()
-        if any(word in name.upper() for word in SECRET_NAME_WORDS)
-        and len(value.strip()) >= MIN_ENV_VALUE_CHARS
-    }
+    if environ is os.environ:
+        pairs = ((name, os.environ.get(name, "")) for name in _ENV_SECRET_NAMES.names())
+    else:
+        pairs = ((name, value) for name, value in environ.items() if _is_secret_env_name(name))
+    values = {value for _name, value in pairs if len(value.strip()) >= MIN_ENV_VALUE_CHARS}
     return sorted(values, key=len, reverse=True)  # longest first: a value may contain another
 
 

@@ -293,3 +293,16 @@ def test_redaction_is_idempotent_and_removes_every_key(text: str) -> None:
     assert redact(once, {}) == once
     for key in KEY_SHAPES.values():
         assert key not in once
+
+
+def test_the_environment_is_read_again_when_it_changes(monkeypatch) -> None:
+    """The secret-named variables are remembered between calls (a write redacts several
+    strings), but a variable set or changed just before a write is still caught."""
+    monkeypatch.setenv("SOBA_TEST_FIRST_TOKEN", "first-value-123")
+    assert redact("a first-value-123 b") == f"a {REDACTED} b"
+    monkeypatch.setenv("SOBA_TEST_SECOND_SECRET", "second-value-456")  # a new name
+    assert redact("c second-value-456 d") == f"c {REDACTED} d"
+    monkeypatch.setenv("SOBA_TEST_FIRST_TOKEN", "changed-value-789")  # same name, new value
+    assert redact("e changed-value-789 f") == f"e {REDACTED} f"
+    monkeypatch.delenv("SOBA_TEST_SECOND_SECRET")
+    assert redact("g second-value-456 h") == "g second-value-456 h"
