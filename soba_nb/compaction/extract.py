@@ -187,6 +187,15 @@ class Run:
     failed: bool
 
 
+def _sentences_matching(pattern: re.Pattern[str], text: str) -> list[str]:
+    """The sentences of `text`'s head that `pattern` finds something in, as bullets. Most
+    messages have none: one search of the whole head decides before any split."""
+    head = text[:DECISION_SCAN_CHARS]
+    if pattern.search(head) is None:
+        return []
+    return [bullet(one_line(s, ITEM_CLIP_CHARS)) for s in SENTENCE_BREAK.split(head) if pattern.search(s)]
+
+
 @dataclass
 class Scan:
     """What one pass over the entries found."""
@@ -235,14 +244,10 @@ class Scan:
             self.last_assistant = entry.content
             self.answered_latest_request = True
             self.work.append((False, bullet(first_line(entry.content, ITEM_CLIP_CHARS))))
-            for sentence in SENTENCE_BREAK.split(entry.content[:DECISION_SCAN_CHARS]):
-                if _DECISION.search(sentence):
-                    self.decisions.append((False, bullet(one_line(sentence, ITEM_CLIP_CHARS))))
+            self.decisions += [(False, item) for item in _sentences_matching(_DECISION, entry.content)]
 
     def _stated_blockers(self, text: str) -> None:
-        for sentence in SENTENCE_BREAK.split(text[:DECISION_SCAN_CHARS]):
-            if _BLOCKER.search(sentence):
-                self.stated_blockers.append(bullet(one_line(sentence, ITEM_CLIP_CHARS)))
+        self.stated_blockers += _sentences_matching(_BLOCKER, text)
 
     def _checkpoint(self, kind: str, note: str) -> None:
         text = one_line(note, ITEM_CLIP_CHARS * 2)
