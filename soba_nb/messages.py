@@ -5,12 +5,14 @@ Kept free of any provider or IPython import so the compaction core stays pure.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 
-class ToolCall(BaseModel):
+@dataclass(slots=True)
+class ToolCall:
     """One tool call the model asked for."""
 
     id: str
@@ -20,12 +22,17 @@ class ToolCall(BaseModel):
     """The JSON text of the arguments, exactly as the model produced it."""
 
 
-class ChatMessage(BaseModel):
-    """One message of model input, in a provider-neutral shape."""
+@dataclass(slots=True)
+class ChatMessage:
+    """One message of model input, in a provider-neutral shape.
+
+    A plain dataclass, not a validated model: model input builds one per visible entry on
+    every assembly (tens of thousands on a long uncompacted path), from entries that were
+    validated when they were read; requests that hold them (`ModelRequest`) still validate."""
 
     role: Literal["user", "assistant", "tool"]
     content: str = ""
-    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)
     """Only on assistant messages."""
     tool_call_id: str | None = None
     """Only on tool messages: the call this result answers."""

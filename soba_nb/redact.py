@@ -27,7 +27,6 @@ import functools
 import os
 import re
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -108,32 +107,29 @@ NAME_MAX_CHARS = 128
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
-ENV_RESCAN_S = 0.5
-"""The names in `os.environ` are re-scanned at least this often (and whenever their number
-changes); the values of the secret-named ones are read again on every call."""
-
-
 def _is_secret_env_name(name: str) -> bool:
     return any(word in name.upper() for word in SECRET_NAME_WORDS)
 
 
 class _EnvSecretNames:
-    """Which variables of `os.environ` have secret names, without decoding the whole
-    environment on every write (a transcript append redacts several strings)."""
+    """Which variables of `os.environ` have secret names, without decoding and upper-casing
+    the whole environment on every write (a transcript append redacts several strings).
+
+    The names are looked at again whenever the set of variable names changed (compared as
+    the environment's raw keys, at C speed); the values are read on every call."""
 
     def __init__(self) -> None:
         self._names: tuple[str, ...] = ()
-        self._size = -1
-        self._scanned = -ENV_RESCAN_S
+        self._keys: tuple[object, ...] | None = None
         self._lock = threading.Lock()
 
     def names(self) -> tuple[str, ...]:
-        now = time.monotonic()
-        size = len(os.environ)
+        raw = getattr(os.environ, "_data", None)  # CPython's os._Environ: bytes keys, undecoded
+        keys = tuple(raw) if isinstance(raw, dict) else tuple(os.environ)
         with self._lock:
-            if size != self._size or now - self._scanned >= ENV_RESCAN_S:
+            if keys != self._keys:
                 self._names = tuple(name for name in list(os.environ) if _is_secret_env_name(name))
-                self._size, self._scanned = size, now
+                self._keys = keys
             return self._names
 
 

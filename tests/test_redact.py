@@ -306,3 +306,13 @@ def test_the_environment_is_read_again_when_it_changes(monkeypatch) -> None:
     assert redact("e changed-value-789 f") == f"e {REDACTED} f"
     monkeypatch.delenv("SOBA_TEST_SECOND_SECRET")
     assert redact("g second-value-456 h") == "g second-value-456 h"
+
+
+def test_a_secret_renamed_between_two_writes_is_caught_at_once(monkeypatch) -> None:
+    """One variable removed and another added: the environment has as many names as before,
+    and the new secret is still redacted on the very next write."""
+    monkeypatch.setenv("SOBA_TEST_OLD_TOKEN", "old-value-1234")
+    assert redact("old-value-1234") == REDACTED
+    monkeypatch.delenv("SOBA_TEST_OLD_TOKEN")
+    monkeypatch.setenv("SOBA_TEST_NEW_TOKEN", "new-value-5678")
+    assert redact("x new-value-5678 y") == f"x {REDACTED} y"

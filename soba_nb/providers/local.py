@@ -33,6 +33,9 @@ PROVIDER_NAME = "local"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 ENGINE_RETRIES = 0
 """Nothing flaky sits between the kernel and its own engine: an error is final."""
+EXIT_SETTLE_S = 1.0
+"""After a broken connection, how long to wait for the engine's exit status before deciding
+it still runs (a crashed engine's socket closes just before its status exists)."""
 ENGINE_IDLE_S = 300.0
 """The engine says nothing while it computes a long prompt (a minute on a busy 2-core
 machine is possible); a crash is seen at once anyway (the connection drops), and the turn's
@@ -93,7 +96,7 @@ class LocalProvider(OpenAIProvider):
         try:
             response = super().complete(request, on_text=on_text, cancel=cancel, timeout_s=timeout_s, on_wait=on_wait)
         except ServerError as exc:
-            if self.engine.alive():
+            if self.engine.alive(settle_s=EXIT_SETTLE_S):
                 raise
             raise ProviderError(
                 f"local: the embedded model {self.engine.describe_exit()} during the request; the kernel and "

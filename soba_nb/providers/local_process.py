@@ -59,8 +59,18 @@ class EngineProcess:
         self.last_exit: str | None = None
         """How the previous engine ended, when it did not end on our request."""
 
-    def alive(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+    def alive(self, settle_s: float = 0.0) -> bool:
+        """Whether the engine runs. `settle_s`: after a broken connection, wait up to this
+        long for it to end first (its socket closes a moment before its exit status exists)."""
+        process = self._process
+        if process is None:
+            return False
+        if settle_s > 0:
+            try:
+                process.wait(timeout=settle_s)
+            except subprocess.TimeoutExpired:
+                return True
+        return process.poll() is None
 
     def url(self, *, timeout_s: float = LOAD_TIMEOUT_S, cancel: threading.Event | None = None,
             on_progress: Progress | None = None) -> str:
