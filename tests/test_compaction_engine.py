@@ -244,3 +244,21 @@ def test_the_provider_calibration_carries_across_a_compaction(tmp_path):
     assert after.effective - after.estimated == delta
     assert result.tokens_after == result.entry.tokens_after == after.effective
     assert result.tokens_before - result.tokens_after == measured.estimated - after.estimated
+
+
+class _OwnTimeoutSummarizer(FakeSummarizer):
+    """Honours the `timeout_s` it is given, as a provider does: raises its own timeout error
+    a moment before the barrier's deadline would fire."""
+
+    def summarize(self, system, user, *, max_output_tokens, operation_id, cancel, on_progress, timeout_s):
+        time.sleep(max(timeout_s - 0.02, 0))
+        raise TimeoutError(f"no answer within {timeout_s:.1f} s")
+
+
+def test_a_summarizer_ending_on_its_own_deadline_is_a_timeout_not_a_failure(tmp_path):
+    t = open_transcript(tmp_path)
+    grow(t, 3400)
+    engine = make_compactor(t, summarizer=_OwnTimeoutSummarizer(), timeout_ms=600)
+    result = engine.preflight(TurnState())
+    assert result is not None and result.outcome is Outcome.COMPLETED and result.quality == "degraded"
+    assert result.code.value == "fallback_timeout", result.reason

@@ -514,6 +514,10 @@ def _summarize(
     if cancel.is_set():
         return _result(plan, Outcome.CANCELLED, "cancelled while the summary ran", started, code=Reason.CANCELLED)
     _emit(ctx, CompactionEvent("compaction_progress", plan.operation_id, plan.trigger.value, PROGRESS_SUMMARY_DONE))
+    if run.error is not None and time.monotonic() >= deadline - POLL_S:
+        # The summarizer was given the same deadline: its own timeout may end it a moment
+        # before ours. That is the deadline, not a failure of the model.
+        return Note(f"the model summary did not finish within timeoutMs={ctx.timeout_ms}", Reason.FALLBACK_TIMEOUT)
     if run.error is not None:
         return Note(f"the model summary failed ({type(run.error).__name__}: {run.error})", Reason.FALLBACK_FAILED)
     assert run.output is not None
