@@ -98,10 +98,12 @@ def _plan(session: Any) -> Any:
     """The cut a `%compact` plans now (`Compactor` calls `plan_cut` so)."""
     from soba_nb.compaction.planner import plan_cut
 
+    session.compactor.measure()
     return plan_cut(
         session.transcript.path_view(),
         session.counter,
         keep_recent_tokens=session.compactor.thresholds.keep_recent_tokens,
+        capsule_at=session.compactor.tracker.capsule_index,
     )
 
 

@@ -220,6 +220,11 @@ class TokenCounter:
         """The cached count for `key`, or None (nothing is counted)."""
         return self._cache.get(key)
 
+    def known_all(self, keys: Iterable[Hashable]) -> list[int | None]:
+        """`known` of each key, in order (one call for a whole path)."""
+        get = self._cache.get
+        return [get(key) for key in keys]
+
     def forget(self, key: Hashable) -> None:
         self._cache.pop(key, None)
 

@@ -262,3 +262,35 @@ def test_a_summarizer_ending_on_its_own_deadline_is_a_timeout_not_a_failure(tmp_
     result = engine.preflight(TurnState())
     assert result is not None and result.outcome is Outcome.COMPLETED and result.quality == "degraded"
     assert result.code.value == "fallback_timeout", result.reason
+
+
+def test_the_plan_from_the_trackers_capsule_index_is_the_plan_from_a_scan(tmp_path):
+    """The compactor hands the planner the tracker's capsule index instead of a scan of the
+    path: after compactions, more work and a rewind, it plans exactly what a scan would."""
+    from soba_nb.compaction.planner import NothingToCompact, plan_cut
+
+    t = open_transcript(tmp_path)
+    engine = make_compactor(t, thresholds(min_reclaimable=10, min_ratio=0.01, keep=600))
+
+    def plan(**hint: object) -> object:
+        try:
+            return plan_cut(t.path_view(), engine.counter, keep_recent_tokens=engine.thresholds.keep_recent_tokens, **hint)  # type: ignore[arg-type]
+        except NothingToCompact as exc:
+            return str(exc)
+
+    def agree() -> None:
+        engine.measure()
+        assert plan(capsule_at=engine.tracker.capsule_index) == plan()
+
+    grow(t, 3000)
+    agree()  # no capsule
+    assert engine.compact().outcome is Outcome.COMPLETED
+    before_second = t.leaf
+    grow(t, 3000)
+    agree()  # after a capsule
+    assert engine.compact().outcome is Outcome.COMPLETED
+    agree()  # right after the second
+    assert before_second is not None
+    t.rewind(before_second)
+    grow(t, 1500)
+    agree()  # a rewound path: the first capsule is the latest again

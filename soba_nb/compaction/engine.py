@@ -246,7 +246,7 @@ class Compactor:
         cancel = cancel or threading.Event()
         measurement = self.measure()
         path = self.transcript.path_view()
-        summarize, previous = region(path)
+        summarize, previous = region(path, capsule_at=self.tracker.capsule_index)
         cut = Cut(tuple(summarize), (), None, 0, measurement.estimated, previous, current_request(path))
         plan = replace(self._plan(Trigger.USER, measurement, focus, (), None, None), cut=cut, unplannable=None)
         # A handoff is portable by nature: the provider's native item is not asked for.
@@ -314,11 +314,13 @@ class Compactor:
         cut: Cut | None = None
         unplannable = None
         try:
+            self.measure()  # up to date (incremental): its capsule index spares a scan
             cut = plan_cut(
                 self.transcript.path_view(),
                 self.counter,
                 keep_recent_tokens=t.keep_recent_tokens,
                 max_kept_tokens=max_kept,
+                capsule_at=self.tracker.capsule_index,
             )
         except NothingToCompact as exc:
             unplannable = str(exc)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from enum import Enum
 
 from soba_nb.compaction.model_input import entry_tokens, latest_capsule_index
 from soba_nb.tokens import TokenCounter
@@ -21,8 +21,6 @@ from soba_nb.transcript.entries import (
     ToolCallEntry,
     ToolResultEntry,
 )
-
-_ID = attrgetter("id")
 
 
 @dataclass(frozen=True)
@@ -47,17 +45,29 @@ class Cut:
         return self.summarized_tokens == 0
 
 
+class Unknown(Enum):
+    """`UNKNOWN`: a hint the caller does not have (None is a value: "no capsule")."""
+
+    UNKNOWN = "unknown"
+
+
+UNKNOWN = Unknown.UNKNOWN
+
+
 class NothingToCompact(ValueError):
     """There is no safely compactable history before the kept window. The message says why."""
 
 
-def region(path: Sequence[Entry]) -> tuple[list[Entry], CapsuleEntry | None]:
+def region(path: Sequence[Entry], *, capsule_at: int | None | Unknown = UNKNOWN) -> tuple[list[Entry], CapsuleEntry | None]:
     """The part of the path a new compaction works on, and the capsule it rolls up.
 
     A repeated compaction starts from the previous capsule's `firstKeptEntryId`, so what
-    the previous capsule kept is summarized now, not lost.
+    the previous capsule kept is summarized now, not lost. `capsule_at`: the latest
+    capsule's index on `path` (None: there is none), when the caller already knows it
+    (the budget tracker does), sparing a scan of the whole path.
     """
-    capsule_at = latest_capsule_index(path)
+    if isinstance(capsule_at, Unknown):
+        capsule_at = latest_capsule_index(path)
     if capsule_at is None:
         return list(path), None
     previous = path[capsule_at]
@@ -107,6 +117,7 @@ def plan_cut(
     *,
     keep_recent_tokens: int,
     max_kept_tokens: int | None = None,
+    capsule_at: int | None | Unknown = UNKNOWN,
 ) -> Cut:
     """Choose the cut. Raises `NothingToCompact` when nothing before the kept window.
 
@@ -117,7 +128,7 @@ def plan_cut(
     Walks back from the leaf: only the kept tail is looked at entry by entry; the rest of
     the region costs one pass of cached counts (no rendering, no tokenizing).
     """
-    entries, previous = region(path)
+    entries, previous = region(path, capsule_at=capsule_at)
     total = _total_tokens(entries, counter)
     if not total:
         raise NothingToCompact("nothing to compact: the session has no history the model sees yet")
@@ -181,7 +192,7 @@ def _first_unanswered_call(entries: Sequence[Entry]) -> int:
 
 def _total_tokens(entries: Sequence[Entry], counter: TokenCounter) -> int:
     """What the region costs in model input: cached counts, counting only what is new."""
-    costs = list(map(counter.known, map(_ID, entries)))
+    costs = counter.known_all([entry.id for entry in entries])
     if None not in costs:
         return sum(costs)  # type: ignore[arg-type]  # no None left
     return sum(c if c is not None else entry_tokens(e, counter) for c, e in zip(costs, entries, strict=True))
