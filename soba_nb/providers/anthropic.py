@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from soba_nb.providers.base import ChatMessage, ModelRequest, ModelResponse, ToolCall, Usage
-from soba_nb.providers.classify import classify_stream_error, one_line
-from soba_nb.providers.errors import BadResponseError, IncompleteResponseError
+from soba_nb.providers.classify import classify_stream_error
+from soba_nb.providers.errors import IncompleteResponseError
 from soba_nb.providers.http import HttpProvider, TextSink
 from soba_nb.providers.sse import ServerSentEvent
 from soba_nb.transcript.entries import NativeContinuation
@@ -255,15 +255,7 @@ class AnthropicProvider(HttpProvider):
 
     def parse_stream(self, events: Iterator[ServerSentEvent], emit: TextSink) -> ModelResponse:
         state = _StreamState()
-        for event in events:
-            try:
-                payload = json.loads(event.data)
-            except json.JSONDecodeError:
-                raise BadResponseError(
-                    f"{self.source}: stream event is not valid JSON: {one_line(event.data)}"
-                ) from None
-            if not isinstance(payload, dict):
-                raise self.bad_answer("stream event is not an object", payload)
+        for event, payload in self.json_events(events, "stream event", until_done=False):
             kind = payload.get("type", event.event)
             if kind == "message_stop":
                 break

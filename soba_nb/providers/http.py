@@ -192,6 +192,22 @@ class HttpProvider(ABC):
         """A one-line error for an answer of the wrong shape."""
         return BadResponseError(f"{self.source}: unexpected answer ({what}): {one_line(json.dumps(data))}")
 
+    def json_events(
+        self, events: Iterator[ServerSentEvent], what: str, *, until_done: bool = True
+    ) -> Iterator[tuple[ServerSentEvent, dict[str, Any]]]:
+        """Each event with its data as a JSON object (`what` names it in the one-line error
+        for anything else); with `until_done`, the `[DONE]` event ends the stream."""
+        for event in events:
+            if until_done and event.is_done:
+                return
+            try:
+                payload = json.loads(event.data)
+            except json.JSONDecodeError:
+                raise BadResponseError(f"{self.source}: {what} is not valid JSON: {one_line(event.data)}") from None
+            if not isinstance(payload, dict):
+                raise self.bad_answer(f"{what} is not an object", payload)
+            yield event, payload
+
     # -- what a wire format provides -------------------------------------------------
 
     @abstractmethod

@@ -16,8 +16,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from soba_nb.providers.base import ChatMessage, ModelRequest, ModelResponse, ToolCall, Usage
-from soba_nb.providers.classify import classify_stream_error, one_line
-from soba_nb.providers.errors import BadResponseError, IncompleteResponseError
+from soba_nb.providers.classify import classify_stream_error
+from soba_nb.providers.errors import IncompleteResponseError
 from soba_nb.providers.http import HttpProvider, TextSink
 from soba_nb.providers.sse import ServerSentEvent
 
@@ -234,17 +234,7 @@ class OpenAIProvider(HttpProvider):
 
     def parse_stream(self, events: Iterator[ServerSentEvent], emit: TextSink) -> ModelResponse:
         state = _StreamState()
-        for event in events:
-            if event.is_done:
-                break
-            try:
-                chunk = json.loads(event.data)
-            except json.JSONDecodeError:
-                raise BadResponseError(
-                    f"{self.source}: stream chunk is not valid JSON: {one_line(event.data)}"
-                ) from None
-            if not isinstance(chunk, dict):
-                raise self.bad_answer("stream chunk is not an object", chunk)
+        for _event, chunk in self.json_events(events, "stream chunk"):
             try:
                 shown = self._apply_chunk(chunk, state)
             except (AttributeError, TypeError, ValueError) as exc:

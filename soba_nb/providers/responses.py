@@ -16,14 +16,13 @@ verbatim at the start of `input`: its user messages and its encrypted compaction
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from soba_nb.providers.base import ChatMessage, ModelRequest, ModelResponse, ToolCall, Usage
-from soba_nb.providers.classify import classify_stream_error, one_line
-from soba_nb.providers.errors import BadResponseError, IncompleteResponseError
+from soba_nb.providers.classify import classify_stream_error
+from soba_nb.providers.errors import IncompleteResponseError
 from soba_nb.providers.http import HttpProvider, TextSink
 from soba_nb.providers.openai import DEFAULT_OPENAI_BASE_URL, arguments_text
 from soba_nb.providers.sse import ServerSentEvent
@@ -207,17 +206,7 @@ class ResponsesProvider(HttpProvider):
 
     def parse_stream(self, events: Iterator[ServerSentEvent], emit: TextSink) -> ModelResponse:
         state = _StreamState()
-        for event in events:
-            if event.is_done:
-                break
-            try:
-                payload = json.loads(event.data)
-            except json.JSONDecodeError:
-                raise BadResponseError(
-                    f"{self.source}: stream event is not valid JSON: {one_line(event.data)}"
-                ) from None
-            if not isinstance(payload, dict):
-                raise self.bad_answer("stream event is not an object", payload)
+        for event, payload in self.json_events(events, "stream event"):
             kind = str(payload.get("type", event.event))
             try:
                 emit(self._apply_event(kind, payload, state))
