@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from soba_nb.catalogue import CatalogueEntry
 from soba_nb.compaction.limits import hard_limit, soft_limit
@@ -35,7 +36,7 @@ from soba_nb.config import SobaConfig
 from soba_nb.providers.discovery import ServerWindow
 from soba_nb.transcript.entries import SettingEntry, WindowEntry
 
-AUTO_KEY = "compaction.auto"
+AUTO_KEY: Literal["compaction.auto"] = "compaction.auto"
 MAX_OUTPUT_SHARE = 4
 """A scaled maxOutputTokens is at most a quarter of the window."""
 SAFETY_SHARE = 16

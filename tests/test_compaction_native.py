@@ -164,7 +164,7 @@ def test_only_the_producing_provider_and_model_get_the_item(tmp_path: Path, targ
     matches = target is not None and (target.provider, target.model) == ("openai", "gpt-test") and (
         "openai.responses.compact" in target.kinds
     )
-    assert (context.native is native) == matches
+    assert (context.native == native) == matches
 
 
 def test_a_failed_native_request_falls_back_to_the_model_capsule(tmp_path: Path, server: LLMServer) -> None:

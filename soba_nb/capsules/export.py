@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
+import msgspec
 from pydantic import ValidationError
 
 from soba_nb.capsules.file import (
@@ -135,7 +136,7 @@ def export_capsule(
     header = transcript.header
     notebook = header.notebook if header is not None else None
     if export_format == "agents-md":
-        entry = entry.model_copy(update={"title": title if title is not None else default_title(entry)})
+        entry = msgspec.structs.replace(entry, title=title if title is not None else default_title(entry))
         text = render_handoff(
             entry, notebook=notebook, session_id=transcript.file.stem, base=target.parent, environ=environ
         )

@@ -13,7 +13,7 @@ from soba_nb.cli.session import (
     session_config,
     token_figures,
 )
-from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry
+from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry, entry_to_dict
 from soba_nb.transcript.store import Transcript
 
 
@@ -23,7 +23,7 @@ def describe(transcript: Transcript) -> dict[str, Any]:
     entries = transcript.entries
     return {
         "session": str(transcript.file),
-        "header": header.model_dump(by_alias=True, mode="json") if header else None,
+        "header": entry_to_dict(header) if header else None,
         "entries": len(entries),
         "byType": dict(Counter(entry.type for entry in entries).most_common()),
         "leaf": transcript.leaf,

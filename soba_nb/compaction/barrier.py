@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Literal
 
+import msgspec
+
 from soba_nb.compaction.capsule import (
     Capsule,
     CapsuleFormatError,
@@ -372,7 +374,7 @@ def generate_capsule(
             return asked
         if isinstance(asked, NativeContinuation):
             # The portable capsule beside it is the deterministic one (no second model call).
-            native, note = asked.model_copy(update={"request": request if quote else None}), None
+            native, note = msgspec.structs.replace(asked, request=request if quote else None), None
         else:
             native_note = asked
             if asked.code is Reason.FALLBACK_TIMEOUT:
@@ -416,7 +418,7 @@ def generate_capsule(
     tokens_after = max(measure_continuation(entry, cut, fit_to, ctx).tokens + calibration, 0)
     ctx.counter.forget(entry.id)
     ctx.counter.forget(native_cost_key(entry))
-    return Generated(entry.model_copy(update={"tokens_after": tokens_after}), tokens_after, note, native_note)
+    return Generated(msgspec.structs.replace(entry, tokens_after=tokens_after), tokens_after, note, native_note)
 
 
 def _ask_native(

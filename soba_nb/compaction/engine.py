@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import cast
 
 from soba_nb.compaction.barrier import (
     BarrierContext,
@@ -53,6 +54,7 @@ from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     CheckpointEntry,
+    CheckpointKind,
     CompactionEntry,
     SkillEntry,
 )
@@ -203,9 +205,8 @@ class Compactor:
         """A milestone / plan_pivot (pending intent) or a user checkpoint (no intent)."""
         if kind not in ("milestone", "plan_pivot", "user"):
             raise ValueError(f"checkpoint kind {kind!r}: must be milestone, plan_pivot or user")
-        written = self.transcript.append(
-            CheckpointEntry.model_validate({"kind": kind, "note": note, "intent": kind in ("milestone", "plan_pivot")})
-        )
+        entry = CheckpointEntry(kind=cast(CheckpointKind, kind), note=note, intent=kind != "user")
+        written = self.transcript.append(entry)
         assert isinstance(written, CheckpointEntry)
         return written
 

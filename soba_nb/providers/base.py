@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from soba_nb.messages import ChatMessage, ToolCall, ToolSchema
 from soba_nb.transcript.entries import NativeContinuation
@@ -40,6 +40,9 @@ class Usage(BaseModel):
 
 class ModelRequest(BaseModel):
     """Everything one inference (or summary) request carries."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    """`native` is a transcript struct (msgspec), checked by type."""
 
     system: str
     messages: list[ChatMessage]

@@ -1,4 +1,4 @@
-"""Transcript entries (SPEC §7): pydantic models discriminated on `type`.
+"""Transcript entries (SPEC §7): msgspec structs tagged on `type`.
 
 Format version 1. One JSON object per line, camelCase field names. Choices the spec
 leaves open, documented in the README:
@@ -17,6 +17,15 @@ leaves open, documented in the README:
   what the session learned of the model's real window (from the server, an overflow error,
   a silently truncated prompt) is a `window` entry: both are read back on resume, from any
   branch of the file (they are facts about the session, not steps of the conversation).
+
+Why msgspec, not pydantic: a resumed session decodes every line of its file, and msgspec
+decodes and validates a line into a struct faster than `orjson.loads` makes a dict of it
+(benchmarks/run.py); its structs are small (no per-instance dict) and, holding no references
+back to other entries, are left out of the cyclic garbage collector (`gc=False`), so a
+100k-entry session does not make every later collection slower. Constructing a struct in
+Python does not validate it: `Transcript.append` does, by decoding the line it is about to
+write, so what is in memory is exactly what is on disk. Unknown fields in a file (a later
+format) are ignored.
 """
 
 from __future__ import annotations
@@ -24,15 +33,17 @@ from __future__ import annotations
 import json
 import secrets
 from datetime import datetime, timezone
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
-from pydantic.alias_generators import to_camel
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType, field
 
 FORMAT_VERSION = 1
 ENTRY_ID_BYTES = 4
 CHECKPOINT_PREFIX = "ck_"
 CHECKPOINT_ID_BYTES = 4
+FIRST_KEYS = ("type", "id", "parentId", "timestamp")
+"""Keys every line starts with, in this order (the rest follow in field order)."""
 
 Role = Literal["user", "assistant", "system"]
 CheckpointKind = Literal["turn", "milestone", "plan_pivot", "user"]
@@ -47,6 +58,7 @@ TriggerName = Literal[
 ]
 Quality = Literal["full", "degraded"]
 Continuation = Literal["native", "portable", "fallback"]
+NonEmpty = Annotated[str, Meta(min_length=1)]
 
 
 def new_entry_id() -> str:
@@ -64,56 +76,55 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-class _Entry(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="allow",
-        frozen=True,
-    )
+class _Entry(Struct, kw_only=True, frozen=True, rename="camel", tag_field="type", gc=False):
+    type: ClassVar[str]
+    """The entry's tag (`"message"`, …), as on disk."""
 
-    id: str = Field(default_factory=new_entry_id, min_length=1)
+    id: NonEmpty = field(default_factory=new_entry_id)
     """Unique in the file."""
     parent_id: str | None = None
     """The entry this one hangs from; null for the first entry."""
-    timestamp: str = Field(default_factory=utc_now)
+    timestamp: str = field(default_factory=utc_now)
     """ISO-8601 UTC."""
+    follows_torn_line: bool | UnsetType = UNSET
+    """`followsTornLine`: set by the store on the first entry appended after lines a crash
+    cut short; absent otherwise."""
 
 
-class SessionEntry(_Entry):
+class SessionEntry(_Entry, tag="session", kw_only=True, frozen=True):
     """The header: first line of every transcript."""
 
-    type: Literal["session"] = "session"
+    type: ClassVar[str] = "session"
     version: int = FORMAT_VERSION
-    created: str = Field(default_factory=utc_now)
+    created: str = field(default_factory=utc_now)
     notebook: str | None = None
     """Path of the notebook the session belongs to, when known."""
     model: str | None = None
     """`provider/name` of the model at creation."""
 
 
-class MessageEntry(_Entry):
+class MessageEntry(_Entry, tag="message", kw_only=True, frozen=True):
     """A user, assistant or system message."""
 
-    type: Literal["message"] = "message"
+    type: ClassVar[str] = "message"
     role: Role
     content: str = ""
 
 
-class ToolCallEntry(_Entry):
+class ToolCallEntry(_Entry, tag="tool_call", kw_only=True, frozen=True):
     """One tool call made by the preceding assistant message."""
 
-    type: Literal["tool_call"] = "tool_call"
+    type: ClassVar[str] = "tool_call"
     call_id: str
     name: str
     arguments: str = "{}"
     """JSON text of the arguments, as the model produced it."""
 
 
-class ToolResultEntry(_Entry):
+class ToolResultEntry(_Entry, tag="tool_result", kw_only=True, frozen=True):
     """The result of one tool call, whole (clipping happens only in model input)."""
 
-    type: Literal["tool_result"] = "tool_result"
+    type: ClassVar[str] = "tool_result"
     call_id: str
     name: str
     content: str = ""
@@ -121,10 +132,10 @@ class ToolResultEntry(_Entry):
     duration_ms: int | None = None
 
 
-class UsageEntry(_Entry):
+class UsageEntry(_Entry, tag="usage", kw_only=True, frozen=True):
     """Usage figures the provider reported for one request."""
 
-    type: Literal["usage"] = "usage"
+    type: ClassVar[str] = "usage"
     input_tokens: int
     output_tokens: int = 0
     provider: str | None = None
@@ -137,7 +148,7 @@ class UsageEntry(_Entry):
     (Ollama does when its num_ctx is smaller). Not used to measure the budget."""
 
 
-class NativeContinuation(BaseModel):
+class NativeContinuation(Struct, kw_only=True, frozen=True, rename="camel", gc=False):
     """Provider-side compaction state (SPEC §5 item 2), kept beside the portable capsule.
 
     Replayed only to the provider and model that produced it; any other model gets the
@@ -146,25 +157,26 @@ class NativeContinuation(BaseModel):
     and never exported.
     """
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow", frozen=True)
-
     provider: str
     """Provider kind that produced it (`ModelSettings.provider`, e.g. "openai", "anthropic")."""
     model: str
     """The model name it was produced for (`ModelSettings.name`)."""
     kind: str
     """What the payload is, e.g. "openai.responses.compact" or "anthropic.compact_20260112"."""
-    payload: dict[str, Any] = Field(repr=False)
+    payload: dict[str, Any]
     """The provider's item(s), exactly as returned (replayed verbatim)."""
     request: str | None = None
     """The request being worked on, when the kept tail does not carry it: sent verbatim right
     after the native item (SPEC §5; the provider's summary may paraphrase it)."""
 
+    def __repr__(self) -> str:  # the payload is never shown
+        return f"NativeContinuation(provider={self.provider!r}, model={self.model!r}, kind={self.kind!r})"
 
-class CapsuleEntry(_Entry):
+
+class CapsuleEntry(_Entry, tag="capsule", kw_only=True, frozen=True):
     """A committed Context Capsule (SPEC §4): replaces the path before `firstKeptEntryId`."""
 
-    type: Literal["capsule"] = "capsule"
+    type: ClassVar[str] = "capsule"
     operation_id: str
     checkpoint_id: str
     trigger: TriggerName
@@ -196,42 +208,42 @@ class CapsuleEntry(_Entry):
     when it did not (older entries, other providers)."""
 
 
-class CheckpointEntry(_Entry):
+class CheckpointEntry(_Entry, tag="checkpoint", kw_only=True, frozen=True):
     """A named point on the path. Soft-trigger kinds also record a pending intent."""
 
-    type: Literal["checkpoint"] = "checkpoint"
-    checkpoint_id: str = Field(default_factory=new_checkpoint_id)
+    type: ClassVar[str] = "checkpoint"
+    checkpoint_id: str = field(default_factory=new_checkpoint_id)
     kind: CheckpointKind
     note: str = ""
     intent: bool = False
     """True when this checkpoint asks for a compaction at the next preflight."""
 
 
-class LeafEntry(_Entry):
+class LeafEntry(_Entry, tag="leaf", kw_only=True, frozen=True):
     """Rewind: the next entry hangs from `targetId`."""
 
-    type: Literal["leaf"] = "leaf"
+    type: ClassVar[str] = "leaf"
     target_id: str
 
 
-class SkillEntry(_Entry):
+class SkillEntry(_Entry, tag="skill", kw_only=True, frozen=True):
     """A skill was activated; its instructions are re-sent after every compaction."""
 
-    type: Literal["skill"] = "skill"
+    type: ClassVar[str] = "skill"
     name: str
     path: str
     content: str
 
 
-class CompactionEntry(_Entry):
+class CompactionEntry(_Entry, tag="compaction", kw_only=True, frozen=True):
     """A compaction that ended without a capsule (skipped / failed) after consuming intents."""
 
-    type: Literal["compaction"] = "compaction"
+    type: ClassVar[str] = "compaction"
     operation_id: str
     trigger: TriggerName
     outcome: Literal["skipped", "failed"]
     reason: str
-    consumed: list[str] = Field(default_factory=list)
+    consumed: list[str] = field(default_factory=list)
     """Checkpoint ids of the intents this operation consumed."""
     tokens_before: int | None = None
     """Effective tokens when the operation ran; absent when intents were consumed without
@@ -241,30 +253,30 @@ class CompactionEntry(_Entry):
 SettingKey = Literal["compaction.auto"]
 
 
-class SettingEntry(_Entry):
+class SettingEntry(_Entry, tag="setting", kw_only=True, frozen=True):
     """A setting the user changed for this session (`%auto_compact off`); read on resume."""
 
-    type: Literal["setting"] = "setting"
+    type: ClassVar[str] = "setting"
     key: SettingKey
     value: bool
 
 
-class ConfigEntry(_Entry):
+class ConfigEntry(_Entry, tag="config", kw_only=True, frozen=True):
     """The effective configuration the session runs with (SPEC §3 keys), recorded when the
     session starts and whenever it changes, so every view — `%budget`, the monitor,
     `soba-nb budget`, the demo — computes from the same settings the session used."""
 
-    type: Literal["config"] = "config"
+    type: ClassVar[str] = "config"
     config: dict[str, Any]
     """`SobaConfig.to_json()`: camelCase sections `model` and `compaction`."""
-    explicit: dict[str, str] = Field(default_factory=dict)
+    explicit: dict[str, str] = field(default_factory=dict)
     """Which keys a user layer set (`model.contextWindow` → the file that set it)."""
 
 
 WindowSource = Literal["server", "overflow", "truncation"]
 
 
-class WindowEntry(_Entry):
+class WindowEntry(_Entry, tag="window", kw_only=True, frozen=True):
     """The model's real context window as the session learned it; a resumed session keeps it.
 
     `server`: the server said so when asked (llama.cpp `/props`, Ollama `/api/show`, vLLM
@@ -272,8 +284,8 @@ class WindowEntry(_Entry):
     silently cut a prompt to this many tokens.
     """
 
-    type: Literal["window"] = "window"
-    context_window: int = Field(gt=0)
+    type: ClassVar[str] = "window"
+    context_window: Annotated[int, Meta(gt=0)]
     source: WindowSource
     detail: str = ""
     """Where exactly the figure came from, one line (no secrets, no message text)."""
@@ -281,7 +293,7 @@ class WindowEntry(_Entry):
     """`provider/name` of the model the figure applies to."""
 
 
-Entry = Annotated[
+Entry = (
     SessionEntry
     | MessageEntry
     | ToolCallEntry
@@ -294,29 +306,76 @@ Entry = Annotated[
     | CompactionEntry
     | SettingEntry
     | WindowEntry
-    | ConfigEntry,
-    Field(discriminator="type"),
-]
+    | ConfigEntry
+)
 
-ENTRY_ADAPTER: TypeAdapter[Entry] = TypeAdapter(Entry)
+EntryError = msgspec.ValidationError
+"""Raised for data that is JSON but not a valid entry (the message names the field)."""
+
+_DECODER: msgspec.json.Decoder[Entry] = msgspec.json.Decoder(Entry)
 
 
 def entry_from_json(data: str | bytes) -> Entry:
-    """Parse one JSON line into an entry (raises `pydantic.ValidationError`)."""
-    return ENTRY_ADAPTER.validate_json(data)
+    """Parse and validate one JSON line into an entry.
+
+    Raises `EntryError` (`msgspec.ValidationError`) for JSON that is not a valid entry and
+    `msgspec.DecodeError` for text that is not JSON at all. JSON that msgspec alone refuses but
+    the JSON standard allows (a lone surrogate escape such as `"\\ud800"`) is read through
+    `json` instead.
+    """
+    try:
+        return _DECODER.decode(data)
+    except EntryError:
+        raise
+    except msgspec.DecodeError:
+        try:
+            loaded = json.loads(data)
+        except (ValueError, RecursionError):
+            raise msgspec.DecodeError("not valid JSON") from None
+        return entry_from_dict(loaded)
 
 
-def entry_from_dict(data: dict[str, Any]) -> Entry:
-    return ENTRY_ADAPTER.validate_python(data)
+def entry_from_dict(data: Any) -> Entry:
+    """Validate JSON-ready data (camelCase keys, as on disk) into an entry (raises `EntryError`)."""
+    try:
+        entry: Entry = msgspec.convert(data, Entry)
+    except RecursionError:
+        raise EntryError("nested too deeply") from None
+    return entry
+
+
+def is_json_error(exc: msgspec.DecodeError) -> bool:
+    """True when the text was not JSON at all (a torn line), not JSON of the wrong shape."""
+    return not isinstance(exc, EntryError)
+
+
+def describe_error(exc: msgspec.DecodeError) -> str:
+    """`field: what was wrong`, from a decode or validation error."""
+    message = str(exc)
+    text, _, where = message.partition(" - at `$")
+    if not where:
+        return "not a JSON object" if message.startswith("Expected `object`") else message
+    location = where.rstrip("`").lstrip(".") or "entry"
+    return f"{location}: {text}"
 
 
 def entry_to_dict(entry: Entry) -> dict[str, Any]:
-    """The entry as JSON-ready data, camelCase, with `type` first (the on-disk key order)."""
-    dumped = entry.model_dump(by_alias=True, mode="json")
-    return {"type": dumped.pop("type"), **dumped}
+    """The entry as JSON-ready data, camelCase, in the on-disk key order (`type`, `id`,
+    `parentId`, `timestamp`, then the entry's own fields)."""
+    data: dict[str, Any] = msgspec.to_builtins(entry)
+    ordered = {key: data.pop(key) for key in FIRST_KEYS}
+    ordered.update(data)
+    return ordered
 
 
 def entry_to_json(entry: Entry) -> str:
     """One line of JSON exactly as the store writes it (compact, `type` first), without the
     trailing newline."""
     return json.dumps(entry_to_dict(entry), ensure_ascii=False, separators=(",", ":"))
+
+
+def replace(entry: Entry, **changes: Any) -> Entry:
+    """A copy of `entry` with some fields changed (Python names). Not validated: the store
+    validates what it writes."""
+    changed: Entry = msgspec.structs.replace(entry, **changes)
+    return changed

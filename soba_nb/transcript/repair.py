@@ -15,10 +15,19 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import ValidationError
+import msgspec
 
 from soba_nb.redact import redact_data
-from soba_nb.transcript.entries import ENTRY_ADAPTER, Entry, LeafEntry, entry_to_dict, entry_to_json
+from soba_nb.transcript.entries import (
+    Entry,
+    LeafEntry,
+    describe_error,
+    entry_from_dict,
+    entry_from_json,
+    entry_to_dict,
+    entry_to_json,
+    is_json_error,
+)
 from soba_nb.transcript.store import TORN_MARKER
 
 REPAIRED_SUFFIX = ".repaired.jsonl"
@@ -64,10 +73,9 @@ def _kept_lines(raw: bytes, report: RepairReport) -> list[bytes]:
                 report.dropped.append((number, "blank line"))
             continue
         try:
-            entry = ENTRY_ADAPTER.validate_json(line)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            why = "not valid JSON (torn by a crash?)" if first["type"] == "json_invalid" else f"bad entry ({first['msg']})"
+            entry = entry_from_json(line)
+        except msgspec.DecodeError as exc:
+            why = "not valid JSON (torn by a crash?)" if is_json_error(exc) else f"bad entry ({describe_error(exc)})"
             report.dropped.append((number, why))
             continue
         problem = _why_not(entry, kept)
@@ -77,7 +85,7 @@ def _kept_lines(raw: bytes, report: RepairReport) -> list[bytes]:
         kept[entry.id] = entry
         data = redact_data(entry_to_dict(entry))
         data.pop(TORN_MARKER, None)
-        out.append(entry_to_json(ENTRY_ADAPTER.validate_python(data)).encode("utf-8", "replace"))
+        out.append(entry_to_json(entry_from_dict(data)).encode("utf-8", "replace"))
     report.kept = len(out)
     return out
 

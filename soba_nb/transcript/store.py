@@ -26,11 +26,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pydantic import ValidationError
+import msgspec
 
 from soba_nb.redact import redact_data
 from soba_nb.transcript.entries import (
-    ENTRY_ADAPTER,
     CapsuleEntry,
     CheckpointEntry,
     ConfigEntry,
@@ -39,15 +38,26 @@ from soba_nb.transcript.entries import (
     SessionEntry,
     SettingEntry,
     WindowEntry,
+    describe_error,
+    entry_from_json,
     entry_to_dict,
+    is_json_error,
     new_entry_id,
+    replace,
 )
 
 # The first entry appended after torn lines carries this flag, so a later load can tell the
 # (tolerated, already-warned) torn lines apart from corruption.
 TORN_MARKER = "followsTornLine"
 READ_CHUNK_BYTES = 1 << 20
-DURABLE_TYPES = (CapsuleEntry, CheckpointEntry, SessionEntry, SettingEntry, WindowEntry, ConfigEntry)
+DURABLE_TYPES = (
+    CapsuleEntry,
+    CheckpointEntry,
+    SessionEntry,
+    SettingEntry,
+    WindowEntry,
+    ConfigEntry,
+)
 
 
 class TranscriptError(ValueError):
@@ -66,18 +76,6 @@ class TornLineWarning(UserWarning):
     """The last line was cut short by a crash; it is ignored."""
 
 
-def _describe(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    if err["type"] == "dict_type" and not err["loc"]:
-        return "not a JSON object"
-    loc = ".".join(str(p) for p in err["loc"]) or "entry"
-    return f"{loc}: {err['msg']}"
-
-
-def _is_json_error(exc: ValidationError) -> bool:
-    return exc.errors()[0]["type"] == "json_invalid"
-
-
 class Parsed:
     """What loading a file found."""
 
@@ -94,8 +92,8 @@ class Parsed:
 def _parse_lines(path: Path, raw: bytes) -> Parsed:
     """Every line of a file: entries, tolerated torn lines, and how the file ends.
 
-    Each line goes straight from bytes to an entry (`validate_json`): one parse, no
-    intermediate dict, and no `RecursionError` on absurdly nested input.
+    Each line goes straight from bytes to a validated entry (msgspec): one parse, no
+    intermediate dict.
     """
     parsed = Parsed()
     lines = raw.split(b"\n")
@@ -103,21 +101,19 @@ def _parse_lines(path: Path, raw: bytes) -> Parsed:
     if last_terminated:
         lines.pop()
     last = len(lines)
-    validate = ENTRY_ADAPTER.validate_json
     torn_run: list[int] = []
     """Consecutive lines that are not JSON: tolerated only if the run reaches the end of the
     file or the entry after it says it follows torn lines."""
     for number, line in enumerate(lines, start=1):
         try:
-            entry = validate(line)
-        except ValidationError as exc:
-            if _is_json_error(exc) or (number == last and not last_terminated):
+            entry = entry_from_json(line)
+        except msgspec.DecodeError as exc:
+            if is_json_error(exc) or (number == last and not last_terminated):
                 torn_run.append(number)
                 continue
-            raise TranscriptError(f"{path}:{number}: bad entry ({_describe(exc)})", number) from None
+            raise TranscriptError(f"{path}:{number}: bad entry ({describe_error(exc)})", number) from None
         if torn_run:
-            extra = entry.model_extra
-            if not extra or extra.get(TORN_MARKER) is not True:
+            if entry.follows_torn_line is not True:
                 raise TranscriptError(f"{path}:{torn_run[0]}: not valid JSON", torn_run[0])
             parsed.torn_lines.extend(torn_run)
             torn_run = []
@@ -125,7 +121,9 @@ def _parse_lines(path: Path, raw: bytes) -> Parsed:
     if torn_run:
         what = "a torn last line" if len(torn_run) == 1 else f"{len(torn_run)} torn lines at the end"
         warnings.warn(
-            f"{path}:{torn_run[0]}: ignoring {what} (a crash cut an append short)", TornLineWarning, stacklevel=3
+            f"{path}:{torn_run[0]}: ignoring {what} (a crash cut an append short)",
+            TornLineWarning,
+            stacklevel=3,
         )
         parsed.torn_lines.extend(torn_run)
         parsed.trailing_torn = True
@@ -242,13 +240,12 @@ class Transcript:
                 line,
             )
         if entry.parent_id is not None and entry.parent_id not in self._by_id:
-            raise TranscriptError(
-                f"{self.file}:{line}: parentId {entry.parent_id!r} names no earlier entry", line
-            )
+            raise TranscriptError(f"{self.file}:{line}: parentId {entry.parent_id!r} names no earlier entry", line)
         if isinstance(entry, LeafEntry):
             if entry.target_id not in self._by_id:
                 raise TranscriptError(
-                    f"{self.file}:{line}: leaf targetId {entry.target_id!r} names no earlier entry", line
+                    f"{self.file}:{line}: leaf targetId {entry.target_id!r} names no earlier entry",
+                    line,
                 )
             target = self._by_id[entry.target_id]
             if isinstance(target, LeafEntry):
@@ -352,26 +349,28 @@ class Transcript:
         """
         if self._fd is None:
             raise TranscriptLockedError(f"{self.file}: opened read-only; use Transcript.open to append")
-        entry = entry.model_copy(update={"parent_id": self._leaf})
+        entry = replace(
+            entry,
+            parent_id=self._leaf,
+            follows_torn_line=True if self._needs_marker else msgspec.UNSET,
+        )
         while entry.id in self._by_id:
-            entry = entry.model_copy(update={"id": new_entry_id()})
-        data = entry_to_dict(entry)
+            entry = replace(entry, id=new_entry_id())
         # The one place every entry passes on its way to disk: no secret gets written.
-        redacted = redact_data(data)
-        if redacted != data:
-            data, entry = redacted, ENTRY_ADAPTER.validate_python(redacted)
-        if self._needs_marker:
-            data[TORN_MARKER] = True
-        line = json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n"
-        if self._needs_newline:
-            line = "\n" + line
+        data = redact_data(entry_to_dict(entry))
+        line = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        # Lone surrogates (e.g. undecodable file names in a tool output) have no UTF-8 form:
+        # they are written as "?".
+        encoded = line.encode("utf-8", "replace")
+        # What is kept in memory is the line as written, decoded and validated: an entry
+        # built wrong in Python is refused here, before anything reaches the file.
         try:
-            encoded = line.encode("utf-8")
-        except UnicodeEncodeError:
-            # Lone surrogates (e.g. undecodable file names in a tool output) have no UTF-8
-            # form: write "?" for them, and re-read the line so memory matches the file.
-            encoded = line.encode("utf-8", "replace")
-            entry = ENTRY_ADAPTER.validate_json(encoded.strip(b"\n"))
+            entry = entry_from_json(encoded)
+        except msgspec.DecodeError as exc:
+            raise TranscriptError(
+                f"{self.file}: not appended, bad {entry.type} entry ({describe_error(exc)})"
+            ) from None
+        encoded = (b"\n" if self._needs_newline else b"") + encoded + b"\n"
         self._write(encoded, durable=isinstance(entry, DURABLE_TYPES))
         # One new line; a leading "\n" only terminates the torn line, already counted.
         self._lines += 1
