@@ -1,4 +1,4 @@
-"""A milestone the agent records is honoured, once, at the next allowed attempt.
+"""A milestone (or plan pivot) the agent records is honoured, once, at the next allowed attempt.
 
 Found through the magics: a `checkpoint(kind="milestone")` from the agent was recorded and
 then dropped by "one soft compaction attempt per turn already made" at the next preflight
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import new_shell, shut_down
 from llm_server import text, tool_calls
 
@@ -36,20 +37,21 @@ def _grow_to_the_soft_limit(ip, scripted) -> None:
     ip.run_line_magic("auto_compact", "on")
 
 
-def _milestone_turn(ip, scripted) -> CheckpointEntry:
+def _milestone_turn(ip, scripted, kind: str = "milestone") -> CheckpointEntry:
     scripted.script(
-        tool_calls(("checkpoint", {"kind": "milestone", "note": "cleaning done"}), content="Marking it."),
+        tool_calls(("checkpoint", {"kind": kind, "note": "cleaning done"}), content="Marking it."),
         text("Cleaning is done."),
     )
     ip.run_line_magic("soba", "finish the cleaning and mark the milestone")
     agent = ip.magics_manager.registry["SobaMagics"].agent
-    [milestone] = [e for e in Transcript.load(agent.file).path() if isinstance(e, CheckpointEntry) and e.kind == "milestone"]
+    [milestone] = [e for e in Transcript.load(agent.file).path() if isinstance(e, CheckpointEntry) and e.kind == kind]
     return milestone
 
 
-def test_a_milestone_after_an_auto_compaction_in_the_same_turn_runs_next_turn(ip, scripted):
+@pytest.mark.parametrize("kind", ["milestone", "plan_pivot"])
+def test_a_milestone_after_an_auto_compaction_in_the_same_turn_runs_next_turn(ip, scripted, kind):
     _grow_to_the_soft_limit(ip, scripted)
-    milestone = _milestone_turn(ip, scripted)
+    milestone = _milestone_turn(ip, scripted, kind)
     agent = ip.magics_manager.registry["SobaMagics"].agent
     assert [f["trigger"] for f in _flight(agent)] == ["auto_threshold"]  # the turn's one soft attempt
     assert milestone.checkpoint_id in {c.checkpoint_id for c in agent.compactor.tracker.pending_intents}
@@ -58,7 +60,7 @@ def test_a_milestone_after_an_auto_compaction_in_the_same_turn_runs_next_turn(ip
     ip.run_line_magic("soba", "what next?")
     path = Transcript.load(agent.file).path()
     triggers = [f["trigger"] for f in _flight(agent)]
-    assert triggers == ["auto_threshold", "milestone"]
+    assert triggers == ["auto_threshold", kind]
     ran_at = max(i for i, e in enumerate(path) if isinstance(e, MessageEntry) and e.content == "what next?")
     consumed = [e for e in path if isinstance(e, CompactionEntry) and milestone.checkpoint_id in e.consumed]
     assert all(path.index(e) > ran_at for e in consumed)
@@ -67,7 +69,7 @@ def test_a_milestone_after_an_auto_compaction_in_the_same_turn_runs_next_turn(ip
 
     scripted.script(text("And again."))
     ip.run_line_magic("soba", "anything else?")
-    assert [f["trigger"] for f in _flight(agent)].count("milestone") == 1  # consumed exactly once
+    assert [f["trigger"] for f in _flight(agent)].count(kind) == 1  # consumed exactly once
 
 
 def test_a_pending_milestone_survives_a_restart(ip, nb_dir, scripted):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from compaction_support import good_summary, words
 from conftest import new_shell, shut_down, write_soba_json
 from disagreeing import DisagreeingModel
 from IPython.utils.capture import capture_output
@@ -62,6 +63,39 @@ def test_a_llama_cpp_server_says_its_window(ip, nb_dir, llm_server, scripted, ca
     assert cli_main(["budget", str(session), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["contextWindow"] == 8192 and report["windowSource"].startswith("server: llama.cpp")
+
+
+@pytest.mark.parametrize(
+    ("route", "model", "shown"),
+    [
+        (
+            ("POST", "/api/show", {"parameters": "num_ctx                        8192", "model_info": {"llama.context_length": 131072}}),
+            "llama3.1:8b",
+            "Window: 8,192 tokens (server: Ollama POST /api/show num_ctx)",
+        ),
+        (
+            ("GET", "/v1/models", {"data": [{"id": "Qwen/Qwen2.5-7B-Instruct", "max_model_len": 16384}]}),
+            "Qwen/Qwen2.5-7B-Instruct",
+            "Window: 16,384 tokens (server: vLLM GET /v1/models max_model_len)",
+        ),
+    ],
+    ids=["ollama", "vllm"],
+)
+def test_ollama_and_vllm_say_their_window_over_the_catalogue(ip, nb_dir, llm_server, scripted, route, model, shown):
+    """The catalogue says 131,072 for Llama 3.1 and 32,768 for Qwen2.5; the server knows better."""
+    write_soba_json(nb_dir, llm_server.url, {"model": {"name": model}, "compaction": {}})
+    method, path, body = route
+    llm_server.route(method, path, body=body)
+    scripted.script(text("Hi."))
+    ip.run_line_magic("soba", "hello")
+    assert shown in budget(ip)
+    asked = [r for r in llm_server.requests if (r.method, r.path) == (method, path)]
+    assert len(asked) == 1
+    if method == "POST":
+        assert asked[0].body == {"model": model}
+    limits = agent(ip).limits
+    assert limits.context_window == int(shown.split()[1].replace(",", ""))
+    assert agent(ip).compactor.thresholds.hard_limit == limits.hard_limit < limits.context_window
 
 
 def test_a_stated_limit_lowers_the_window_for_the_session_and_after_a_restart(ip, nb_dir, llm_server):
@@ -121,3 +155,30 @@ def test_a_retry_known_not_to_fit_the_stated_limit_is_never_sent(ip, nb_dir, llm
         assert "failed" in out.stdout
     sent_over = [tokens for op, tokens, fits in model.judged if op == "inference" and not fits]
     assert len(sent_over) == 1  # the refused request, never a second one over the limit
+
+
+def test_a_compacted_retry_still_over_the_stated_limit_is_not_sent(ip, nb_dir, llm_server):
+    """The recovery compaction completes (smaller than the refused request, under the new hard
+    limit) but the retry would still not fit what the server stated, on the server's own
+    scale: it is refused here, not sent to be refused there."""
+    write_soba_json(
+        nb_dir,
+        llm_server.url,
+        {"model": {"contextWindow": 16000, "maxOutputTokens": 500}, "compaction": {"keepRecentTokens": 1000, "safetyReserveTokens": 500}},
+    )
+    # The server counts 1.3× what we do, reports no usage (so nothing calibrates us before
+    # its error), and really has 4,500; the summary comes back far longer than asked for.
+    model = DisagreeingModel(llm_server, factor=1.3, window=4500)
+    model.summary = text(good_summary(words(1000)))
+    ip.run_line_magic("auto_compact", "off")
+    for index in range(20):
+        model.script(text(f"Answer {index}. {LONG_ANSWER}", usage=False))
+        with capture_output() as out:
+            ip.run_line_magic("soba", f"question {index}")
+        if any(not fits for _, _, fits in model.judged):
+            break
+    assert "Compacted (context_overflow)" in out.stdout
+    assert "request not sent: the retry after the overflow would still be" in out.stdout
+    assert "%compact" in out.stdout and "%rewind" in out.stdout
+    refused = next(i for i, (_, _, fits) in enumerate(model.judged) if not fits)
+    assert [op for op, _, _ in model.judged[refused + 1 :]] == ["compaction"]  # no retry went out
