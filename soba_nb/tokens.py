@@ -26,7 +26,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 
@@ -172,10 +172,11 @@ class TokenCounter:
             self._tokenizer = lambda piece: len(encoding.encode_ordinary(piece))
         return self._tokenizer(text)
 
-    def prime(self, counts: dict[str, int]) -> None:
+    def prime(self, counts: Mapping[Hashable, int]) -> None:
         """Counts known from before (an index beside the transcript), keyed by entry id."""
-        for key, value in counts.items():
-            self._cache.setdefault(key, value)
+        merged: dict[Hashable, int] = dict(counts)
+        merged.update(self._cache)  # what is already counted wins
+        self._cache = merged
 
     @classmethod
     def for_model(cls, provider: str, model: str) -> TokenCounter:

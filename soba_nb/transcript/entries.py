@@ -335,6 +335,15 @@ def entry_from_json(data: str | bytes) -> Entry:
         return entry_from_dict(loaded)
 
 
+def decode_lines(data: bytes) -> list[Entry]:
+    """Every line of newline-delimited JSON, each validated into an entry, in one call.
+
+    Raises `msgspec.DecodeError` at the first line that is not a valid entry (without saying
+    which: callers read line by line then, with `entry_from_json`, to name it).
+    """
+    return _DECODER.decode_lines(data)
+
+
 def entry_from_dict(data: Any) -> Entry:
     """Validate JSON-ready data (camelCase keys, as on disk) into an entry (raises `EntryError`)."""
     try:

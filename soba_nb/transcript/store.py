@@ -38,6 +38,7 @@ from soba_nb.transcript.entries import (
     SessionEntry,
     SettingEntry,
     WindowEntry,
+    decode_lines,
     describe_error,
     entry_from_json,
     entry_to_dict,
@@ -50,14 +51,9 @@ from soba_nb.transcript.entries import (
 # (tolerated, already-warned) torn lines apart from corruption.
 TORN_MARKER = "followsTornLine"
 READ_CHUNK_BYTES = 1 << 20
-DURABLE_TYPES = (
-    CapsuleEntry,
-    CheckpointEntry,
-    SessionEntry,
-    SettingEntry,
-    WindowEntry,
-    ConfigEntry,
-)
+DURABLE_TYPES = (CapsuleEntry, CheckpointEntry, SessionEntry, SettingEntry, WindowEntry, ConfigEntry)
+_SESSION_FACTS = frozenset({SettingEntry, WindowEntry, ConfigEntry})
+"""Entries read from any branch (`setting`, `window`, `config`), not only the path."""
 
 
 class TranscriptError(ValueError):
@@ -80,13 +76,31 @@ class Parsed:
     """What loading a file found."""
 
     def __init__(self) -> None:
-        self.entries: list[tuple[int, Entry]] = []
+        self.entries: list[Entry] = []
+        self.numbers: list[int] | None = []
+        """Line number of each entry; None when entry i is on line i + 1 (a clean file)."""
         self.torn_lines: list[int] = []
         """Line numbers of torn lines (crash leftovers) tolerated and skipped."""
         self.unterminated = False
         """The last line has no newline: the next append must start a fresh line."""
         self.trailing_torn = False
         """The file ends in torn lines: the next append carries `followsTornLine`."""
+
+
+def _parse(path: Path, raw: bytes) -> Parsed:
+    """Every entry of a file: all lines in one call when the file is clean (one entry per
+    line, every line terminated: the usual case), else line by line."""
+    if raw.endswith(b"\n"):
+        try:
+            entries = decode_lines(raw)
+        except (msgspec.DecodeError, RecursionError):
+            pass
+        else:
+            if len(entries) == raw.count(b"\n"):
+                parsed = Parsed()
+                parsed.entries, parsed.numbers = entries, None
+                return parsed
+    return _parse_lines(path, raw)
 
 
 def _parse_lines(path: Path, raw: bytes) -> Parsed:
@@ -96,6 +110,8 @@ def _parse_lines(path: Path, raw: bytes) -> Parsed:
     intermediate dict.
     """
     parsed = Parsed()
+    numbers: list[int] = []
+    parsed.numbers = numbers
     lines = raw.split(b"\n")
     last_terminated = lines[-1] == b""
     if last_terminated:
@@ -117,7 +133,8 @@ def _parse_lines(path: Path, raw: bytes) -> Parsed:
                 raise TranscriptError(f"{path}:{torn_run[0]}: not valid JSON", torn_run[0])
             parsed.torn_lines.extend(torn_run)
             torn_run = []
-        parsed.entries.append((number, entry))
+        parsed.entries.append(entry)
+        numbers.append(number)
     if torn_run:
         what = "a torn last line" if len(torn_run) == 1 else f"{len(torn_run)} torn lines at the end"
         warnings.warn(
@@ -165,7 +182,8 @@ class Transcript:
         self._by_id: dict[str, Entry] = {}
         self._line_of: dict[str, int] = {}
         self._leaf: str | None = None
-        self._path: list[Entry] | None = None
+        self._path: list[Entry] | None = []
+        """Root → leaf, extended as entries are indexed; None until recomputed after a branch."""
         self._needs_newline = parsed.unterminated
         self._needs_marker = parsed.trailing_torn
         self._fd = fd
@@ -177,7 +195,8 @@ class Transcript:
         self._settings: dict[str, SettingEntry] = {}
         self._windows: list[WindowEntry] = []
         self._config: ConfigEntry | None = None
-        for number, entry in parsed.entries:
+        numbers = parsed.numbers if parsed.numbers is not None else range(1, len(parsed.entries) + 1)
+        for entry, number in zip(parsed.entries, numbers, strict=True):
             self._index(entry, number)
 
     # -- loading -------------------------------------------------------------------------
@@ -188,7 +207,7 @@ class Transcript:
         path = Path(path)
         raw = path.read_bytes()
         with _gc_paused():
-            return cls(path, _parse_lines(path, raw), fd=None, lines=_count_lines(raw))
+            return cls(path, _parse(path, raw), fd=None, lines=_count_lines(raw))
 
     @classmethod
     def open(cls, path: Path, *, create_header: SessionEntry | None = None) -> Transcript:
@@ -211,7 +230,7 @@ class Transcript:
                 ) from None
             raw = _read_all(fd)
             with _gc_paused():
-                store = cls(path, _parse_lines(path, raw), fd=fd, lines=_count_lines(raw))
+                store = cls(path, _parse(path, raw), fd=fd, lines=_count_lines(raw))
             if not store._entries and create_header is not None:
                 store.append(create_header)
         except BaseException:
@@ -234,39 +253,45 @@ class Transcript:
     # -- tree ----------------------------------------------------------------------------
 
     def _index(self, entry: Entry, line: int) -> None:
-        if entry.id in self._by_id:
+        entry_id, parent_id = entry.id, entry.parent_id
+        by_id = self._by_id
+        if entry_id in by_id:
             raise TranscriptError(
-                f"{self.file}:{line}: duplicate id {entry.id!r} (first on line {self._line_of[entry.id]})",
-                line,
+                f"{self.file}:{line}: duplicate id {entry_id!r} (first on line {self._line_of[entry_id]})", line
             )
-        if entry.parent_id is not None and entry.parent_id not in self._by_id:
-            raise TranscriptError(f"{self.file}:{line}: parentId {entry.parent_id!r} names no earlier entry", line)
-        if isinstance(entry, LeafEntry):
-            if entry.target_id not in self._by_id:
+        if parent_id is not None and parent_id not in by_id:
+            raise TranscriptError(f"{self.file}:{line}: parentId {parent_id!r} names no earlier entry", line)
+        kind = type(entry)
+        if kind is LeafEntry:
+            assert isinstance(entry, LeafEntry)
+            target = by_id.get(entry.target_id)
+            if target is None:
                 raise TranscriptError(
-                    f"{self.file}:{line}: leaf targetId {entry.target_id!r} names no earlier entry",
-                    line,
+                    f"{self.file}:{line}: leaf targetId {entry.target_id!r} names no earlier entry", line
                 )
-            target = self._by_id[entry.target_id]
-            if isinstance(target, LeafEntry):
+            if type(target) is LeafEntry:
                 raise TranscriptError(f"{self.file}:{line}: leaf targetId names another leaf entry", line)
             self._leaf = entry.target_id
             self._path = None
         else:
-            if self._path is not None and entry.parent_id == self._leaf:
+            if self._path is not None and parent_id == self._leaf:
                 self._path.append(entry)
             else:
                 self._path = None
-            self._leaf = entry.id
+            self._leaf = entry_id
+            if kind in _SESSION_FACTS:
+                self._note_fact(entry)
+        self._entries.append(entry)
+        by_id[entry_id] = entry
+        self._line_of[entry_id] = line
+
+    def _note_fact(self, entry: Entry) -> None:
         if isinstance(entry, SettingEntry):
             self._settings[entry.key] = entry
         elif isinstance(entry, WindowEntry):
             self._windows.append(entry)
         elif isinstance(entry, ConfigEntry):
             self._config = entry
-        self._entries.append(entry)
-        self._by_id[entry.id] = entry
-        self._line_of[entry.id] = line
 
     @property
     def entries(self) -> list[Entry]:
@@ -396,10 +421,10 @@ class Transcript:
 
 
 def _read_all(fd: int) -> bytes:
-    """The whole file behind `fd`, from its start."""
-    chunks: list[bytes] = []
-    offset = 0
+    """The whole file behind `fd`, from its start (one read of its size, then to the end)."""
+    chunks = [os.pread(fd, os.fstat(fd).st_size, 0)]
+    offset = len(chunks[0])
     while chunk := os.pread(fd, READ_CHUNK_BYTES, offset):
         chunks.append(chunk)
         offset += len(chunk)
-    return b"".join(chunks)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)

@@ -92,11 +92,17 @@ def _read(path: Path, header: bytes) -> dict[str, int] | None:
         os.close(fd)
     if not raw.startswith(header):
         return None
+    body = raw[len(header) :].decode("ascii", "replace")
+    words = body.split()
+    lines = body.count("\n") + (not body.endswith("\n") and bool(body))
+    if 2 * lines == len(words) == 2 * body.count(" ") and all(map(str.isdigit, words[1::2])):
+        # Every line is `id count` (the usual case): in one go.
+        return dict(zip(words[0::2], map(int, words[1::2]), strict=True))
     counts: dict[str, int] = {}
-    for line in raw[len(header) :].split(b"\n"):
-        entry_id, _, tokens = line.partition(b" ")
+    for line in body.split("\n"):  # a torn or foreign line somewhere: line by line
+        entry_id, _, tokens = line.partition(" ")
         if tokens.isdigit() and entry_id:
-            counts[entry_id.decode("ascii", "replace")] = int(tokens)
+            counts[entry_id] = int(tokens)
     return counts
 
 
