@@ -29,6 +29,7 @@ import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
+from typing import cast
 
 import tiktoken
 
@@ -172,9 +173,9 @@ class TokenCounter:
             self._tokenizer = lambda piece: len(encoding.encode_ordinary(piece))
         return self._tokenizer(text)
 
-    def prime(self, counts: Mapping[Hashable, int]) -> None:
+    def prime(self, counts: Mapping[str, int]) -> None:
         """Counts known from before (an index beside the transcript), keyed by entry id."""
-        merged: dict[Hashable, int] = dict(counts)
+        merged = cast(dict[Hashable, int], dict(counts))
         merged.update(self._cache)  # what is already counted wins
         self._cache = merged
 
