@@ -167,9 +167,8 @@ class BudgetTracker:
         self._skills = {}
         self._soft_failures = self._tokens_at_last_soft = 0
         self._visible_since_capsule = False
-        for entry in path:
-            if isinstance(entry, SkillEntry):
-                self._add(entry)
+        for skill in [entry for entry in path if type(entry) is SkillEntry]:
+            self._add(skill)
         capsule_at = latest_capsule_index(path)
         self._capsule_at = capsule_at
         start = 0
@@ -184,14 +183,15 @@ class BudgetTracker:
                     if path[index].id == kept:
                         start = index
                         break
+        add = self._add
         for index in range(start, len(path)):
             entry = path[index]
             if index == capsule_at:
                 # What the guard counts, and "just completed", start after the capsule.
                 self._soft_failures = self._tokens_at_last_soft = 0
                 self._visible_since_capsule = False
-            elif not isinstance(entry, CapsuleEntry | SkillEntry):
-                self._add(entry)
+            elif type(entry) is not CapsuleEntry and type(entry) is not SkillEntry:
+                add(entry)
         # A usage figure from before the latest capsule measured a different input: the
         # provider's calibration carries over through the capsule's before-figures instead
         # (SPEC §2: "minus what a compaction removed").
@@ -209,28 +209,35 @@ class BudgetTracker:
 
 
     def _add(self, entry: Entry) -> None:
-        if isinstance(entry, MessageEntry):
+        kind = type(entry)  # entry types are final: one identity test each, no isinstance chain
+        if kind is MessageEntry:
+            assert isinstance(entry, MessageEntry)
             if entry.role == "assistant":
                 self._before_last_assistant = self._estimated
             self._estimated += entry_tokens(entry, self.counter)
             self._visible_since_capsule = True
-        elif isinstance(entry, ToolCallEntry | ToolResultEntry):
+        elif kind is ToolCallEntry or kind is ToolResultEntry:
             self._estimated += entry_tokens(entry, self.counter)
             self._visible_since_capsule = True
-        elif _trusted(entry, self._usage_ceiling):
-            assert isinstance(entry, UsageEntry)
-            # The figure measures the request that produced the preceding assistant message.
-            self._usage_input = entry.input_tokens
-            self._usage_offset = self._before_last_assistant
-        elif isinstance(entry, CheckpointEntry) and entry.intent and entry.kind in INTENT_KINDS:
-            self._intents.append(entry)
-        elif isinstance(entry, CompactionEntry):
+        elif kind is UsageEntry:
+            if _trusted(entry, self._usage_ceiling):
+                assert isinstance(entry, UsageEntry)
+                # The figure measures the request that produced the preceding assistant message.
+                self._usage_input = entry.input_tokens
+                self._usage_offset = self._before_last_assistant
+        elif kind is CheckpointEntry:
+            assert isinstance(entry, CheckpointEntry)
+            if entry.intent and entry.kind in INTENT_KINDS:
+                self._intents.append(entry)
+        elif kind is CompactionEntry:
+            assert isinstance(entry, CompactionEntry)
             consumed = set(entry.consumed)
             self._intents = [i for i in self._intents if i.checkpoint_id not in consumed]
             if entry.tokens_before is not None and Trigger(entry.trigger) in SOFT_TRIGGERS:
                 self._soft_failures += 1
                 self._tokens_at_last_soft = entry.tokens_before
-        elif isinstance(entry, SkillEntry):
+        elif kind is SkillEntry:
+            assert isinstance(entry, SkillEntry)
             previous = self._skills.pop(entry.name, None)
             if previous is None:
                 self._estimated += self.counter.cached(

@@ -85,6 +85,9 @@ def system_text(system: str, skills: Sequence[SkillEntry]) -> str:
 
 def entry_tokens(entry: Entry, counter: TokenCounter) -> int:
     """Tokens an entry costs in model input (0 for entries the model never sees). Cached."""
+    known = counter.known(entry.id)
+    if known is not None:
+        return known
 
     def compute() -> int:
         if isinstance(entry, MessageEntry):
