@@ -335,7 +335,7 @@ def entry_from_json(data: str | bytes) -> Entry:
         return entry_from_dict(loaded)
 
 
-def decode_lines(data: bytes) -> list[Entry]:
+def decode_lines(data: bytes | memoryview) -> list[Entry]:
     """Every line of newline-delimited JSON, each validated into an entry, in one call.
 
     Raises `msgspec.DecodeError` at the first line that is not a valid entry (without saying

@@ -51,6 +51,8 @@ from soba_nb.transcript.entries import (
 # (tolerated, already-warned) torn lines apart from corruption.
 TORN_MARKER = "followsTornLine"
 READ_CHUNK_BYTES = 1 << 20
+DECODE_BLOCK_BYTES = 4 << 20
+"""Raw text decoded at a time on load (peak memory is the entries plus about this)."""
 DURABLE_TYPES = (CapsuleEntry, CheckpointEntry, SessionEntry, SettingEntry, WindowEntry, ConfigEntry)
 _SESSION_FACTS = frozenset({SettingEntry, WindowEntry, ConfigEntry})
 """Entries read from any branch (`setting`, `window`, `config`), not only the path."""
@@ -87,20 +89,39 @@ class Parsed:
         """The file ends in torn lines: the next append carries `followsTornLine`."""
 
 
-def _parse(path: Path, raw: bytes) -> Parsed:
-    """Every entry of a file: all lines in one call when the file is clean (one entry per
-    line, every line terminated: the usual case), else line by line."""
-    if raw.endswith(b"\n"):
+def _read_entries(path: Path, fd: int) -> tuple[Parsed, int]:
+    """Every entry of the file behind `fd`, and how many lines it has.
+
+    A clean file (one entry per line, every line terminated: the usual case) is decoded a
+    block of lines at a time (msgspec `decode_lines`), so only one block of raw text is held
+    beside the entries, never the whole file. Anything else (a torn or bad line, a blank
+    line, no final newline) is read again line by line, which names the line at fault.
+    """
+    entries: list[Entry] = []
+    offset, pending = 0, b""
+    while chunk := os.pread(fd, DECODE_BLOCK_BYTES, offset):
+        offset += len(chunk)
+        data = pending + chunk if pending else chunk
+        cut = data.rfind(b"\n") + 1
+        pending = data[cut:]
+        if not cut:
+            continue
+        block = memoryview(data)[:cut]
         try:
-            entries = decode_lines(raw)
+            decoded = decode_lines(block)
         except (msgspec.DecodeError, RecursionError):
-            pass
-        else:
-            if len(entries) == raw.count(b"\n"):
-                parsed = Parsed()
-                parsed.entries, parsed.numbers = entries, None
-                return parsed
-    return _parse_lines(path, raw)
+            break
+        if len(decoded) != data.count(b"\n", 0, cut):
+            break
+        entries.extend(decoded)
+    else:
+        if not pending:
+            parsed = Parsed()
+            parsed.entries, parsed.numbers = entries, None
+            return parsed, len(entries)
+    del entries
+    raw = _read_all(fd)
+    return _parse_lines(path, raw), _count_lines(raw)
 
 
 def _parse_lines(path: Path, raw: bytes) -> Parsed:
@@ -205,9 +226,15 @@ class Transcript:
     def load(cls, path: Path) -> Transcript:
         """Read-only view of an existing file (no lock). Raises `TranscriptError`."""
         path = Path(path)
-        raw = path.read_bytes()
-        with _gc_paused():
-            return cls(path, _parse(path, raw), fd=None, lines=_count_lines(raw))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise TranscriptError(f"{path}: not a regular file")
+            with _gc_paused():
+                parsed, lines = _read_entries(path, fd)
+                return cls(path, parsed, fd=None, lines=lines)
+        finally:
+            os.close(fd)
 
     @classmethod
     def open(cls, path: Path, *, create_header: SessionEntry | None = None) -> Transcript:
@@ -228,9 +255,9 @@ class Transcript:
                     f"{path}: another writer (probably a second kernel on this notebook) has this "
                     "session open; start a new session with `%soba --new` or close the other kernel"
                 ) from None
-            raw = _read_all(fd)
             with _gc_paused():
-                store = cls(path, _parse(path, raw), fd=fd, lines=_count_lines(raw))
+                parsed, lines = _read_entries(path, fd)
+                store = cls(path, parsed, fd=fd, lines=lines)
             if not store._entries and create_header is not None:
                 store.append(create_header)
         except BaseException:
