@@ -654,3 +654,48 @@ def test_loader_on_plausible_lines(lines: list[str], terminated: bool) -> None:
         ids = [entry.id for entry in view]
         assert len(ids) == len(set(ids))
         assert view.leaf is None or view.leaf in view
+
+
+# -- loading in blocks ---------------------------------------------------------------------
+
+
+def test_entries_across_decode_blocks_load_whole_and_in_order(store: Transcript, session_file: Path) -> None:
+    # Lines longer than a block, and many lines whose blocks end mid-line: all come back equal.
+    from soba_nb.transcript.store import DECODE_BLOCK_BYTES
+
+    written = [store.append(user("x" * (DECODE_BLOCK_BYTES + 17)))]
+    written += [store.append(assistant(f"{i} " + "y" * (i % 5000))) for i in range(2500)]
+    written.append(store.append(user("é" * (DECODE_BLOCK_BYTES // 2 + 3))))
+    store.close()
+    assert session_file.stat().st_size > 2 * DECODE_BLOCK_BYTES
+    again = Transcript.load(session_file)
+    assert again.entries[1:] == written
+    assert again.line_of(written[-1].id) == len(written) + 1
+    reopened = Transcript.open(session_file)
+    try:
+        assert reopened.path()[1:] == written
+        reopened.append(user("after"))
+    finally:
+        reopened.close()
+    assert Transcript.load(session_file).line_of(reopened.leaf or "") == len(written) + 2
+
+
+def test_a_bad_line_after_several_blocks_is_named(store: Transcript, session_file: Path) -> None:
+    from soba_nb.transcript.store import DECODE_BLOCK_BYTES
+
+    for _ in range(3):
+        store.append(user("z" * DECODE_BLOCK_BYTES))
+    store.close()
+    with session_file.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"type": "message", "id": "bad", "parentId": None, "role": "robot"}) + "\n")
+    with pytest.raises(TranscriptError, match=r"s1\.jsonl:5: bad entry \(role: "):
+        Transcript.load(session_file)
+
+
+def test_loading_a_fifo_is_refused_not_blocked(tmp_path: Path) -> None:
+    fifo = tmp_path / "session.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(TranscriptError, match="not a regular file"):
+        Transcript.load(fifo)
+    with pytest.raises(TranscriptError, match="not a regular file"):
+        Transcript.open(fifo)
