@@ -18,7 +18,14 @@ from compaction_support import (
 from soba_nb.compaction.barrier import CompactionEvent, Outcome
 from soba_nb.compaction.engine import HardLimitExceeded
 from soba_nb.compaction.triggers import Trigger, TurnState, pending_intents
-from soba_nb.transcript.entries import CapsuleEntry, CompactionEntry, MessageEntry, UsageEntry
+from soba_nb.transcript.entries import (
+    CapsuleEntry,
+    CompactionEntry,
+    MessageEntry,
+    ToolCallEntry,
+    ToolResultEntry,
+    UsageEntry,
+)
 from soba_nb.transcript.store import Transcript
 
 
@@ -265,8 +272,9 @@ def test_a_summarizer_ending_on_its_own_deadline_is_a_timeout_not_a_failure(tmp_
 
 
 def test_the_plan_from_the_trackers_capsule_index_is_the_plan_from_a_scan(tmp_path):
-    """The compactor hands the planner the tracker's capsule index instead of a scan of the
-    path: after compactions, more work and a rewind, it plans exactly what a scan would."""
+    """The compactor hands the planner the tracker's capsule index and region facts (total,
+    first unanswered call) instead of scans of the path: after compactions, tool groups, an
+    unanswered call, more work and a rewind, it plans exactly what the scans would."""
     from soba_nb.compaction.planner import NothingToCompact, plan_cut
 
     t = open_transcript(tmp_path)
@@ -280,10 +288,25 @@ def test_the_plan_from_the_trackers_capsule_index_is_the_plan_from_a_scan(tmp_pa
 
     def agree() -> None:
         engine.measure()
-        assert plan(capsule_at=engine.tracker.capsule_index) == plan()
+        scanned = plan()
+        assert plan(capsule_at=engine.tracker.capsule_index) == scanned
+        assert plan(capsule_at=engine.tracker.capsule_index, facts=engine.tracker.region_facts) == scanned
 
     grow(t, 3000)
     agree()  # no capsule
+    for i in range(8):
+        add_exchange(t, 150, tool_tokens=120, index=100 + i)
+    agree()  # tool groups
+    t.append(MessageEntry(role="assistant", content="calling"))
+    t.append(ToolCallEntry(call_id="open_1", name="python", arguments="{}"))
+    t.append(ToolCallEntry(call_id="open_2", name="python", arguments="{}"))
+    t.append(ToolResultEntry(call_id="open_2", name="python", content="done"))
+    grow(t, 900)
+    agree()  # a call still waiting for its result: no cut after it
+    assert engine.tracker.region_facts.first_open_call == "open_1"
+    t.append(ToolResultEntry(call_id="open_1", name="python", content="done"))
+    grow(t, 600)
+    agree()  # answered
     assert engine.compact().outcome is Outcome.COMPLETED
     before_second = t.leaf
     grow(t, 3000)

@@ -28,8 +28,8 @@ from soba_nb.transcript.entries import (
     entry_to_dict,
     entry_to_json,
     new_checkpoint_id,
-    replace,
     new_entry_id,
+    replace,
     utc_now,
 )
 

@@ -19,6 +19,7 @@ from soba_nb.compaction.model_input import (
     latest_capsule_index,
 )
 from soba_nb.compaction.native import NativeTarget
+from soba_nb.compaction.planner import RegionFacts
 from soba_nb.compaction.triggers import (
     INTENT_KINDS,
     SOFT_TRIGGERS,
@@ -86,6 +87,11 @@ class BudgetTracker:
         """How many full rebuilds happened (tests and benchmarks read it)."""
         self._usage_ceiling: int | None = None
         self._target: NativeTarget | None = None
+        self._region_tokens = 0
+        """Model-input tokens of the region a compaction would work on (visible entries from
+        the latest capsule's kept tail, or the root, to the leaf)."""
+        self._open_calls: dict[str, None] = {}
+        """Tool calls in the region with no result yet, oldest first."""
 
     def set_target(self, target: NativeTarget | None) -> None:
         """The provider and model the next requests go to: a capsule costs its native item
@@ -150,6 +156,12 @@ class BudgetTracker:
         return self._capsule_at
 
     @property
+    def region_facts(self) -> RegionFacts:
+        """The region's total and first unanswered call (as of the last `measure`): the
+        compaction plan then walks only the kept tail."""
+        return RegionFacts(self._region_tokens, next(iter(self._open_calls), None))
+
+    @property
     def pending_intents(self) -> tuple[CheckpointEntry, ...]:
         """Unconsumed intent checkpoints (as of the last `measure`), kept incrementally."""
         return tuple(self._intents)
@@ -183,6 +195,8 @@ class BudgetTracker:
                     if path[index].id == kept:
                         start = index
                         break
+        self._region_tokens = 0
+        self._open_calls = {}
         add = self._add
         for index in range(start, len(path)):
             entry = path[index]
@@ -214,11 +228,20 @@ class BudgetTracker:
             assert isinstance(entry, MessageEntry)
             if entry.role == "assistant":
                 self._before_last_assistant = self._estimated
-            self._estimated += entry_tokens(entry, self.counter)
+            cost = entry_tokens(entry, self.counter)
+            self._estimated += cost
+            self._region_tokens += cost
             self._visible_since_capsule = True
         elif kind is ToolCallEntry or kind is ToolResultEntry:
-            self._estimated += entry_tokens(entry, self.counter)
+            assert isinstance(entry, ToolCallEntry | ToolResultEntry)
+            cost = entry_tokens(entry, self.counter)
+            self._estimated += cost
+            self._region_tokens += cost
             self._visible_since_capsule = True
+            if kind is ToolCallEntry:
+                self._open_calls[entry.call_id] = None
+            else:
+                self._open_calls.pop(entry.call_id, None)
         elif kind is UsageEntry:
             if _trusted(entry, self._usage_ceiling):
                 assert isinstance(entry, UsageEntry)

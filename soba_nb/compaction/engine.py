@@ -322,6 +322,7 @@ class Compactor:
                 keep_recent_tokens=t.keep_recent_tokens,
                 max_kept_tokens=max_kept,
                 capsule_at=self.tracker.capsule_index,
+                facts=self.tracker.region_facts,
             )
         except NothingToCompact as exc:
             unplannable = str(exc)

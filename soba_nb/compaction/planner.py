@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from soba_nb.compaction.model_input import entry_tokens, latest_capsule_index
+from soba_nb.compaction.model_input import VISIBLE_TYPES, entry_tokens, latest_capsule_index
 from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import (
     CapsuleEntry,
@@ -52,6 +52,17 @@ class Unknown(Enum):
 
 
 UNKNOWN = Unknown.UNKNOWN
+
+
+@dataclass(frozen=True)
+class RegionFacts:
+    """What the budget tracker already knows of the region (kept as entries are appended),
+    sparing the planner a pass over the whole of it."""
+
+    tokens: int
+    """What the region's entries cost in model input (cached counts of visible entries)."""
+    first_open_call: str | None
+    """Call id of the first tool call in the region with no result yet (no cut may follow it)."""
 
 
 class NothingToCompact(ValueError):
@@ -118,6 +129,7 @@ def plan_cut(
     keep_recent_tokens: int,
     max_kept_tokens: int | None = None,
     capsule_at: int | None | Unknown = UNKNOWN,
+    facts: RegionFacts | None = None,
 ) -> Cut:
     """Choose the cut. Raises `NothingToCompact` when nothing before the kept window.
 
@@ -125,14 +137,18 @@ def plan_cut(
     `keep_recent_tokens`, down to the last group (the current request or an unanswered
     tool group), which is never dropped.
 
-    Walks back from the leaf: only the kept tail is looked at entry by entry; the rest of
-    the region costs one pass of cached counts (no rendering, no tokenizing).
+    Walks back from the leaf: only the kept tail is looked at entry by entry. The region's
+    total and its first unanswered call come from `facts` when the caller has them (the
+    budget tracker keeps both as entries are appended), else from one pass of cached counts.
     """
     entries, previous = region(path, capsule_at=capsule_at)
-    total = _total_tokens(entries, counter)
+    if facts is None:
+        facts = RegionFacts(_total_tokens(entries, counter), _first_unanswered_call(entries))
+    total = facts.tokens
     if not total:
         raise NothingToCompact("nothing to compact: the session has no history the model sees yet")
-    unanswered = _first_unanswered_call(entries)
+    blocked = facts.first_open_call
+    """While walking back past a call that is never answered, no cut: it would follow it."""
     cuts: list[tuple[int, int]] = []
     """Valid cuts from the leaf back, with the tokens kept from each: (index, kept tokens)."""
     awaiting: set[str] = set()
@@ -140,12 +156,17 @@ def plan_cut(
     kept = 0
     for index in range(len(entries) - 1, -1, -1):
         entry = entries[index]
+        kind = type(entry)
+        if kind is CapsuleEntry:
+            continue  # an older capsule inside the region is not in model input
         kept += entry_tokens(entry, counter)
-        if type(entry) is ToolResultEntry:
-            awaiting.add(entry.call_id)
-        elif type(entry) is ToolCallEntry:
-            awaiting.discard(entry.call_id)
-        elif type(entry) is MessageEntry and not awaiting and index <= unanswered:
+        if kind is ToolResultEntry:
+            awaiting.add(entry.call_id)  # type: ignore[union-attr]
+        elif kind is ToolCallEntry:
+            awaiting.discard(entry.call_id)  # type: ignore[union-attr]
+            if entry.call_id == blocked:  # type: ignore[union-attr]
+                blocked = None
+        elif kind is MessageEntry and not awaiting and blocked is None:
             cuts.append((index, kept))
             if kept >= keep_recent_tokens:
                 break  # the cut is decided: this one, or under `max_kept_tokens` a later one
@@ -180,19 +201,21 @@ def _choose(cuts: list[tuple[int, int]], keep_recent_tokens: int, max_kept_token
     return cut
 
 
-def _first_unanswered_call(entries: Sequence[Entry]) -> int:
-    """Index of the first tool call with no result in `entries` (no cut may follow it), or
-    `len(entries)`; the common case (every call answered) is two set comprehensions."""
+def _first_unanswered_call(entries: Sequence[Entry]) -> str | None:
+    """Call id of the first tool call with no result in `entries` (no cut may follow it), or
+    None; the common case (every call answered) is two set comprehensions."""
     calls = {e.call_id for e in entries if type(e) is ToolCallEntry}
     answered = {e.call_id for e in entries if type(e) is ToolResultEntry}
     if calls <= answered:
-        return len(entries)
-    return next(i for i, e in enumerate(entries) if type(e) is ToolCallEntry and e.call_id not in answered)
+        return None
+    return next(e.call_id for e in entries if type(e) is ToolCallEntry and e.call_id not in answered)
 
 
 def _total_tokens(entries: Sequence[Entry], counter: TokenCounter) -> int:
-    """What the region costs in model input: cached counts, counting only what is new."""
-    costs = counter.known_all([entry.id for entry in entries])
+    """What the region's visible entries cost in model input: cached counts, counting only
+    what is new (an older capsule inside the region is not sent: not counted)."""
+    visible = [entry for entry in entries if isinstance(entry, VISIBLE_TYPES)]
+    costs = counter.known_all([entry.id for entry in visible])
     if None not in costs:
         return sum(costs)  # type: ignore[arg-type]  # no None left
-    return sum(c if c is not None else entry_tokens(e, counter) for c, e in zip(costs, entries, strict=True))
+    return sum(c if c is not None else entry_tokens(e, counter) for c, e in zip(costs, visible, strict=True))
