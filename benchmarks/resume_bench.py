@@ -104,6 +104,7 @@ def _plan(session: Any) -> Any:
         session.counter,
         keep_recent_tokens=session.compactor.thresholds.keep_recent_tokens,
         capsule_at=session.compactor.tracker.capsule_index,
+        facts=session.compactor.tracker.region_facts,
     )
 
 
