@@ -295,3 +295,23 @@ def test_an_anthropic_session_with_tools_and_a_compaction_sends_valid_requests(t
             assert anthropic_rules_problems(request.body) == [], request.body["messages"]
     finally:
         session.close()
+
+
+def test_closing_the_session_closes_the_providers_it_made(make_session, server, tmp_path):
+    """A closed session left its providers' HTTP clients open: their pooled connections to the
+    server became "unclosed socket" warnings whenever the garbage collector found them."""
+    session = make_session()
+    server.script(text("First."))
+    assert run_turn(session, "hello").status == "completed"
+    first = session.provider
+    session.set_idle_timeout(5.0)  # a new idle limit: a new provider on the next request
+    server.script(text("Second."))
+    assert run_turn(session, "again").status == "completed"
+    second = session.provider
+    assert second is not first
+    with OpenAIProvider(session.config.model) as given:
+        other = AgentSession(session.config, sessions_dir=tmp_path / "other.soba", project_root=tmp_path, provider=given)
+        session.close()
+        other.close()
+        assert first._client.is_closed and second._client.is_closed  # type: ignore[attr-defined]
+        assert not given._client.is_closed  # one passed in belongs to the caller

@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from compaction_support import add_tool_group, good_summary, make_compactor, open_transcript, words
@@ -48,18 +48,30 @@ class Router:
         return self.compact if request.path.endswith("/compact") else self.summary
 
 
+ProviderT = TypeVar("ProviderT", ResponsesProvider, AnthropicProvider)
+MADE: list[ResponsesProvider | AnthropicProvider] = []
+"""Providers the tests made, closed with the server (their pooled connections with them)."""
+
+
+def made(provider: ProviderT) -> ProviderT:
+    MADE.append(provider)
+    return provider
+
+
 @pytest.fixture
 def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LLMServer]:
     monkeypatch.setenv(KEY_ENV, "sk-test-engine")
     with LLMServer() as running:
         yield running
+        while MADE:
+            MADE.pop().close()
 
 
 def responses_engine(
     transcript: Transcript, server: LLMServer, *, flight: Path | None = None, **engine: Any
 ) -> Compactor:
-    provider = ResponsesProvider(
-        ModelSettings(base_url=server.url, api_key_env=KEY_ENV, name="gpt-test", api="responses"), **FAST
+    provider = made(
+        ResponsesProvider(ModelSettings(base_url=server.url, api_key_env=KEY_ENV, name="gpt-test", api="responses"), **FAST)
     )
     compactor = make_compactor(transcript, summarizer=None, flight=flight, **engine)
     compactor.summarizer = ProviderSummarizer(provider)
@@ -136,7 +148,7 @@ def test_another_model_gets_the_portable_capsule(tmp_path: Path, server: LLMServ
     native_cost = engine.measure().effective
 
     engine.native = ResponsesNative(
-        ResponsesProvider(ModelSettings(base_url=server.url, api_key_env=KEY_ENV, name="gpt-other", api="responses"))
+        made(ResponsesProvider(ModelSettings(base_url=server.url, api_key_env=KEY_ENV, name="gpt-other", api="responses")))
     )
     built = engine.model_input()
     assert built.native is None
@@ -274,9 +286,11 @@ def test_anthropic_below_its_minimum_is_refused_and_the_model_capsule_used(tmp_p
     Router(server)
     t = open_transcript(tmp_path)
     agent_work(t)
-    provider = AnthropicProvider(
-        ModelSettings(provider="anthropic", base_url=server.anthropic_url, api_key_env=KEY_ENV, name="claude-test"),
-        **FAST,
+    provider = made(
+        AnthropicProvider(
+            ModelSettings(provider="anthropic", base_url=server.anthropic_url, api_key_env=KEY_ENV, name="claude-test"),
+            **FAST,
+        )
     )
     engine = make_compactor(t)
     engine.summarizer = ProviderSummarizer(provider)

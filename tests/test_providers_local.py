@@ -134,6 +134,7 @@ def provider() -> LocalProvider:
         pytest.skip("the `local` extra is not installed")
     made = LocalProvider(ModelSettings(provider="local", name="SmolLM2-135M-Instruct"))
     yield made
+    made.close()
     made.engine.stop()
 
 

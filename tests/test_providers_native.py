@@ -38,8 +38,21 @@ def key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(KEY_ENV, "sk-test-native")
 
 
+MADE: list[OpenAIProvider | AnthropicProvider] = []
+"""Providers the helpers made, closed after each test (their pooled connections with them)."""
+
+
+@pytest.fixture(autouse=True)
+def close_providers() -> Iterator[None]:
+    yield
+    while MADE:
+        MADE.pop().close()
+
+
 def responses(server: LLMServer, name: str = "gpt-test") -> ResponsesProvider:
-    return ResponsesProvider(ModelSettings(base_url=server.url, api_key_env=KEY_ENV, name=name, api="responses"), **FAST)
+    provider = ResponsesProvider(ModelSettings(base_url=server.url, api_key_env=KEY_ENV, name=name, api="responses"), **FAST)
+    MADE.append(provider)
+    return provider
 
 
 def anthropic(server: LLMServer, name: str = "claude-test", window: int = 200_000) -> AnthropicProvider:
@@ -47,7 +60,9 @@ def anthropic(server: LLMServer, name: str = "claude-test", window: int = 200_00
         provider="anthropic", base_url=server.anthropic_url, api_key_env=KEY_ENV, name=name,
         context_window=window, max_output_tokens=4000,
     )
-    return AnthropicProvider(settings, **FAST)
+    provider = AnthropicProvider(settings, **FAST)
+    MADE.append(provider)
+    return provider
 
 
 def region(tokens: int = BIG, *, ends_with_assistant: bool = True) -> NativeRequest:
@@ -72,8 +87,8 @@ def compact(native: ResponsesNative | AnthropicNative, request: NativeRequest) -
 def test_which_providers_compact_natively(server: LLMServer) -> None:
     assert isinstance(native_compactor_for(responses(server)), ResponsesNative)
     assert isinstance(native_compactor_for(anthropic(server)), AnthropicNative)
-    chat = OpenAIProvider(ModelSettings(base_url=server.url, api_key_env=KEY_ENV))
-    assert native_compactor_for(chat) is None
+    with OpenAIProvider(ModelSettings(base_url=server.url, api_key_env=KEY_ENV)) as chat:
+        assert native_compactor_for(chat) is None
 
 
 def test_responses_compact_endpoint_request_and_window(server: LLMServer) -> None:

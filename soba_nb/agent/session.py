@@ -149,6 +149,9 @@ class AgentSession:
         self.notebook = notebook
         self._provider_factory = provider_factory
         self._provider = provider
+        self._made_providers: list[Provider] = []
+        """Providers this session made (not one passed in): closed with the session, so their
+        pooled connections do not outlive it."""
         path = session_file
         if path is None and not new:
             path = latest_session(sessions_dir)
@@ -283,10 +286,12 @@ class AgentSession:
         if self._provider is None:
             if self._provider_factory is not None:
                 self._provider = self._provider_factory(self.config)
+                self._made_providers.append(self._provider)
             elif self.config.provider_source.startswith("no model"):
                 raise ProviderError(self.config.provider_source)
             else:
                 self._provider = make_provider(self.config.model, idle_timeout_s=self.idle_timeout_s)
+                self._made_providers.append(self._provider)
                 warm_up = getattr(self._provider, "warm_up", None)
                 if callable(warm_up):  # the embedded model: load it while the user reads
                     warm_up()
@@ -345,5 +350,12 @@ class AgentSession:
         return written
 
     def close(self) -> None:
+        """Release the transcript's writer lock and close the HTTP clients of the providers
+        this session made (one replaced by a new idle limit or model included)."""
         self._token_index.close()
         self.transcript.close()
+        made, self._made_providers = self._made_providers, []
+        for provider in made:
+            close = getattr(provider, "close", None)
+            if callable(close):
+                close()

@@ -105,8 +105,9 @@ class EngineProcess:
         lines = self._lines
 
         def read() -> None:
-            for line in stdout:
-                lines.put(line.strip())
+            with stdout:  # closed at the end: an engine restarted after a crash leaks no pipe
+                for line in stdout:
+                    lines.put(line.strip())
             lines.put(None)
 
         threading.Thread(target=read, daemon=True, name="soba-engine-stdout").start()
