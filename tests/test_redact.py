@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from soba_nb.capsules.file import CapsuleFile, CapsuleMetadata, render_capsule_file
 from soba_nb.compaction.capsule import Capsule, render_capsule
-from soba_nb.redact import REDACTED, is_secret_name, redact
+from soba_nb.redact import REDACTED, is_secret_name, redact, redact_file_name
 
 ALNUM = "aB3dE5fG7hJ9kL2mN4pQ6rS8tU0vW1xY"
 
@@ -164,6 +164,31 @@ def test_short_values_and_non_secret_names_are_kept() -> None:
     }
     text = "false 1 short /usr/local/bin:/usr/bin analyst-with-a-long-name"
     assert redact(text, environ) == text
+
+
+def test_six_characters_make_a_secret_environment_value() -> None:
+    environ = {"DB_PASSWORD": "q7w8e9", "API_KEY": "short"}
+    assert redact("q7w8e9 short", environ) == f"{REDACTED} short"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("curl -H 'Bearer qwertyuiopAsdfghJklzxcvbnm' x", f"curl -H 'Bearer {REDACTED}' x"),
+        ("sent bearer abcdefghijklmnopqrstuvwxyz", f"sent bearer {REDACTED}"),
+    ],
+)
+def test_bearer_tokens_without_digits_are_redacted(text: str, expected: str) -> None:
+    assert redact(text, {}) == expected
+
+
+def test_file_names_lose_secrets_in_any_case() -> None:
+    """`%capsule create "handoff <key>"` once made `handoff-sk-….capsule.md`."""
+    environ = {"ACME_SERVICE_TOKEN": "zqXvTpLmRwNs"}
+    for name in (f"handoff-{OPENAI_PROJECT}.capsule.md", f"handoff-{OPENAI_PROJECT.lower()}.capsule.md"):
+        assert redact_file_name(name, environ) == "handoff-redacted.capsule.md"
+    assert redact_file_name("notes-zqxvtplmrwns.capsule.md", environ) == "notes-redacted.capsule.md"
+    assert redact_file_name("sales-2024-q3.capsule.md", environ) == "sales-2024-q3.capsule.md"
 
 
 def test_the_longest_value_wins_when_one_contains_another() -> None:
