@@ -29,6 +29,8 @@ from soba_nb.transcript.entries import (
     MessageEntry,
     ToolCallEntry,
     ToolResultEntry,
+    entry_from_dict,
+    replace,
 )
 from soba_nb.transcript.store import Transcript
 
@@ -136,7 +138,7 @@ class PlainLoop:
         return None
 
     def checkpoint(self, kind: str, note: str) -> str:
-        entry = CheckpointEntry.model_validate({"kind": kind, "note": note, "intent": kind != "user"})
+        entry = entry_from_dict({"type": "checkpoint", "kind": kind, "note": note, "intent": kind != "user"})
         written = self.transcript.append(entry)
         assert isinstance(written, CheckpointEntry)
         return written.checkpoint_id
@@ -196,7 +198,7 @@ def write_session(transcript: Transcript, session: SyntheticSession, loop: Loop 
     calls = 0
 
     def append(entry: Entry) -> None:
-        transcript.append(entry.model_copy(update={"id": _entry_id(rng)}))
+        transcript.append(replace(entry, id=_entry_id(rng)))
 
     for turn in session.turns:
         append(MessageEntry(role="user", content=turn.request))

@@ -381,6 +381,11 @@ def test_malformed_json_is_an_error_naming_the_tool(ctx: ToolContext) -> None:
     assert "\n" not in outcome.content
 
 
+def test_arguments_nested_absurdly_deep_are_an_error_not_a_crash(ctx: ToolContext) -> None:
+    outcome = run_tool("python", '{"code": ' + "[" * 100_000 + "]" * 100_000 + "}", ctx)
+    assert outcome == ToolOutcome("python: arguments are nested too deeply to read", is_error=True)
+
+
 def test_non_object_arguments(ctx: ToolContext) -> None:
     outcome = run_tool("python", '["print(1)"]', ctx)
     assert outcome == ToolOutcome(

@@ -19,6 +19,7 @@ from soba_nb.compaction.extract import (
     DECISION_SCAN_CHARS,
     ITEM_CLIP_CHARS,
     SENTENCE_BREAK,
+    Keyed,
     Scan,
     bullet,
     first_line,
@@ -61,11 +62,15 @@ CONSTRAINTS_LABEL = "Constraints the user stated:"
 CARRIED_LABEL = "Carried over from the previous capsule:"
 ASSIGNED_NAMES_PREFIX = "Names assigned by the agent's python code (type and shape not recorded):"
 
-_CONSTRAINT = re.compile(
-    r"\b(?:must|never|don['’]?t|do not|only|should|shouldn['’]t|without|always|avoid"
-    r"|make sure|ensure|no more than|at most|at least|has to|have to|needs? to|required?|keep\b[^.!?\n]*?"
-    r"\b(?:under|below|within|to)\b|in under)\b",
-    re.IGNORECASE,
+_CONSTRAINT = Keyed(
+    re.compile(
+        r"\b(?:must|never|don['’]?t|do not|only|should|shouldn['’]t|without|always|avoid"
+        r"|make sure|ensure|no more than|at most|at least|has to|have to|needs? to|required?|keep\b[^.!?\n]*?"
+        r"\b(?:under|below|within|to)\b|in under)\b",
+        re.IGNORECASE,
+    ),
+    ("must", "never", "don", "do not", "only", "should", "without", "always", "avoid", "make sure", "ensure",
+     "no more than", "at most", "at least", "has to", "have to", "need", "require", "keep", "in under"),
 )
 _NEXT_STEP = re.compile(
     r"^\s*(?:(?:[-*]|\d{1,2}[.)])\s+|(?:next|then|todo|i will|i'll|we will|we'll|remaining)\b)",
@@ -197,6 +202,8 @@ def _decompose_goal(body: str) -> tuple[str | None, list[str], list[str], list[s
 def _constraints(messages: Iterable[str]) -> list[str]:
     found = []
     for message in messages:
+        if _CONSTRAINT.search(message[:CONSTRAINT_SCAN_CHARS]) is None:
+            continue  # most messages state none: one search decides before any split
         for sentence in SENTENCE_BREAK.split(message[:CONSTRAINT_SCAN_CHARS]):
             if _CONSTRAINT.search(sentence):
                 found.append(bullet(one_line(sentence, ITEM_CLIP_CHARS)))

@@ -68,15 +68,40 @@ _EXCEPTION = re.compile(
     re.MULTILINE,
 )
 SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")
-_DECISION = re.compile(
-    r"\b(?:decided|decide to|chose|choosing|instead of|switch(?:ed|ing)? to|because|rather than)\b",
-    re.IGNORECASE,
+
+
+@dataclass(frozen=True)
+class Keyed:
+    """A case-insensitive pattern and case-folded stems, one of which is in every text it
+    matches: a text with none of them is not searched (a few substring tests instead of a
+    case-insensitive regular expression, ~20× faster on the messages that do not match)."""
+
+    pattern: re.Pattern[str]
+    stems: tuple[str, ...]
+
+    def search(self, text: str) -> re.Match[str] | None:
+        folded = text.casefold()  # (as the pattern matches: "ſ" is an "s", "K" a "k")
+        for stem in self.stems:
+            if stem in folded:
+                return self.pattern.search(text)
+        return None
+
+
+_DECISION = Keyed(
+    re.compile(
+        r"\b(?:decided|decide to|chose|choosing|instead of|switch(?:ed|ing)? to|because|rather than)\b",
+        re.IGNORECASE,
+    ),
+    ("decid", "chose", "choosing", "instead of", "switch", "because", "rather than"),
 )
-_BLOCKER = re.compile(
-    r"\b(?:blocked|blocker|waiting (?:on|for)|(?:has|have) not (?:yet )?(?:confirmed|approved|answered|arrived|sent)"
-    r"|not (?:yet )?confirmed|(?:is|are) still (?:open|missing|pending)|cannot proceed|can['’]t proceed"
-    r"|(?:is|are) missing from)\b",
-    re.IGNORECASE,
+_BLOCKER = Keyed(
+    re.compile(
+        r"\b(?:blocked|blocker|waiting (?:on|for)|(?:has|have) not (?:yet )?(?:confirmed|approved|answered|arrived|sent)"
+        r"|not (?:yet )?confirmed|(?:is|are) still (?:open|missing|pending)|cannot proceed|can['’]t proceed"
+        r"|(?:is|are) missing from)\b",
+        re.IGNORECASE,
+    ),
+    ("block", "waiting", "not", "still", "proceed", "missing"),
 )
 """A sentence that says the work is held up by something outside it (stated, not a failed run)."""
 _ARGUMENT_STRING = re.compile(r'"(?P<key>path|command|code|kind|note)"\s*:\s*(?P<value>"(?:[^"\\]|\\.)*")')
@@ -122,7 +147,7 @@ def _arguments(raw: str) -> dict[str, Any]:
     """Tool arguments from JSON text; from a malformed text, the string fields we can read."""
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # a model's arguments can be nested absurdly deep
         value = None
     if isinstance(value, dict):
         return value
@@ -187,7 +212,7 @@ class Run:
     failed: bool
 
 
-def _sentences_matching(pattern: re.Pattern[str], text: str) -> list[str]:
+def _sentences_matching(pattern: Keyed, text: str) -> list[str]:
     """The sentences of `text`'s head that `pattern` finds something in, as bullets. Most
     messages have none: one search of the whole head decides before any split."""
     head = text[:DECISION_SCAN_CHARS]

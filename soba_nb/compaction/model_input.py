@@ -13,6 +13,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from soba_nb.collector import collector_paused
 from soba_nb.compaction.native import NativeTarget, native_tokens, request_message
 from soba_nb.messages import ChatMessage, ToolCall, ToolSchema
 from soba_nb.tokens import TOKENS_PER_REPLY, TokenCounter
@@ -303,6 +304,21 @@ def repair_pairing(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
 
 
 def assemble(
+    context: VisibleContext,
+    *,
+    system: str,
+    tools: Sequence[ToolSchema],
+    counter: TokenCounter,
+    fit_to: int | None = None,
+    strict: bool = False,
+) -> ModelInput:
+    """Build the model input of a visible context and measure it (`_assemble`), with the
+    cyclic collector paused: a long path makes one message per entry, all kept alive."""
+    with collector_paused():
+        return _assemble(context, system=system, tools=tools, counter=counter, fit_to=fit_to, strict=strict)
+
+
+def _assemble(
     context: VisibleContext,
     *,
     system: str,

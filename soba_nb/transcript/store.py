@@ -17,17 +17,16 @@ error naming its line number; `soba_nb.transcript.repair` writes a repaired copy
 from __future__ import annotations
 
 import fcntl
-import gc
 import json
 import os
 import stat
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import msgspec
 
+from soba_nb.collector import collector_paused
 from soba_nb.redact import redact_data
 from soba_nb.transcript.entries import (
     CapsuleEntry,
@@ -169,23 +168,6 @@ def _parse_lines(path: Path, raw: bytes) -> Parsed:
     return parsed
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a file is loaded.
-
-    Loading allocates a dozen objects per entry, all of which live as long as the view; the
-    collector would re-scan them again and again as they pile up (about 40% of load time at
-    100k entries, see benchmarks/run.py). Nothing is lost: it resumes right after.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _count_lines(raw: bytes) -> int:
     return raw.count(b"\n") + (0 if raw.endswith(b"\n") or not raw else 1)
 
@@ -230,7 +212,7 @@ class Transcript:
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise TranscriptError(f"{path}: not a regular file")
-            with _gc_paused():
+            with collector_paused():
                 parsed, lines = _read_entries(path, fd)
                 return cls(path, parsed, fd=None, lines=lines)
         finally:
@@ -255,7 +237,7 @@ class Transcript:
                     f"{path}: another writer (probably a second kernel on this notebook) has this "
                     "session open; start a new session with `%soba --new` or close the other kernel"
                 ) from None
-            with _gc_paused():
+            with collector_paused():
                 parsed, lines = _read_entries(path, fd)
                 store = cls(path, parsed, fd=fd, lines=lines)
             if not store._entries and create_header is not None:

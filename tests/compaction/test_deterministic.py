@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import time
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from soba_nb.compaction.capsule import Capsule, parse_capsule, render_capsule
 from soba_nb.compaction.deterministic import (
     EARLIER_REQUESTS_LABEL,
@@ -375,3 +378,37 @@ def test_with_latest_request_fixes_a_model_capsule_whatever_it_copied():
     assert kept.goal_and_constraints == "Sales work."
     # The quote survives render → parse.
     assert parse_capsule(render_capsule(fixed)).goal_and_constraints == goal
+
+
+# The stems in front of the case-insensitive patterns only skip texts that cannot match.
+_KEYED_WORDS = [
+    "must", "MUST", "muſt", "Keep it under", "KEEP", "ſhould", "don’t", "DON'T", "dont", "decided",
+    "DECIDE TO", "choſe", "blocKed", "waiting for", "Waiting On", "is still open", "IS STILL PENDING",
+    "can't proceed", "CAN’T PROCEED", "has not yet confirmed", "not confirmed", "are missing from",
+    "because", "BECAUSE", "rather than", "switched to", "instead of", "İ", "ı", "ß", "SS", "x", " ",
+    ".", "\n", "at most", "AT LEAST", "in under", "needs to", "REQUIRED", "without", "ensure",
+]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(_KEYED_WORDS) | st.text(max_size=6), max_size=12).map("".join))
+def test_keyed_patterns_find_exactly_what_their_regular_expression_finds(text: str) -> None:
+    from soba_nb.compaction.deterministic import _CONSTRAINT
+    from soba_nb.compaction.extract import _BLOCKER, _DECISION
+
+    for keyed in (_DECISION, _BLOCKER, _CONSTRAINT):
+        assert (keyed.search(text) is None) == (keyed.pattern.search(text) is None), keyed.stems
+
+
+def test_tool_arguments_nested_absurdly_deep_do_not_stop_the_capsule() -> None:
+    from soba_nb.compaction.deterministic import build_deterministic_capsule
+
+    deep = "[" * 100_000 + "]" * 100_000
+    entries = [
+        MessageEntry(role="user", content="load the data"),
+        ToolCallEntry(call_id="c1", name="python", arguments=deep),
+        ToolResultEntry(call_id="c1", name="python", content="ok"),
+        MessageEntry(role="assistant", content="done"),
+    ]
+    capsule = build_deterministic_capsule(entries)
+    assert "load the data" in capsule.goal_and_constraints

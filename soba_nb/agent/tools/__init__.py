@@ -165,6 +165,8 @@ def _parse_arguments(tool: Tool, arguments: str) -> ToolArguments:
         value = json.loads(text, strict=False)
     except json.JSONDecodeError as error:
         raise ToolError(f"{tool.name}: arguments are not valid JSON ({error})") from error
+    except RecursionError:
+        raise ToolError(f"{tool.name}: arguments are nested too deeply to read") from None
     if not isinstance(value, dict):
         raise ToolError(f"{tool.name}: arguments must be a JSON object, got {_json_type(value)}")
     try:
