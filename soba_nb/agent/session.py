@@ -197,8 +197,8 @@ class AgentSession:
 
     def _attach_token_index(self) -> TokenIndex:
         """Counts from earlier kernels (never re-tokenise a resumed path); new ones are kept."""
-        index = TokenIndex.open(self.transcript.file, self.counter.key)
-        self.counter.prime(index.counts)
+        index = TokenIndex.open(self.transcript.file, self.counter.key, key_of=self.transcript.own_id)
+        self.counter.prime(index.take_counts())
         self.counter.persist = index.add
         return index
 

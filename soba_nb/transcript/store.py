@@ -21,6 +21,7 @@ import json
 import os
 import stat
 import warnings
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -183,7 +184,9 @@ class Transcript:
         self.file = path
         self._entries: list[Entry] = []
         self._by_id: dict[str, Entry] = {}
-        self._line_of: dict[str, int] = {}
+        self._line_numbers = array("L")
+        """The line of each entry of `_entries` (a compact array: a dict by id cost ~50 bytes
+        an entry, and lines are only asked for in error reports)."""
         self._leaf: str | None = None
         self._path: list[Entry] | None = []
         """Root → leaf, extended as entries are indexed; None until recomputed after a branch."""
@@ -266,10 +269,14 @@ class Transcript:
         by_id = self._by_id
         if entry_id in by_id:
             raise TranscriptError(
-                f"{self.file}:{line}: duplicate id {entry_id!r} (first on line {self._line_of[entry_id]})", line
+                f"{self.file}:{line}: duplicate id {entry_id!r} (first on line {self.line_of(entry_id)})", line
             )
-        if parent_id is not None and parent_id not in by_id:
-            raise TranscriptError(f"{self.file}:{line}: parentId {parent_id!r} names no earlier entry", line)
+        if parent_id is not None:
+            parent = by_id.get(parent_id)
+            if parent is None:
+                raise TranscriptError(f"{self.file}:{line}: parentId {parent_id!r} names no earlier entry", line)
+            if parent.id is not parent_id:  # one string per id in memory, not one per mention
+                msgspec.structs.force_setattr(entry, "parent_id", parent.id)
         kind = type(entry)
         if kind is LeafEntry:
             assert isinstance(entry, LeafEntry)
@@ -292,7 +299,7 @@ class Transcript:
                 self._note_fact(entry)
         self._entries.append(entry)
         by_id[entry_id] = entry
-        self._line_of[entry_id] = line
+        self._line_numbers.append(line)
 
     def _note_fact(self, entry: Entry) -> None:
         if isinstance(entry, SettingEntry):
@@ -319,9 +326,18 @@ class Transcript:
     def get(self, entry_id: str) -> Entry | None:
         return self._by_id.get(entry_id)
 
+    def own_id(self, entry_id: str) -> str:
+        """The id string of the entry `entry_id` names (the same object), or `entry_id`."""
+        entry = self._by_id.get(entry_id)
+        return entry_id if entry is None else entry.id
+
     def line_of(self, entry_id: str) -> int:
         """1-based line number of an entry in the file."""
-        return self._line_of[entry_id]
+        entry = self._by_id[entry_id]
+        for index in range(len(self._entries) - 1, -1, -1):  # rare: error reports, verify
+            if self._entries[index] is entry:
+                return self._line_numbers[index]
+        raise KeyError(entry_id)
 
     def setting(self, key: str) -> SettingEntry | None:
         """The latest `setting` entry for `key`, on any branch (settings are not steps)."""

@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 SUFFIX = ".tokens"
@@ -25,6 +26,8 @@ RULES_VERSION = 1
 """Bump when what an entry costs changes (message framing, clipping): old files are replaced."""
 MAX_INDEX_BYTES = 256 * 1024 * 1024
 """A bigger file is not ours to read: it is replaced."""
+READ_BLOCK_CHARS = 1 << 20
+"""Counts are parsed a block of lines at a time (the words of one block held at once)."""
 
 
 def index_path(transcript: Path) -> Path:
@@ -41,17 +44,32 @@ class TokenIndex:
         self._fd = fd
 
     @classmethod
-    def open(cls, transcript: Path, counter_key: str, *, writable: bool = True) -> TokenIndex:
+    def open(
+        cls,
+        transcript: Path,
+        counter_key: str,
+        *,
+        writable: bool = True,
+        key_of: Callable[[str], str] | None = None,
+    ) -> TokenIndex:
         """Read the index of `transcript` for `counter_key` (empty when missing or for
-        another counter); `writable`: append new counts (a fresh file replaces a stale one)."""
+        another counter); `writable`: append new counts (a fresh file replaces a stale one).
+        `key_of`: the string to key each id by (the transcript's own: one string per id in
+        memory, not two)."""
         path = index_path(transcript)
         header = _header(counter_key)
-        counts = _read(path, header)
+        counts = _read(path, header, key_of)
         fd = None
         if writable:
             with contextlib.suppress(OSError):  # a read-only folder: counting still works
                 fd = _open_for_append(path, header, fresh=counts is None)
         return cls(path, counter_key, counts or {}, fd)
+
+    def take_counts(self) -> dict[str, int]:
+        """The counts read from the file, handed over (the index keeps only what is added
+        later: a second copy of a 300k-entry dict is 20 MB for nothing)."""
+        counts, self.counts = self.counts, {}
+        return counts
 
     def add(self, entry_id: str, tokens: int) -> None:
         """Remember one count (best effort: an index that cannot be written is only slower)."""
@@ -76,7 +94,7 @@ def _header(counter_key: str) -> bytes:
     return json.dumps({"tokenIndex": RULES_VERSION, "counter": counter_key}, separators=(",", ":")).encode() + b"\n"
 
 
-def _read(path: Path, header: bytes) -> dict[str, int] | None:
+def _read(path: Path, header: bytes, key_of: Callable[[str], str] | None = None) -> dict[str, int] | None:
     """The counts, or None when there is no usable file (missing, foreign, too big)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -93,17 +111,29 @@ def _read(path: Path, header: bytes) -> dict[str, int] | None:
     if not raw.startswith(header):
         return None
     body = raw[len(header) :].decode("ascii", "replace")
-    words = body.split()
-    lines = body.count("\n") + (not body.endswith("\n") and bool(body))
-    if 2 * lines == len(words) == 2 * body.count(" ") and all(map(str.isdigit, words[1::2])):
-        # Every line is `id count` (the usual case): in one go.
-        return dict(zip(words[0::2], map(int, words[1::2]), strict=True))
+    del raw
     counts: dict[str, int] = {}
-    for line in body.split("\n"):  # a torn or foreign line somewhere: line by line
+    start = 0
+    while start < len(body):  # a block of lines at a time: the words of one block at once
+        end = body.find("\n", start + READ_BLOCK_CHARS)
+        end = len(body) if end < 0 else end + 1
+        _read_block(body[start:end], counts, key_of)
+        start = end
+    return counts
+
+
+def _read_block(block: str, counts: dict[str, int], key_of: Callable[[str], str] | None) -> None:
+    words = block.split()
+    lines = block.count("\n") + (not block.endswith("\n"))
+    if 2 * lines == len(words) == 2 * block.count(" ") and all(map(str.isdigit, words[1::2])):
+        # Every line is `id count` (the usual case): in one go.
+        ids = words[0::2] if key_of is None else map(key_of, words[0::2])
+        counts.update(zip(ids, map(int, words[1::2]), strict=True))
+        return
+    for line in block.split("\n"):  # a torn or foreign line somewhere: line by line
         entry_id, _, tokens = line.partition(" ")
         if tokens.isdigit() and entry_id:
-            counts[entry_id] = int(tokens)
-    return counts
+            counts[entry_id if key_of is None else key_of(entry_id)] = int(tokens)
 
 
 def _open_for_append(path: Path, header: bytes, *, fresh: bool) -> int:
