@@ -91,3 +91,22 @@ def test_long_texts_count_in_pieces_and_exactly_for_ordinary_text():
 def test_pieces_cover_the_text(size: int):
     text_ = ("ab cd\nef" * 10_000)[:size]
     assert "".join(tokens._pieces(text_)) == text_
+
+
+def test_counts_read_in_blocks_keyed_by_the_callers_strings(tmp_path: Path):
+    from soba_nb.transcript import token_index
+
+    transcript = tmp_path / "s.jsonl"
+    index = TokenIndex.open(transcript, "o200k_base x1")
+    ids = [f"{n:08x}" for n in range(3 * token_index.READ_BLOCK_CHARS // 12)]  # several blocks
+    for n, entry_id in enumerate(ids):
+        index.add(entry_id, n)
+    index.close()
+    with open(index_path(transcript), "ab") as handle:
+        handle.write(b"torn")  # a torn last line in the last block only
+    own = {entry_id: "".join(entry_id) for entry_id in ids}  # equal strings, other objects
+    reopened = TokenIndex.open(transcript, "o200k_base x1", writable=False, key_of=lambda key: own.get(key, key))
+    counts = reopened.take_counts()
+    assert counts == {entry_id: n for n, entry_id in enumerate(ids)}
+    assert all(key is own[key] for key in counts)
+    assert reopened.counts == {}

@@ -699,3 +699,13 @@ def test_loading_a_fifo_is_refused_not_blocked(tmp_path: Path) -> None:
         Transcript.load(fifo)
     with pytest.raises(TranscriptError, match="not a regular file"):
         Transcript.open(fifo)
+
+
+def test_a_loaded_entry_shares_its_parents_id_string(store: Transcript, session_file: Path) -> None:
+    first = store.append(user("a"))
+    store.append(assistant("b"))
+    store.close()
+    loaded = Transcript.load(session_file)
+    parent, child = loaded.entries[1], loaded.entries[2]
+    assert child.parent_id == first.id and child.parent_id is parent.id
+    assert loaded.own_id("".join(first.id)) is parent.id and loaded.own_id("nope") == "nope"
