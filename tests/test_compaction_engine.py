@@ -291,9 +291,12 @@ def test_the_plan_from_the_trackers_capsule_index_is_the_plan_from_a_scan(tmp_pa
         scanned = plan()
         assert plan(capsule_at=engine.tracker.capsule_index) == scanned
         assert plan(capsule_at=engine.tracker.capsule_index, facts=engine.tracker.region_facts) == scanned
+        assert list(engine.tracker.pending_intents) == pending_intents(t.path_view())
 
+    engine.record_checkpoint("milestone", "loaded")
     grow(t, 3000)
     agree()  # no capsule
+    assert len(engine.tracker.pending_intents) == 1
     for i in range(8):
         add_exchange(t, 150, tool_tokens=120, index=100 + i)
     agree()  # tool groups

@@ -25,7 +25,6 @@ from soba_nb.compaction.triggers import (
     SOFT_TRIGGERS,
     LoopGuard,
     Trigger,
-    pending_intents,
 )
 from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import (
@@ -197,13 +196,16 @@ class BudgetTracker:
                         break
         self._region_tokens = 0
         self._open_calls = {}
+        self._intents = []
         add = self._add
         for index in range(start, len(path)):
             entry = path[index]
             if index == capsule_at:
-                # What the guard counts, and "just completed", start after the capsule.
+                # What the guard counts, "just completed" and pending intents start after the
+                # capsule (the operation that appended it consumed every intent before it).
                 self._soft_failures = self._tokens_at_last_soft = 0
                 self._visible_since_capsule = False
+                self._intents = []
             elif type(entry) is not CapsuleEntry and type(entry) is not SkillEntry:
                 add(entry)
         # A usage figure from before the latest capsule measured a different input: the
@@ -218,7 +220,6 @@ class BudgetTracker:
             else:
                 self._usage_input = None
                 self._usage_offset = 0
-        self._intents = list(pending_intents(path))
         self._mark(path)
 
 
