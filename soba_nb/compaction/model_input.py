@@ -303,22 +303,8 @@ def repair_pairing(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
     return repaired
 
 
+@collector_paused()  # a long path makes one message per entry, all kept alive
 def assemble(
-    context: VisibleContext,
-    *,
-    system: str,
-    tools: Sequence[ToolSchema],
-    counter: TokenCounter,
-    fit_to: int | None = None,
-    strict: bool = False,
-) -> ModelInput:
-    """Build the model input of a visible context and measure it (`_assemble`), with the
-    cyclic collector paused: a long path makes one message per entry, all kept alive."""
-    with collector_paused():
-        return _assemble(context, system=system, tools=tools, counter=counter, fit_to=fit_to, strict=strict)
-
-
-def _assemble(
     context: VisibleContext,
     *,
     system: str,
