@@ -89,3 +89,15 @@ def test_a_file_that_is_not_a_regular_file_is_refused_at_once(ip, nb_dir, specia
     message = str(caught.value)
     assert "\n" not in message and special in message
     assert "not a regular file" in message or "is a folder" in message
+
+
+def test_a_file_over_the_size_limit_is_refused_before_it_is_read(ip, nb_dir):
+    from soba_nb.capsules.file import MAX_FILE_BYTES
+
+    huge = nb_dir / "huge.capsule.md"
+    with huge.open("wb") as handle:
+        handle.truncate(MAX_FILE_BYTES + 1)  # sparse: the size is all there is to see
+    with pytest.raises(UsageError) as caught:
+        ip.run_line_magic("capsule", f"load {huge}")
+    message = str(caught.value)
+    assert "\n" not in message and f"is at most {MAX_FILE_BYTES:,}" in message
