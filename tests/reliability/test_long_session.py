@@ -141,7 +141,7 @@ def test_a_long_randomized_session_keeps_every_promise(tmp_path: Path, figures, 
         f"{TURNS} turns ({', '.join(f'{k} {v}' for k, v in sorted(statuses.items()))}) · {len(inference)} requests · "
         f"{len(capsules)} capsules, {len(cancelled_ops)} compactions cancelled · over the window {len(over)} · "
         f"split tool pairs {split} · capsules after cancel {len(late)} · verify {'clean' if verify == 0 else 'FAILED'} · "
-        f"{seconds:.0f} s",
+        f"{seconds:.0f} s" + (f" · failed turns said: {' | '.join(sorted(set(failures)))[:600]}" if failures else ""),
     )
     assert (len(over), split, len(late), verify) == (0, 0, 0, 0), failures
     assert statuses.get("completed", 0) > TURNS * 9 // 10, failures
