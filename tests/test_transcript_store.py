@@ -709,3 +709,15 @@ def test_a_loaded_entry_shares_its_parents_id_string(store: Transcript, session_
     parent, child = loaded.entries[1], loaded.entries[2]
     assert child.parent_id == first.id and child.parent_id is parent.id
     assert loaded.own_id("".join(first.id)) is parent.id and loaded.own_id("nope") == "nope"
+
+
+def test_a_line_nested_absurdly_deep_is_a_bad_entry_not_a_crash(session_file: Path) -> None:
+    header = json.loads(entry_to_json(SessionEntry()))
+    nested = "[" * 200_000 + "]" * 200_000
+    deep = '{"type":"config","id":"c1","parentId":' + json.dumps(header["id"]) + ',"config":{"a":' + nested + "}}"
+    write_lines(session_file, json.dumps(header), deep)
+    with pytest.raises(TranscriptError, match=r"s1\.jsonl:2: bad entry \(nested too deeply\)"):
+        Transcript.load(session_file)
+    write_lines(session_file, json.dumps(header), deep, end="")  # cut short at the end: a torn line
+    with pytest.warns(TornLineWarning):
+        assert len(Transcript.load(session_file)) == 1

@@ -309,6 +309,7 @@ Entry = (
     | ConfigEntry
 )
 
+NESTED_TOO_DEEPLY = "nested too deeply"
 EntryError = msgspec.ValidationError
 """Raised for data that is JSON but not a valid entry (the message names the field)."""
 
@@ -327,10 +328,14 @@ def entry_from_json(data: str | bytes) -> Entry:
         return _DECODER.decode(data)
     except EntryError:
         raise
+    except RecursionError:
+        raise EntryError(NESTED_TOO_DEEPLY) from None
     except msgspec.DecodeError:
         try:
             loaded = json.loads(data)
-        except (ValueError, RecursionError):
+        except RecursionError:
+            raise EntryError(NESTED_TOO_DEEPLY) from None
+        except ValueError:
             raise msgspec.DecodeError("not valid JSON") from None
         return entry_from_dict(loaded)
 
@@ -349,7 +354,7 @@ def entry_from_dict(data: Any) -> Entry:
     try:
         entry: Entry = msgspec.convert(data, Entry)
     except RecursionError:
-        raise EntryError("nested too deeply") from None
+        raise EntryError(NESTED_TOO_DEEPLY) from None
     return entry
 
 
