@@ -120,6 +120,26 @@ def test_a_single_group_above_the_hard_limit_is_clipped_to_fit_with_a_note(tmp_p
     assert any("clipped" in note for note in built.notes)
 
 
+def test_clipped_counts_are_kept_so_a_resumed_clip_needs_no_tokenizer(tmp_path):
+    t = open_transcript(tmp_path)
+    t.append(MessageEntry(role="user", content="read it"))
+    add_tool_group(t, 2500)
+    counter = TokenCounter.for_model("openai", "gpt-4o")
+    persisted: dict[str, int] = {}
+    counter.persist = persisted.__setitem__
+    first = assemble(visible_context(t.path()), system="sys", tools=TOOLS, counter=counter, fit_to=1000)
+    assert any("clipped" in note for note in first.notes)
+    assert any("@" in key for key in persisted)  # the clipped output's count, by entry and limit
+
+    def no_tokenizer(text: str) -> int:
+        raise AssertionError("counted again")
+
+    resumed = TokenCounter(counter.choice, tokenizer=no_tokenizer)
+    resumed.prime(persisted)
+    again = assemble(visible_context(t.path()), system="sys", tools=TOOLS, counter=resumed, fit_to=1000)
+    assert (again.tokens, again.messages, again.notes) == (first.tokens, first.messages, first.notes)
+
+
 def test_clipping_that_cannot_fit_is_not_tried(tmp_path):
     """Messages alone above the limit: no clip of tool outputs would make it fit, so none
     is cut (a long path would re-count every output for nothing); compaction must run."""

@@ -104,6 +104,15 @@ def entry_tokens(entry: Entry, counter: TokenCounter) -> int:
     return counter.cached(entry.id, compute)
 
 
+def clipped_tokens(result: ToolResultEntry, limit: int, counter: TokenCounter) -> int:
+    """Tokens of a tool result clipped to `limit` characters. Cached under a string key, so
+    the token index keeps it too: a resumed session that clips the same output the same way
+    needs no tokenizer."""
+    return counter.cached(
+        f"{result.id}@{limit}", lambda: counter.count_message("tool", clip_middle(result.content, limit))
+    )
+
+
 def native_cost_key(capsule: CapsuleEntry) -> tuple[str, str]:
     """The token cache key of a capsule's native item (beside its own id for the text)."""
     return (capsule.id, "native")
@@ -370,7 +379,7 @@ def _emergency_clip(
         while total > fit_to and limit > MIN_CLIPPED_CHARS:
             target_tokens = max(current - (total - fit_to) - CLIP_MARGIN_TOKENS, 0)
             limit = max(min(int(target_tokens * chars_per_token), limit - 1), MIN_CLIPPED_CHARS)
-            after = counter.count_message("tool", clip_middle(entry.content, limit))
+            after = clipped_tokens(entry, limit, counter)
             if after >= current:
                 break
             limits[entry.id] = limit
