@@ -146,8 +146,10 @@ def parse_handoff(text: str, *, source: str, name: str) -> Handoff:
         named = _OUR_TITLE.search(intro)
         title, intro = (named["title"] if named else title), ""
     if intro:
-        capsule = capsule.model_copy(
-            update={"extra_sections": [(PREAMBLE_SECTION, intro), *capsule.extra_sections]}
+        # Validated, not copied: the preamble's body is normalized like every section's (a lone
+        # "-" is an empty section, so the handoff reads back and renders the same).
+        capsule = Capsule.model_validate(
+            {**dict(capsule), "extra_sections": [(PREAMBLE_SECTION, intro), *capsule.extra_sections]}
         )
     if capsule.is_blank() and not any(extra for _, extra in capsule.extra_sections):
         raise CapsuleFileError(source, "every `## ` section is empty; nothing to hand over")
