@@ -721,3 +721,97 @@ def test_a_line_nested_absurdly_deep_is_a_bad_entry_not_a_crash(session_file: Pa
     write_lines(session_file, json.dumps(header), deep, end="")  # cut short at the end: a torn line
     with pytest.warns(TornLineWarning):
         assert len(Transcript.load(session_file)) == 1
+
+
+# -- indexing a clean file in bulk --------------------------------------------------------
+
+
+def _indexed_one_by_one(path: Path) -> Transcript:
+    """The file indexed entry by entry (`_index`), as a file with torn lines is."""
+    from soba_nb.transcript.store import _parse_lines
+
+    parsed = _parse_lines(path, path.read_bytes())
+    assert parsed.numbers is not None  # a list of line numbers: the bulk path is not taken
+    return Transcript(path, parsed, fd=None, lines=len(parsed.entries))
+
+
+def _outcome(load: object) -> object:
+    try:
+        view = load() if callable(load) else load
+    except TranscriptError as error:
+        return ("error", str(error), error.line)
+    assert isinstance(view, Transcript)
+    by_id = {entry.id: entry for entry in view}
+    for entry in view:  # one string per id: a parent id is its parent's own id string
+        assert entry.parent_id is None or entry.parent_id is by_id[entry.parent_id].id
+    return (
+        [entry.id for entry in view],
+        view.leaf,
+        [entry.id for entry in view.path()],
+        {key: view.setting(key) for key in ("compaction.auto",)},
+        [entry.id for entry in view.windows],
+        [view.line_of(entry.id) for entry in view],
+    )
+
+
+ID = st.sampled_from(["h", "a", "b", "c", "d", "e"])
+
+
+def _pick(written: list[str], letter: str, index: int) -> str:
+    """An earlier id chosen by `letter`, or with "e" the next entry's (not allowed)."""
+    return f"n{index + 1}" if letter == "e" else written[-1 - "hdbca".index(letter) % len(written)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(ID, st.one_of(st.none(), ID), st.sampled_from(["message", "leaf", "setting", "window"]), ID),
+        max_size=12,
+    ),
+    st.booleans(),
+)
+def test_bulk_indexing_gives_what_indexing_entry_by_entry_gives(
+    rows: list[tuple[str, str | None, str, str]], chain: bool
+) -> None:
+    # `chain`: most entries hang from the one before them (the usual file), else parents are
+    # drawn at random (branches, later or missing parents, leaves at leaves, duplicates).
+    lines, previous, written = [HEADER], "h", ["h"]
+    for index, (entry_id, parent, kind, target) in enumerate(rows):
+        entry_id = f"n{index}" if chain else entry_id
+        if chain:  # after the entry before, or (every third) a branch from an earlier one or a later one
+            parent = previous if index % 3 or parent is None else _pick(written, parent, index)
+        fields: dict[str, object] = {"type": kind, "id": entry_id, "parentId": parent, "timestamp": "t"}
+        if kind == "message":
+            fields.update(role="user", content="hi")
+        elif kind == "leaf":
+            fields["targetId"] = _pick(written, target, index) if chain else target
+        elif kind == "setting":
+            fields.update(key="compaction.auto", value=index % 2 == 0)
+        else:
+            fields.update(contextWindow=1000 + index, source="server")
+        lines.append(json_line(**fields))
+        previous = entry_id
+        written.append(entry_id)
+    with tempfile.TemporaryDirectory() as folder:
+        path = write_lines(Path(folder) / "s.jsonl", *lines)
+        assert _outcome(lambda: Transcript.load(path)) == _outcome(lambda: _indexed_one_by_one(path))
+
+
+def test_a_long_clean_file_is_indexed_in_bulk(store: Transcript, session_file: Path) -> None:
+    # The usual file (every entry after the one before it, a rewind and a branch) loads with
+    # the same tree as entry by entry, and its path is cached from the load.
+    first = store.append(user("one"))
+    for index in range(300):
+        store.append(assistant(f"a{index}"))
+    store.rewind(first.id)
+    for index in range(50):
+        store.append(user(f"b{index}"))
+    store.close()
+    assert _outcome(lambda: Transcript.load(session_file)) == _outcome(lambda: _indexed_one_by_one(session_file))
+    linear = session_file.with_name("linear.jsonl")
+    with Transcript.open(linear, create_header=SessionEntry(model="m")) as other:
+        for index in range(300):
+            other.append(user(f"c{index}"))
+    view = Transcript.load(linear)
+    assert view._path is not None and len(view.path_view()) == 301
+    assert _outcome(view) == _outcome(lambda: _indexed_one_by_one(linear))

@@ -23,7 +23,10 @@ import stat
 import warnings
 from array import array
 from collections.abc import Iterator
+from itertools import islice
+from operator import ne
 from pathlib import Path
+from typing import cast
 
 import msgspec
 
@@ -56,6 +59,7 @@ DECODE_BLOCK_BYTES = 4 << 20
 DURABLE_TYPES = (CapsuleEntry, CheckpointEntry, SessionEntry, SettingEntry, WindowEntry, ConfigEntry)
 _SESSION_FACTS = frozenset({SettingEntry, WindowEntry, ConfigEntry})
 """Entries read from any branch (`setting`, `window`, `config`), not only the path."""
+_SPECIAL = _SESSION_FACTS | {LeafEntry}
 
 
 class TranscriptError(ValueError):
@@ -201,9 +205,10 @@ class Transcript:
         self._settings: dict[str, SettingEntry] = {}
         self._windows: list[WindowEntry] = []
         self._config: ConfigEntry | None = None
-        numbers = parsed.numbers if parsed.numbers is not None else range(1, len(parsed.entries) + 1)
-        for entry, number in zip(parsed.entries, numbers, strict=True):
-            self._index(entry, number)
+        if parsed.numbers is not None or not self._index_clean(parsed.entries):
+            numbers = parsed.numbers if parsed.numbers is not None else range(1, len(parsed.entries) + 1)
+            for entry, number in zip(parsed.entries, numbers, strict=True):
+                self._index(entry, number)
 
     # -- loading -------------------------------------------------------------------------
 
@@ -263,6 +268,60 @@ class Transcript:
         self.close()
 
     # -- tree ----------------------------------------------------------------------------
+
+    def _index_clean(self, entries: list[Entry]) -> bool:
+        """Index a whole clean file (entry i on line i + 1) in a few passes over it; False,
+        with nothing indexed, when something is wrong with it (`_index`, one entry at a
+        time, then names the line at fault).
+
+        The result is what `_index` gives entry by entry. Most entries hang from the entry
+        before them; only the others (after a rewind or a branch, and `leaf` entries) are
+        checked one by one: their parent must be an earlier entry.
+        """
+        count = len(entries)
+        if not count:
+            return True
+        ids = [entry.id for entry in entries]
+        by_id = dict(zip(ids, entries, strict=True))
+        if len(by_id) != count:  # a duplicate id
+            return False
+        parents = [entry.parent_id for entry in entries]
+        irregular = [0] if parents[0] is not None else []
+        if any(map(ne, islice(parents, 1, None), ids)):
+            irregular += [
+                index for index, (parent, before) in enumerate(zip(parents[1:], ids[:-1], strict=True), 1) if parent != before
+            ]
+        special = [entry for entry in entries if type(entry) in _SPECIAL]
+        leaves = [index for index, entry in enumerate(entries) if type(entry) is LeafEntry] if any(
+            type(entry) is LeafEntry for entry in special
+        ) else []
+        if irregular or leaves:
+            position = dict(zip(ids, range(count), strict=True))
+            for index in irregular:
+                parent = parents[index]
+                if parent is not None and position.get(parent, count) >= index:
+                    return False
+            for index in leaves:
+                target = by_id.get(cast(LeafEntry, entries[index]).target_id)
+                if target is None or position[target.id] >= index or type(target) is LeafEntry:
+                    return False
+        # One string per id in memory, not one per mention (as `_index` does).
+        force_setattr = msgspec.structs.force_setattr
+        for entry, parent in zip(islice(entries, 1, None), islice(ids, count - 1), strict=True):
+            force_setattr(entry, "parent_id", parent)
+        for index in irregular:
+            parent = parents[index]
+            force_setattr(entries[index], "parent_id", None if parent is None else by_id[parent].id)
+        last = entries[-1]
+        self._leaf = last.target_id if type(last) is LeafEntry else last.id
+        self._path = None if irregular or leaves else list(entries)
+        for entry in special:
+            if type(entry) in _SESSION_FACTS:
+                self._note_fact(entry)
+        self._entries = entries
+        self._by_id = by_id
+        self._line_numbers = array("L", range(1, count + 1))
+        return True
 
     def _index(self, entry: Entry, line: int) -> None:
         entry_id, parent_id = entry.id, entry.parent_id
