@@ -224,8 +224,7 @@ class TokenCounter:
 
     def known_all(self, keys: Iterable[Hashable]) -> list[int | None]:
         """`known` of each key, in order (one call for a whole path)."""
-        get = self._cache.get
-        return [get(key) for key in keys]
+        return list(map(self._cache.get, keys))
 
     def forget(self, key: Hashable) -> None:
         self._cache.pop(key, None)

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 from soba_nb.compaction.model_input import (
     SKILLS_HEADING,
     capsule_tokens,
     entry_tokens,
-    latest_capsule_index,
 )
 from soba_nb.compaction.native import NativeTarget
 from soba_nb.compaction.planner import RegionFacts
@@ -123,12 +122,11 @@ class BudgetTracker:
         if not extends:
             self._rebuild(path)
         else:
-            for entry in path[self._seen :]:
-                if isinstance(entry, CapsuleEntry):
-                    self._rebuild(path)
-                    break
-                self._add(entry)
+            added = path[self._seen :]
+            if any(type(entry) is CapsuleEntry for entry in added):
+                self._rebuild(path)
             else:
+                self._add_all(added)
                 self._mark(path)
         if self._usage_input is not None:
             effective = self._usage_input + (self._estimated - self._usage_offset)
@@ -178,9 +176,9 @@ class BudgetTracker:
         self._skills = {}
         self._soft_failures = self._tokens_at_last_soft = 0
         self._visible_since_capsule = False
-        for skill in [entry for entry in path if type(entry) is SkillEntry]:
-            self._add(skill)
-        capsule_at = latest_capsule_index(path)
+        # Capsules and skills are few: found in the list of entry types (list searches in C).
+        kinds = list(map(type, path))
+        capsule_at = len(kinds) - 1 - kinds[::-1].index(CapsuleEntry) if CapsuleEntry in kinds else None
         self._capsule_at = capsule_at
         start = 0
         if capsule_at is not None:
@@ -194,20 +192,23 @@ class BudgetTracker:
                     if path[index].id == kept:
                         start = index
                         break
+        # Skills activated before the region are in effect from its start; those in it count
+        # where they were activated, as when the path grew (a usage figure before one did
+        # not include it).
+        if SkillEntry in kinds[:start]:
+            self._add_all([entry for entry, kind in zip(path[:start], kinds, strict=False) if kind is SkillEntry])
         self._region_tokens = 0
         self._open_calls = {}
         self._intents = []
-        add = self._add
-        for index in range(start, len(path)):
-            entry = path[index]
-            if index == capsule_at:
-                # What the guard counts, "just completed" and pending intents start after the
-                # capsule (the operation that appended it consumed every intent before it).
-                self._soft_failures = self._tokens_at_last_soft = 0
-                self._visible_since_capsule = False
-                self._intents = []
-            elif type(entry) is not CapsuleEntry and type(entry) is not SkillEntry:
-                add(entry)
+        if capsule_at is not None and start < capsule_at:  # the kept tail, then what follows the capsule
+            self._add_all(path[start:capsule_at])
+            # What the guard counts, "just completed" and pending intents start after the
+            # capsule (the operation that appended it consumed every intent before it).
+            self._soft_failures = self._tokens_at_last_soft = 0
+            self._visible_since_capsule = False
+            self._intents = []
+            start = capsule_at + 1
+        self._add_all(path[start:])
         # A usage figure from before the latest capsule measured a different input: the
         # provider's calibration carries over through the capsule's before-figures instead
         # (SPEC §2: "minus what a compaction removed").
@@ -222,34 +223,45 @@ class BudgetTracker:
                 self._usage_offset = 0
         self._mark(path)
 
+    def _add_all(self, entries: Sequence[Entry]) -> None:
+        """Count `entries` in, in order (a rebuild's whole region, or what a preflight finds
+        appended). One loop over local variables: on a long path it runs once per entry."""
+        counter = self.counter
+        costs = counter.known_all([entry.id for entry in entries])  # cached counts, at once
+        estimated, region, before_last = self._estimated, self._region_tokens, self._before_last_assistant
+        open_calls, ceiling, visible = self._open_calls, self._usage_ceiling, self._visible_since_capsule
+        usage_input, usage_offset = self._usage_input, self._usage_offset
+        for entry, cost in zip(entries, costs, strict=True):
+            kind = type(entry)  # entry types are final: one identity test each, no isinstance chain
+            if kind is MessageEntry or kind is ToolCallEntry or kind is ToolResultEntry:
+                if cost is None:
+                    cost = entry_tokens(entry, counter)
+                if kind is MessageEntry:
+                    if cast(MessageEntry, entry).role == "assistant":
+                        before_last = estimated
+                elif kind is ToolCallEntry:
+                    open_calls[cast(ToolCallEntry, entry).call_id] = None
+                else:
+                    open_calls.pop(cast(ToolResultEntry, entry).call_id, None)
+                estimated += cost
+                region += cost
+                visible = True
+            elif kind is UsageEntry:
+                if _trusted(entry, ceiling):
+                    # The figure measures the request that produced the preceding assistant message.
+                    usage_input, usage_offset = cast(UsageEntry, entry).input_tokens, before_last
+            elif kind is CheckpointEntry or kind is CompactionEntry or kind is SkillEntry:
+                self._estimated = estimated
+                self._add_rare(entry)
+                estimated = self._estimated
+        self._estimated, self._region_tokens, self._before_last_assistant = estimated, region, before_last
+        self._visible_since_capsule = visible
+        self._usage_input, self._usage_offset = usage_input, usage_offset
 
-    def _add(self, entry: Entry) -> None:
-        kind = type(entry)  # entry types are final: one identity test each, no isinstance chain
-        if kind is MessageEntry:
-            assert isinstance(entry, MessageEntry)
-            if entry.role == "assistant":
-                self._before_last_assistant = self._estimated
-            cost = entry_tokens(entry, self.counter)
-            self._estimated += cost
-            self._region_tokens += cost
-            self._visible_since_capsule = True
-        elif kind is ToolCallEntry or kind is ToolResultEntry:
-            assert isinstance(entry, ToolCallEntry | ToolResultEntry)
-            cost = entry_tokens(entry, self.counter)
-            self._estimated += cost
-            self._region_tokens += cost
-            self._visible_since_capsule = True
-            if kind is ToolCallEntry:
-                self._open_calls[entry.call_id] = None
-            else:
-                self._open_calls.pop(entry.call_id, None)
-        elif kind is UsageEntry:
-            if _trusted(entry, self._usage_ceiling):
-                assert isinstance(entry, UsageEntry)
-                # The figure measures the request that produced the preceding assistant message.
-                self._usage_input = entry.input_tokens
-                self._usage_offset = self._before_last_assistant
-        elif kind is CheckpointEntry:
+    def _add_rare(self, entry: Entry) -> None:
+        """A checkpoint, compaction or skill entry (few on any path)."""
+        kind = type(entry)
+        if kind is CheckpointEntry:
             assert isinstance(entry, CheckpointEntry)
             if entry.intent and entry.kind in INTENT_KINDS:
                 self._intents.append(entry)
@@ -263,9 +275,13 @@ class BudgetTracker:
         elif kind is SkillEntry:
             assert isinstance(entry, SkillEntry)
             previous = self._skills.pop(entry.name, None)
-            if previous is None:
-                self._estimated += self.counter.cached(
-                    ("skill", entry.id),
-                    lambda: self.counter.count_text(f"{SKILLS_HEADING}## Skill: {entry.name}\n\n{entry.content}"),
-                )
+            if previous is not None:  # re-activated: the latest text is the one sent
+                self._estimated -= self._skill_tokens(previous)
+            self._estimated += self._skill_tokens(entry)
             self._skills[entry.name] = entry
+
+    def _skill_tokens(self, skill: SkillEntry) -> int:
+        return self.counter.cached(
+            ("skill", skill.id),
+            lambda: self.counter.count_text(f"{SKILLS_HEADING}## Skill: {skill.name}\n\n{skill.content}"),
+        )

@@ -12,6 +12,8 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import Enum
+from typing import cast
 
 from soba_nb.collector import collector_paused
 from soba_nb.compaction.native import NativeTarget, native_tokens, request_message
@@ -104,6 +106,14 @@ def entry_tokens(entry: Entry, counter: TokenCounter) -> int:
     return counter.cached(entry.id, compute)
 
 
+def entries_tokens(entries: Sequence[Entry], counter: TokenCounter) -> int:
+    """`entry_tokens` of every entry, summed (their cached counts looked up at once)."""
+    costs = counter.known_all([entry.id for entry in entries])
+    if None not in costs:
+        return sum(cast(list[int], costs))
+    return sum(entry_tokens(entry, counter) if cost is None else cost for entry, cost in zip(entries, costs, strict=True))
+
+
 def clipped_tokens(result: ToolResultEntry, limit: int, counter: TokenCounter) -> int:
     """Tokens of a tool result clipped to `limit` characters. Cached under a string key, so
     the token index keeps it too: a resumed session that clips the same output the same way
@@ -149,6 +159,15 @@ class VisibleContext:
         return entry_tokens(self.capsule, counter)
 
 
+class Unknown(Enum):
+    """`UNKNOWN`: a hint the caller does not have (None is a value: "no capsule")."""
+
+    UNKNOWN = "unknown"
+
+
+UNKNOWN = Unknown.UNKNOWN
+
+
 def latest_capsule_index(path: Sequence[Entry]) -> int | None:
     for index in range(len(path) - 1, -1, -1):
         if isinstance(path[index], CapsuleEntry):
@@ -159,17 +178,17 @@ def latest_capsule_index(path: Sequence[Entry]) -> int | None:
 def visible_context(
     path: Sequence[Entry],
     *,
-    capsule_at: int | None = None,
+    capsule_at: int | None | Unknown = UNKNOWN,
     skills: Sequence[SkillEntry] | None = None,
     target: NativeTarget | None = None,
 ) -> VisibleContext:
     """The model-visible part of a path: latest capsule, kept tail, later entries, skills.
 
-    `capsule_at` and `skills`, when the caller already knows them (the budget tracker keeps
-    both incrementally), spare the scans of the whole path. `target`: the provider and model
+    `capsule_at` (None: there is no capsule) and `skills`, when the caller already knows them
+    (the budget tracker keeps both incrementally), spare the scans of the whole path. `target`: the provider and model
     the input is for; the capsule's native item is used when it accepts it.
     """
-    if capsule_at is None:
+    if isinstance(capsule_at, Unknown):
         capsule_at = latest_capsule_index(path)
     capsule: CapsuleEntry | None = None
     if capsule_at is None:
@@ -229,35 +248,33 @@ def _messages(context: VisibleContext, result_limit: dict[str, int]) -> list[Cha
             messages.append(quote)
     elif context.capsule is not None:
         messages.append(ChatMessage(role="user", content=capsule_text(context.capsule)))
+    append = messages.append
+    # One message per visible entry (tens of thousands on a long uncompacted path): entry
+    # types are final, so identity tests; positional fields (role, content, tool_calls,
+    # tool_call_id, name, is_error).
     for entry in context.entries:
-        if isinstance(entry, MessageEntry):
+        kind = type(entry)
+        if kind is ToolResultEntry:
+            assert isinstance(entry, ToolResultEntry)
+            content = entry.content
+            if len(content) > TOOL_OUTPUT_LIMIT_CHARS or result_limit:
+                content = clip_middle(content, result_limit.get(entry.id, TOOL_OUTPUT_LIMIT_CHARS))
+            append(ChatMessage("tool", content, [], entry.call_id, entry.name, entry.is_error))
+        elif kind is MessageEntry:
+            assert isinstance(entry, MessageEntry)
             if entry.role == "system":
-                messages.append(ChatMessage(role="user", content=f"[system note] {entry.content}"))
+                append(ChatMessage("user", f"[system note] {entry.content}", []))
             else:
-                messages.append(ChatMessage(role=entry.role, content=entry.content))
-        elif isinstance(entry, ToolCallEntry):
-            call = ToolCall(id=entry.call_id, name=entry.name, arguments=entry.arguments)
+                append(ChatMessage(entry.role, entry.content, []))
+        elif kind is ToolCallEntry:
+            assert isinstance(entry, ToolCallEntry)
+            call = ToolCall(entry.call_id, entry.name, entry.arguments)
             last = messages[-1] if messages else None
-            if last is not None and last.role == "assistant" and not _has_results_after(messages):
+            if last is not None and last.role == "assistant":  # (a call after results starts a new message)
                 last.tool_calls.append(call)
             else:
-                messages.append(ChatMessage(role="assistant", tool_calls=[call]))
-        elif isinstance(entry, ToolResultEntry):
-            limit = result_limit.get(entry.id, TOOL_OUTPUT_LIMIT_CHARS)
-            messages.append(
-                ChatMessage(
-                    role="tool",
-                    content=clip_middle(entry.content, limit),
-                    tool_call_id=entry.call_id,
-                    name=entry.name,
-                    is_error=entry.is_error,
-                )
-            )
+                append(ChatMessage("assistant", "", [call]))
     return messages
-
-
-def _has_results_after(messages: list[ChatMessage]) -> bool:
-    return bool(messages) and messages[-1].role == "tool"
 
 
 def pairing_problems(messages: Sequence[ChatMessage]) -> list[str]:
@@ -334,7 +351,7 @@ def assemble(
     limits: dict[str, int] = {}
     base = fixed_tokens(full_system, tools, counter)
     capsule_cost = context.capsule_tokens(counter)
-    total = base + capsule_cost + sum(entry_tokens(entry, counter) for entry in context.entries)
+    total = base + capsule_cost + entries_tokens(context.entries, counter)
     if fit_to is not None and total > fit_to:
         total = _emergency_clip(context, counter, limits, total, fit_to, notes)
     messages = _messages(context, limits)
@@ -359,16 +376,13 @@ def _emergency_clip(
 
     Each output is cut again as long as it still helps (a first cut sized from a
     characters-per-token guess may leave the input a few tokens over)."""
-    results = sorted(
-        (entry for entry in context.entries if isinstance(entry, ToolResultEntry)),
-        key=lambda entry: entry_tokens(entry, counter),
-        reverse=True,
-    )
-    if total - sum(entry_tokens(entry, counter) for entry in results) > fit_to:
+    results = [entry for entry in context.entries if type(entry) is ToolResultEntry]
+    if total - entries_tokens(results, counter) > fit_to:
         # Even with every tool output gone it would not fit: clipping cannot help (and would
         # re-count every output of a long path for nothing); compaction has to run.
         notes.append("larger than the hard limit even without tool outputs: not clipped")
         return total
+    results.sort(key=lambda entry: entry_tokens(entry, counter), reverse=True)
     for entry in results:
         if total <= fit_to:
             break

@@ -10,9 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
 
-from soba_nb.compaction.model_input import VISIBLE_TYPES, entry_tokens, latest_capsule_index
+from soba_nb.compaction.model_input import (
+    UNKNOWN,
+    VISIBLE_TYPES,
+    Unknown,
+    entry_tokens,
+    latest_capsule_index,
+)
 from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import (
     CapsuleEntry,
@@ -43,15 +48,6 @@ class Cut:
     def empty(self) -> bool:
         """Nothing the model sees would be summarized."""
         return self.summarized_tokens == 0
-
-
-class Unknown(Enum):
-    """`UNKNOWN`: a hint the caller does not have (None is a value: "no capsule")."""
-
-    UNKNOWN = "unknown"
-
-
-UNKNOWN = Unknown.UNKNOWN
 
 
 @dataclass(frozen=True)
