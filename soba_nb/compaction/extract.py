@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,26 +37,47 @@ EXCEPTION_SCAN_CHARS = 4000
 NOT_FILES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
 
 _PATH = r"""[rRbBuU]?(?P<q>['"])(?P<path>[^'"\n]+)(?P=q)"""
+
+
+@dataclass(frozen=True)
+class Needing:
+    """A case-sensitive pattern and the substrings one of which every match contains: a text
+    with none of them is not searched (most code and commands write no file)."""
+
+    pattern: re.Pattern[str]
+    needs: tuple[str, ...]
+
+    def finditer(self, text: str) -> Iterator[re.Match[str]]:
+        if any(need in text for need in self.needs):
+            yield from self.pattern.finditer(text)
+
+
 _CODE_WRITES = [
-    re.compile(
-        r"\.to_(?:csv|parquet|json|excel|html|pickle|feather|markdown|latex|stata|hdf|xml|orc)"
-        r"\(\s*(?:\w+\s*=\s*)?" + _PATH
+    Needing(
+        re.compile(
+            r"\.to_(?:csv|parquet|json|excel|html|pickle|feather|markdown|latex|stata|hdf|xml|orc)"
+            r"\(\s*(?:\w+\s*=\s*)?" + _PATH
+        ),
+        (".to_",),
     ),
-    re.compile(
-        r"\b(?:savefig|write_image|write_html|savez_compressed|savez|savetxt|imwrite|to_file|save)"
-        r"\(\s*(?:\w+\s*=\s*)?" + _PATH
+    Needing(
+        re.compile(
+            r"\b(?:savefig|write_image|write_html|savez_compressed|savez|savetxt|imwrite|to_file|save)"
+            r"\(\s*(?:\w+\s*=\s*)?" + _PATH
+        ),
+        ("save", "write", "to_file"),
     ),
-    re.compile(r"\b(?:torch\.save|joblib\.dump|pickle\.dump|dump)\([^()\n]*?,\s*" + _PATH),
-    re.compile(r"\bopen\(\s*" + _PATH + r"""\s*,\s*(?:mode\s*=\s*)?['"][^'"]*[wax+]"""),
-    re.compile(r"Path\(\s*" + _PATH + r"\s*\)\s*\.\s*(?:write_text|write_bytes|touch)\("),
-    re.compile(r"\b(?:copy2?|copyfile|move|rename|replace)\([^,\n]*,\s*" + _PATH),
+    Needing(re.compile(r"\b(?:torch\.save|joblib\.dump|pickle\.dump|dump)\([^()\n]*?,\s*" + _PATH), ("dump", "save")),
+    Needing(re.compile(r"\bopen\(\s*" + _PATH + r"""\s*,\s*(?:mode\s*=\s*)?['"][^'"]*[wax+]"""), ("open(",)),
+    Needing(re.compile(r"Path\(\s*" + _PATH + r"\s*\)\s*\.\s*(?:write_text|write_bytes|touch)\("), ("Path(",)),
+    Needing(re.compile(r"\b(?:copy2?|copyfile|move|rename|replace)\([^,\n]*,\s*" + _PATH), ("copy", "move", "rename", "replace")),
 ]
 _SHELL_TARGET = r"""(?P<path>[^\s&|;<>()]+)"""
 _SHELL_WRITES = [
-    re.compile(r"(?<![0-9&<>])>>?\s*" + _SHELL_TARGET),
-    re.compile(r"\btee\s+(?:-a\s+)?" + _SHELL_TARGET),
-    re.compile(r"\btouch\s+" + _SHELL_TARGET),
-    re.compile(r"\b(?:cp|mv)\s+(?:-\w+\s+)*[^\s&|;<>()]+\s+" + _SHELL_TARGET),
+    Needing(re.compile(r"(?<![0-9&<>])>>?\s*" + _SHELL_TARGET), (">",)),
+    Needing(re.compile(r"\btee\s+(?:-a\s+)?" + _SHELL_TARGET), ("tee",)),
+    Needing(re.compile(r"\btouch\s+" + _SHELL_TARGET), ("touch",)),
+    Needing(re.compile(r"\b(?:cp|mv)\s+(?:-\w+\s+)*[^\s&|;<>()]+\s+" + _SHELL_TARGET), ("cp", "mv")),
 ]
 _ASSIGNMENT = re.compile(
     r"^([A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)*)[ \t]*(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=)",
@@ -169,7 +190,7 @@ def _looks_like_path(path: str) -> bool:
     return path not in NOT_FILES and re.search(r"[A-Za-z]", path) is not None
 
 
-def _paths_written(text: str, patterns: Sequence[re.Pattern[str]]) -> list[str]:
+def _paths_written(text: str, patterns: Sequence[Needing]) -> list[str]:
     found: dict[str, None] = {}
     for pattern in patterns:
         for match in pattern.finditer(text):

@@ -11,8 +11,14 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from soba_nb.compaction.budget import BudgetTracker
+from soba_nb.compaction.model_input import (
+    SKILLS_HEADING,
+    VISIBLE_TYPES,
+    capsule_tokens,
+    entry_tokens,
+    fixed_tokens,
+)
 from soba_nb.compaction.triggers import LoopGuard
-from soba_nb.compaction.model_input import SKILLS_HEADING, VISIBLE_TYPES, capsule_tokens, entry_tokens, fixed_tokens
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     CheckpointEntry,

@@ -400,6 +400,26 @@ def test_keyed_patterns_find_exactly_what_their_regular_expression_finds(text: s
         assert (keyed.search(text) is None) == (keyed.pattern.search(text) is None), keyed.stems
 
 
+# The substrings in front of the file-writing patterns only skip texts that cannot match.
+_WRITE_WORDS = [
+    "df.to_csv(", ".to_parquet(", "to_", "plt.savefig(", "np.savez(", "save(", "fig.write_image(", "imwrite(",
+    "gdf.to_file(", "torch.save(m, ", "joblib.dump(m, ", "pickle.dump(x, ", "dump(x, ", "open(", "Path(",
+    ").write_text(", ".touch(", "shutil.copy(", "copy2(", "move(", "os.rename(", "replace(", "'out.csv'",
+    '"a/b.png"', ", ", "mode=", "'w'", "'rb'", "x = ", "\n", " > ", ">>", "2>&1", "tee -a ", "touch ",
+    "cp ", "mv -f ", "file.txt", " ", "(", ")",
+]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(_WRITE_WORDS) | st.text(max_size=6), max_size=12).map("".join))
+def test_write_patterns_find_exactly_what_their_regular_expression_finds(text: str) -> None:
+    from soba_nb.compaction.extract import _CODE_WRITES, _SHELL_WRITES
+
+    for needing in (*_CODE_WRITES, *_SHELL_WRITES):
+        found = [match.group(0) for match in needing.finditer(text)]
+        assert found == [match.group(0) for match in needing.pattern.finditer(text)], needing.needs
+
+
 def test_tool_arguments_nested_absurdly_deep_do_not_stop_the_capsule() -> None:
     from soba_nb.compaction.deterministic import build_deterministic_capsule
 
