@@ -123,6 +123,18 @@ def _summary_input(session: Any, cut: Any) -> Any:
     )
 
 
+def _extract_scan(cut: Any) -> Any:
+    """One pass of the deterministic extract (`Scan`) over the summarized entries, alone: the
+    summary input runs it over the entries too old to be sent."""
+    from soba_nb.compaction.extract import Scan
+    from soba_nb.transcript.entries import ToolResultEntry
+
+    entries = list(cut.summarize)
+    scan = Scan({entry.call_id: entry for entry in entries if isinstance(entry, ToolResultEntry)})
+    scan.run(entries)
+    return scan
+
+
 def _append(session: Any, data: dict[str, Any]) -> float:
     from soba_nb.transcript.entries import entry_from_dict
 
@@ -155,6 +167,8 @@ def soba_child(path: Path, variant: str, appends: list[dict[str, Any]]) -> dict[
         result["plan"], cut = _best_of(lambda: _plan(session))
         result["summary"], prompt = _best_of(lambda: _summary_input(session, cut))
         result["summary_chars"] = len(prompt.system) + len(prompt.user)
+        result["summary_scan"], _ = _best_of(lambda: _extract_scan(cut))
+        result["summary_count"], _ = _best_of(lambda: session.counter.count_text(prompt.system + prompt.user))
         result["summarized"] = len(cut.summarize)
         result["append"] = statistics.median(_append(session, data) for data in appends)
     elif variant == "requests":
@@ -384,8 +398,11 @@ def register(benchmark: Callable[[str], Callable[[Any], Any]], row: type, ms: Ca
         append, pi_append = plain.best("soba", "append"), plain.best("pi", "append")
         summarized = plain.soba[0]["summarized"]
         chars = plain.soba[0]["summary_chars"]
+        scan, count = plain.best("soba", "summary_scan"), plain.best("soba", "summary_count")
         summary_row = row(
-            f"summary input, {NO_CAPSULE}", m.entries, f"{ms(summary or 0)} ({summarized:,} entries → {chars:,} chars)",
+            f"summary input, {NO_CAPSULE}", m.entries,
+            f"{ms(summary or 0)} ({summarized:,} entries → {chars:,} chars; alone, one extract pass over the "
+            f"entries {ms(scan or 0)}, counting the request once {ms(count or 0)})",
             f"pi serializeConversation {ms(pi_summary)}" if pi_summary is not None else "pi: not run",
             "" if _ratio(summary, pi_summary) is None else f"{_ratio(summary, pi_summary):.2f}×",
             f"≤ {SUMMARY_TARGET_S * 1000:g} ms", (summary or 0) <= SUMMARY_TARGET_S, m.files[NO_CAPSULE],

@@ -18,8 +18,6 @@ from soba_nb.compaction.capsule import Capsule, parse_capsule, section_items
 from soba_nb.compaction.extract import (
     DECISION_SCAN_CHARS,
     ITEM_CLIP_CHARS,
-    SENTENCE_BREAK,
-    Keyed,
     Scan,
     bullet,
     first_line,
@@ -37,7 +35,6 @@ KEPT_REQUEST_QUOTE_LIMIT_CHARS = 300
 """A latest request that is also in the kept tail (which carries it whole) is quoted up to
 this size: enough to say what it was, without doubling a pasted table in model input."""
 CONSTRAINTS_MAX = 20
-CONSTRAINT_SCAN_CHARS = 20_000
 WORK_DONE_NEW_LINES = 12
 """Assistant first lines kept from the summarized part (milestones are always kept)."""
 NARRATIVE_MAX_ITEMS = 40
@@ -62,16 +59,6 @@ CONSTRAINTS_LABEL = "Constraints the user stated:"
 CARRIED_LABEL = "Carried over from the previous capsule:"
 ASSIGNED_NAMES_PREFIX = "Names assigned by the agent's python code (type and shape not recorded):"
 
-_CONSTRAINT = Keyed(
-    re.compile(
-        r"\b(?:must|never|don['’]?t|do not|only|should|shouldn['’]t|without|always|avoid"
-        r"|make sure|ensure|no more than|at most|at least|has to|have to|needs? to|required?|keep\b[^.!?\n]*?"
-        r"\b(?:under|below|within|to)\b|in under)\b",
-        re.IGNORECASE,
-    ),
-    ("must", "never", "don", "do not", "only", "should", "without", "always", "avoid", "make sure", "ensure",
-     "no more than", "at most", "at least", "has to", "have to", "need", "require", "keep", "in under"),
-)
 _NEXT_STEP = re.compile(
     r"^\s*(?:(?:[-*]|\d{1,2}[.)])\s+|(?:next|then|todo|i will|i'll|we will|we'll|remaining)\b)",
     re.IGNORECASE,
@@ -199,17 +186,6 @@ def _decompose_goal(body: str) -> tuple[str | None, list[str], list[str], list[s
     return request, opening, earlier, constraints, carried
 
 
-def _constraints(messages: Iterable[str]) -> list[str]:
-    found = []
-    for message in messages:
-        if _CONSTRAINT.search(message[:CONSTRAINT_SCAN_CHARS]) is None:
-            continue  # most messages state none: one search decides before any split
-        for sentence in SENTENCE_BREAK.split(message[:CONSTRAINT_SCAN_CHARS]):
-            if _CONSTRAINT.search(sentence):
-                found.append(bullet(one_line(sentence, ITEM_CLIP_CHARS)))
-    return found
-
-
 def _goal(
     scan: Scan, kept_requests: list[str], previous_body: str, latest_whole: bool, current: str | None
 ) -> str:
@@ -244,7 +220,7 @@ def _goal(
         request, note = current, ""
     newest = earlier_source[-EARLIER_REQUESTS_KEPT:] if latest_whole else earlier_source[-EARLIER_REQUESTS_KEPT - 1 :]
     earlier = _cap(_merge(earlier, [bullet(one_line(m, REQUEST_CLIP_CHARS)) for m in newest if m.strip()]), EARLIER_REQUESTS_MAX)
-    constraints = _cap(_merge(constraints, _constraints(scan.user_messages)), CONSTRAINTS_MAX)
+    constraints = _cap(_merge(constraints, scan.constraints), CONSTRAINTS_MAX)
     earlier = [item for item in earlier if item not in opening and item != quoted_first]
     parts = []
     if request is not None:

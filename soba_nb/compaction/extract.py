@@ -34,6 +34,7 @@ SHELL_COMMAND_CLIP_CHARS = 300
 PYTHON_CODE_CLIP_CHARS = 120
 OUTCOME_CLIP_CHARS = 160
 EXCEPTION_SCAN_CHARS = 4000
+CONSTRAINT_SCAN_CHARS = 20_000
 NOT_FILES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
 
 _PATH = r"""[rRbBuU]?(?P<q>['"])(?P<path>[^'"\n]+)(?P=q)"""
@@ -125,6 +126,17 @@ _BLOCKER = Keyed(
     ("block", "waiting", "not", "still", "proceed", "missing"),
 )
 """A sentence that says the work is held up by something outside it (stated, not a failed run)."""
+_CONSTRAINT = Keyed(
+    re.compile(
+        r"\b(?:must|never|don['’]?t|do not|only|should|shouldn['’]t|without|always|avoid"
+        r"|make sure|ensure|no more than|at most|at least|has to|have to|needs? to|required?|keep\b[^.!?\n]*?"
+        r"\b(?:under|below|within|to)\b|in under)\b",
+        re.IGNORECASE,
+    ),
+    ("must", "never", "don", "do not", "only", "should", "without", "always", "avoid", "make sure", "ensure",
+     "no more than", "at most", "at least", "has to", "have to", "need", "require", "keep", "in under"),
+)
+"""A sentence of a user message that states a constraint."""
 _ARGUMENT_STRING = re.compile(r'"(?P<key>path|command|code|kind|note)"\s*:\s*(?P<value>"(?:[^"\\]|\\.)*")')
 
 
@@ -233,10 +245,10 @@ class Run:
     failed: bool
 
 
-def _sentences_matching(pattern: Keyed, text: str) -> list[str]:
+def _sentences_matching(pattern: Keyed, text: str, scan_chars: int = DECISION_SCAN_CHARS) -> list[str]:
     """The sentences of `text`'s head that `pattern` finds something in, as bullets. Most
     messages have none: one search of the whole head decides before any split."""
-    head = text[:DECISION_SCAN_CHARS]
+    head = text[:scan_chars]
     if pattern.search(head) is None:
         return []
     return [bullet(one_line(s, ITEM_CLIP_CHARS)) for s in SENTENCE_BREAK.split(head) if pattern.search(s)]
@@ -264,6 +276,8 @@ class Scan:
     pending: list[str] = field(default_factory=list)
     stated_blockers: list[str] = field(default_factory=list)
     """Sentences of user or assistant messages that say the work is held up (`_BLOCKER`)."""
+    constraints: list[str] = field(default_factory=list)
+    """Sentences of user messages that state a constraint (`_CONSTRAINT`), as bullets."""
     tool_counts: dict[str, int] = field(default_factory=dict)
     capsule_text: str | None = None
 
@@ -285,6 +299,7 @@ class Scan:
             self._stated_blockers(entry.content)
         if entry.role == "user":
             self.user_messages.append(entry.content)
+            self.constraints += _sentences_matching(_CONSTRAINT, entry.content, CONSTRAINT_SCAN_CHARS)
             self.answered_latest_request = False
         elif entry.role == "assistant" and entry.content.strip():
             self.last_assistant = entry.content

@@ -205,6 +205,9 @@ class _Fitter:
     count: Count
     limits: tuple[int, ...]
     _costs: dict[tuple[int, int], int] = field(default_factory=dict)
+    _counted: dict[int, tuple[str, int]] = field(default_factory=dict)
+    """The last rendering of each entry that was counted, with its cost."""
+    _separator: int | None = None
     _rendered: dict[tuple[int, int], str] = field(default_factory=dict)
     _extracts: dict[int, str] = field(default_factory=dict)
     _latest_user: int | None = None
@@ -218,11 +221,21 @@ class _Fitter:
         return self._rendered[key]
 
     def cost(self, limit: int, index: int) -> int:
-        """An entry's tokens plus a separator, plus one for rounding across the joins."""
+        """An entry's tokens plus a separator, plus one for rounding across the joins.
+
+        Counted once per distinct rendering: an entry that no clip limit shortens (a message,
+        a short output) renders the same at every limit and is not counted again."""
         key = (limit, index)
         if key not in self._costs:
             text = self.rendered(limit, index)
-            self._costs[key] = self.count(text) + self.count(ENTRY_SEPARATOR) + 1 if text else 0
+            counted = self._counted.get(index)
+            if counted is not None and counted[0] == text:
+                self._costs[key] = counted[1]
+            else:
+                if self._separator is None:
+                    self._separator = self.count(ENTRY_SEPARATOR)
+                self._costs[key] = self.count(text) + self._separator + 1 if text else 0
+                self._counted[index] = (text, self._costs[key])
         return self._costs[key]
 
     def fitting_start(self, limit: int, room: int) -> int:

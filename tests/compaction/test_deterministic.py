@@ -393,8 +393,7 @@ _KEYED_WORDS = [
 @settings(max_examples=3000, deadline=None)
 @given(st.lists(st.sampled_from(_KEYED_WORDS) | st.text(max_size=6), max_size=12).map("".join))
 def test_keyed_patterns_find_exactly_what_their_regular_expression_finds(text: str) -> None:
-    from soba_nb.compaction.deterministic import _CONSTRAINT
-    from soba_nb.compaction.extract import _BLOCKER, _DECISION
+    from soba_nb.compaction.extract import _BLOCKER, _CONSTRAINT, _DECISION
 
     for keyed in (_DECISION, _BLOCKER, _CONSTRAINT):
         assert (keyed.search(text) is None) == (keyed.pattern.search(text) is None), keyed.stems
