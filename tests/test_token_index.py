@@ -105,7 +105,9 @@ def test_counts_read_in_blocks_keyed_by_the_callers_strings(tmp_path: Path):
     with open(index_path(transcript), "ab") as handle:
         handle.write(b"torn")  # a torn last line in the last block only
     own = {entry_id: "".join(entry_id) for entry_id in ids}  # equal strings, other objects
-    reopened = TokenIndex.open(transcript, "o200k_base x1", writable=False, key_of=lambda key: own.get(key, key))
+    reopened = TokenIndex.open(
+        transcript, "o200k_base x1", writable=False, keys_of=lambda keys: [own.get(key, key) for key in keys]
+    )
     counts = reopened.take_counts()
     assert counts == {entry_id: n for n, entry_id in enumerate(ids)}
     assert all(key is own[key] for key in counts)

@@ -709,6 +709,8 @@ def test_a_loaded_entry_shares_its_parents_id_string(store: Transcript, session_
     parent, child = loaded.entries[1], loaded.entries[2]
     assert child.parent_id == first.id and child.parent_id is parent.id
     assert loaded.own_id("".join(first.id)) is parent.id and loaded.own_id("nope") == "nope"
+    own = loaded.own_ids(["nope", "".join(first.id), "".join(child.id), "nope@2"])
+    assert own == ["nope", first.id, child.id, "nope@2"] and own[1] is parent.id and own[2] is child.id
 
 
 def test_a_line_nested_absurdly_deep_is_a_bad_entry_not_a_crash(session_file: Path) -> None:

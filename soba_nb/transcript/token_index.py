@@ -50,15 +50,15 @@ class TokenIndex:
         counter_key: str,
         *,
         writable: bool = True,
-        key_of: Callable[[str], str] | None = None,
+        keys_of: Callable[[list[str]], list[str]] | None = None,
     ) -> TokenIndex:
         """Read the index of `transcript` for `counter_key` (empty when missing or for
         another counter); `writable`: append new counts (a fresh file replaces a stale one).
-        `key_of`: the string to key each id by (the transcript's own: one string per id in
-        memory, not two)."""
+        `keys_of`: the strings to key a list of ids by (the transcript's own: one string per
+        id in memory, not two)."""
         path = index_path(transcript)
         header = _header(counter_key)
-        counts = _read(path, header, key_of)
+        counts = _read(path, header, keys_of)
         fd = None
         if writable:
             with contextlib.suppress(OSError):  # a read-only folder: counting still works
@@ -94,7 +94,7 @@ def _header(counter_key: str) -> bytes:
     return json.dumps({"tokenIndex": RULES_VERSION, "counter": counter_key}, separators=(",", ":")).encode() + b"\n"
 
 
-def _read(path: Path, header: bytes, key_of: Callable[[str], str] | None = None) -> dict[str, int] | None:
+def _read(path: Path, header: bytes, keys_of: Callable[[list[str]], list[str]] | None = None) -> dict[str, int] | None:
     """The counts, or None when there is no usable file (missing, foreign, too big)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -117,23 +117,26 @@ def _read(path: Path, header: bytes, key_of: Callable[[str], str] | None = None)
     while start < len(body):  # a block of lines at a time: the words of one block at once
         end = body.find("\n", start + READ_BLOCK_CHARS)
         end = len(body) if end < 0 else end + 1
-        _read_block(body[start:end], counts, key_of)
+        _read_block(body[start:end], counts, keys_of)
         start = end
     return counts
 
 
-def _read_block(block: str, counts: dict[str, int], key_of: Callable[[str], str] | None) -> None:
+def _read_block(block: str, counts: dict[str, int], keys_of: Callable[[list[str]], list[str]] | None) -> None:
     words = block.split()
     lines = block.count("\n") + (not block.endswith("\n"))
     if 2 * lines == len(words) == 2 * block.count(" ") and all(map(str.isdigit, words[1::2])):
         # Every line is `id count` (the usual case): in one go.
-        ids = words[0::2] if key_of is None else map(key_of, words[0::2])
+        ids = words[0::2] if keys_of is None else keys_of(words[0::2])
         counts.update(zip(ids, map(int, words[1::2]), strict=True))
         return
+    found: dict[str, int] = {}
     for line in block.split("\n"):  # a torn or foreign line somewhere: line by line
         entry_id, _, tokens = line.partition(" ")
         if tokens.isdigit() and entry_id:
-            counts[entry_id if key_of is None else key_of(entry_id)] = int(tokens)
+            found[entry_id] = int(tokens)
+    ids = list(found) if keys_of is None else keys_of(list(found))
+    counts.update(zip(ids, found.values(), strict=True))
 
 
 def _open_for_append(path: Path, header: bytes, *, fresh: bool) -> int:
