@@ -24,6 +24,7 @@ idempotent: redacting twice gives the same text.
 from __future__ import annotations
 
 import functools
+import heapq
 import os
 import re
 import threading
@@ -98,7 +99,10 @@ _NOT_A_VALUE = frozenset(
 _WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 # A hint counts only when the rest of its identifier is followed by `:` or `=`.
 _NAME_HINT = re.compile(r"(?:pass|secret|key|token|credential)(?=[\w.-]*[\"']?\s*[:=])", re.IGNORECASE)
-_NAME_HINT_LOWER = re.compile(r"(?:pass|secret|key|token|credential)(?=[\w.-]*[\"']?\s*[:=])")
+_HINT_WORDS = ("pass", "secret", "key", "token", "credential")
+_NAME_HINTS_LOWER = tuple(re.compile(rf"{word}(?=[\w.-]*[\"']?\s*[:=])") for word in _HINT_WORDS)
+"""`_NAME_HINT` one word at a time, for lower-cased text: a pattern that starts with a literal
+is searched for at C speed; the alternation is tried at every position (5× slower)."""
 _NAME_TAIL = re.compile(r"[\w.-]*")
 """Every secret name (`is_secret_name`) contains one of these: assignments are looked for
 only around them, not at every position of a megabyte of tool output."""
@@ -202,21 +206,23 @@ def _names_a_secret(name: str) -> bool:
     return is_secret_name(name)
 
 
-def _hints(text: str) -> Iterator[int]:
-    """Where a secret-name hint starts. Searched in the lower-cased text (a case-insensitive
-    regex is ten times slower) when lower-casing keeps every position."""
-    lowered = text.lower()
+def _hints(text: str, lowered: str | None = None) -> Iterator[int]:
+    """Where a secret-name hint starts, in order. Searched in the lower-cased text (a
+    case-insensitive regex is ten times slower) when lower-casing keeps every position."""
+    if lowered is None:
+        lowered = text.lower()
     if len(lowered) == len(text):
-        return (match.start() for match in _NAME_HINT_LOWER.finditer(lowered))
+        return heapq.merge(*((match.start() for match in hint.finditer(lowered)) for hint in _NAME_HINTS_LOWER))
     return (match.start() for match in _NAME_HINT.finditer(text))
 
 
-def _assignments(text: str) -> str:
+def _assignments(text: str, lowered: str | None = None) -> str:
     """`_ASSIGNMENT` applied where a secret name occurs: the same result as `sub` on the
-    whole text, at the cost of the hints (few) instead of every position."""
+    whole text, at the cost of the hints (few) instead of every position. `lowered`:
+    `text.lower()`, when the caller has it."""
     parts: list[str] = []
     done = 0
-    for at in _hints(text):
+    for at in _hints(text, lowered):
         if at < done:
             continue
         start, floor = at, max(done, at - NAME_MAX_CHARS)
@@ -253,13 +259,17 @@ def redact(text: str, environ: Mapping[str, str] = os.environ) -> str:
         if needle in text:
             text = shape.sub(REDACTED, text)
     lowered = text.lower()
+    replaced = 0
     if "authorization" in lowered:
-        text = _AUTHORIZATION.sub(_authorization, text)
+        text, count = _AUTHORIZATION.subn(_authorization, text)
+        replaced += count
     if "bearer" in lowered:
-        text = _BEARER.sub(_bearer, text)
+        text, count = _BEARER.subn(_bearer, text)
+        replaced += count
     if "://" in text and "@" in text:
-        text = _URL_PASSWORD.sub(lambda m: f"{m['lead']}{REDACTED}", text)
-    return _assignments(text)
+        text, count = _URL_PASSWORD.subn(lambda m: f"{m['lead']}{REDACTED}", text)
+        replaced += count
+    return _assignments(text, None if replaced else lowered)
 
 
 def redact_data(value: Any, environ: Mapping[str, str] = os.environ) -> Any:

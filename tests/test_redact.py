@@ -6,6 +6,8 @@ key-looking literal sits in the repository.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -341,3 +343,33 @@ def test_a_secret_renamed_between_two_writes_is_caught_at_once(monkeypatch) -> N
     monkeypatch.delenv("SOBA_TEST_OLD_TOKEN")
     monkeypatch.setenv("SOBA_TEST_NEW_TOKEN", "new-value-5678")
     assert redact("x new-value-5678 y") == f"x {REDACTED} y"
+
+
+_OLD_HINT = re.compile(r"(?:pass|secret|key|token|credential)(?=[\w.-]*[\"']?\s*[:=])")
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.one_of(_FRAGMENTS, st.sampled_from(["secretoken=", "passkey:", "Token", "KEY", "İ"]), st.text(max_size=8)),
+        max_size=12,
+    ).map("".join)
+)
+def test_hints_found_one_word_at_a_time_redact_what_the_alternation_found(text: str) -> None:
+    # The secret-name hints are searched for one literal word at a time (fast); assignments
+    # come out as when one alternation was tried at every position.
+    from soba_nb import redact as module
+
+    lowered = text.lower()
+    old = [match.start() for match in _OLD_HINT.finditer(lowered)] if len(lowered) == len(text) else None
+    new = list(module._hints(text))
+    if old is not None:
+        assert set(old) <= set(new) and new == sorted(new)
+    saved = module._hints
+    try:
+        module._hints = lambda t, lowered=None: (m.start() for m in module._NAME_HINT.finditer(t))
+        expected = module._assignments(text)
+    finally:
+        module._hints = saved
+    assert module._assignments(text) == expected
+    assert module._assignments(text, text.lower()) == expected
