@@ -18,6 +18,10 @@ Then the older rows, on `periodic` sessions (a capsule every 40 turns):
 - the preflight decision, the deterministic capsule and model-input assembly
   (benchmarks/compaction_bench.py).
 
+And the large inputs (benchmarks/large_input_bench.py): redaction throughput, a 50 MB
+message appended and the session resumed after it, 100 MB of shell output through the
+`shell` tool.
+
 Adding a benchmark: decorate a function `(workspace) -> list[Row]` with `@benchmark("name")`
 (here or in a module that imports this one and then calls `main()`); each `Row` is one line
 of the table. `workspace` makes the sessions a benchmark asks for, once.
@@ -39,11 +43,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 try:
-    from benchmarks import compaction_bench, resume_bench
+    from benchmarks import compaction_bench, large_input_bench, resume_bench
     from benchmarks.generate import LARGE_SIZE, SIZES, compact_session, write_session
     from benchmarks.pi_runner import find_pi
 except ImportError:  # run as a script: benchmarks/ itself is on sys.path
     import compaction_bench  # type: ignore[no-redef]
+    import large_input_bench  # type: ignore[no-redef]
     import resume_bench  # type: ignore[no-redef]
     from generate import LARGE_SIZE, SIZES, compact_session, write_session  # type: ignore[no-redef]
     from pi_runner import find_pi  # type: ignore[no-redef]
@@ -171,6 +176,7 @@ def mark(ok: bool | None) -> str:
 # -- resume, side by side with pi (the headline) ---------------------------------------------------
 
 resume_bench.register(benchmark, Row, milliseconds, megabytes)
+large_input_bench.register(benchmark, Row, milliseconds, megabytes)
 
 
 # -- load vs. the parse floor ------------------------------------------------------------------
