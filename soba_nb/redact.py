@@ -99,8 +99,12 @@ _NOT_A_VALUE = frozenset(
 _WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 # A hint counts only when the rest of its identifier is followed by `:` or `=`.
 _NAME_HINT = re.compile(r"(?:pass|secret|key|token|credential)(?=[\w.-]*[\"']?\s*[:=])", re.IGNORECASE)
-_HINT_WORDS = ("pass", "secret", "key", "token", "credential")
-_NAME_HINTS_LOWER = tuple(re.compile(rf"{word}(?=[\w.-]*[\"']?\s*[:=])") for word in _HINT_WORDS)
+_NAME_HINTS_LOWER = (
+    *(re.compile(rf"{word}(?=[\w.-]*[\"']?\s*[:=])") for word in ("pass", "secret", "key", "credential")),
+    # "token" makes a name secret only as its last word (`access_token`, `myToken`), never
+    # with more words after it (`token_count`, `tokens`, `token_2`): only then is it a hint.
+    re.compile(r"token(?=[._-]*[\"']?\s*[:=])"),
+)
 """`_NAME_HINT` one word at a time, for lower-cased text: a pattern that starts with a literal
 is searched for at C speed; the alternation is tried at every position (5× slower)."""
 _NAME_TAIL = re.compile(r"[\w.-]*")
