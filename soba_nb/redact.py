@@ -100,7 +100,11 @@ _WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 # A hint counts only when the rest of its identifier is followed by `:` or `=`.
 _NAME_HINT = re.compile(r"(?:pass|secret|key|token|credential)(?=[\w.-]*[\"']?\s*[:=])", re.IGNORECASE)
 _NAME_HINTS_LOWER = (
-    *(re.compile(rf"{word}(?=[\w.-]*[\"']?\s*[:=])") for word in ("pass", "secret", "key", "credential")),
+    *(re.compile(rf"{word}(?=[\w.-]*[\"']?\s*[:=])") for word in ("pass", "secret", "credential")),
+    # "key" makes a name secret only after api, private, access or secret (`api_key`,
+    # `privateKey`, `apikey`; after "secret" the hint above finds it), not in `key_count` or
+    # `monkey`: only there is it a hint.
+    *(re.compile(rf"{word}[._-]*key(?=[\w.-]*[\"']?\s*[:=])") for word in ("api", "private", "access")),
     # "token" makes a name secret only as its last word (`access_token`, `myToken`), never
     # with more words after it (`token_count`, `tokens`, `token_2`): only then is it a hint.
     re.compile(r"token(?=[._-]*[\"']?\s*[:=])"),

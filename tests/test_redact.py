@@ -349,7 +349,10 @@ def test_a_secret_renamed_between_two_writes_is_caught_at_once(monkeypatch) -> N
 @given(
     st.lists(
         st.one_of(_FRAGMENTS, st.sampled_from(["secretoken=", "passkey:", "Token", "KEY", "İ", "myToken=", "MY_TOKEN:", "token_count=",
-                            "tokens=", "token.=", "secret_token_count=", "api_key_id=", "x_token_2=", "TOKENs="]), st.text(max_size=8)),
+                            "tokens=", "token.=", "secret_token_count=", "api_key_id=", "x_token_2=", "TOKENs=",
+                            "access__key=", "api.key:", "privateKey=", "APIKey=", "api_v2_key=", "key_count=",
+                            "monkey=", "apikey=", "my_api_key_id=", "Api-Key:", "secret_key=", "rapi_key=",
+                            "ACCESS_KEY_ID=", "private--key"]), st.text(max_size=8)),
         max_size=12,
     ).map("".join)
 )
@@ -375,4 +378,11 @@ def test_a_name_ending_in_the_word_token_is_a_secret_one_with_words_after_it_is_
     text = "access_token=abc123def456 token_count=5 myToken: 'xyz789xyz' tokens=9 MY_TOKEN=q1w2e3r4 token_2=7"
     assert redact(text, {}) == (
         f"access_token={REDACTED} token_count=5 myToken: '{REDACTED}' tokens=9 MY_TOKEN={REDACTED} token_2=7"
+    )
+
+
+def test_a_name_with_the_word_key_is_a_secret_only_after_api_private_access_or_secret() -> None:
+    text = "api_key=k1k2k3k4 privateKey: 'p9p8p7p6' ACCESS__KEY_ID=a1a2a3a4 key_count=3 monkey=5 keys=7"
+    assert redact(text, {}) == (
+        f"api_key={REDACTED} privateKey: '{REDACTED}' ACCESS__KEY_ID={REDACTED} key_count=3 monkey=5 keys=7"
     )
