@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,10 +32,10 @@ from typing import Any
 
 try:
     from benchmarks.generate import open_session
-    from benchmarks.resume_bench import _max_rss
+    from benchmarks.resume_bench import _max_rss, run_child
 except ImportError:  # run as a script: benchmarks/ itself is on sys.path
     from generate import open_session  # type: ignore[no-redef]
-    from resume_bench import _max_rss  # type: ignore[no-redef]
+    from resume_bench import _max_rss, run_child  # type: ignore[no-redef]
 
 MB = 1_000_000
 REDACTION_MB = 50
@@ -46,6 +45,7 @@ MESSAGE_TARGET_S = 60.0
 SHELL_MB = 100
 SHELL_TARGET_S = 10.0
 SEED = 14
+SCRIPT = Path(__file__)
 
 
 def tool_output(size: int, seed: int = SEED, *, counter: str = "step_count") -> str:
@@ -138,15 +138,6 @@ CHILDREN: dict[str, Callable[[Path], dict[str, Any]]] = {
 }  # fmt: skip
 
 
-def _run_child(mode: str, folder: Path) -> dict[str, Any]:
-    command = [sys.executable, str(Path(__file__)), mode, str(folder)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} exited {done.returncode}:\n{done.stderr.strip()}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
-
-
 # -- the rows ----------------------------------------------------------------------------------
 
 
@@ -157,11 +148,11 @@ def register(benchmark: Callable[[str], Callable[[Any], Any]], row: type, ms: Ca
     def large_inputs(workspace: Any) -> list[Any]:
         with tempfile.TemporaryDirectory(dir=workspace.folder) as scratch:
             folder = Path(scratch)
-            redaction = _run_child("redaction", folder)
-            dense = {name: _run_child(f"redaction-{name}", folder) for name in ("token", "key", "pass")}
-            message = _run_child("message", folder)
-            resumed = _run_child("resume", folder)
-            shell = _run_child("shell", folder)
+            redaction = run_child(SCRIPT, "redaction", str(folder))
+            dense = {name: run_child(SCRIPT, f"redaction-{name}", str(folder)) for name in ("token", "key", "pass")}
+            message = run_child(SCRIPT, "message", str(folder))
+            resumed = run_child(SCRIPT, "resume", str(folder))
+            shell = run_child(SCRIPT, "shell", str(folder))
         rate = redaction["chars"] / MB / redaction["seconds"]
         dense_rates = {name: run["chars"] / MB / run["seconds"] for name, run in dense.items()}
         first = message["append"] + message["measure"] + message["model_input"]

@@ -214,8 +214,9 @@ def child_main(argv: list[str]) -> int:
 # -- running the children -----------------------------------------------------------------------
 
 
-def _run_python(*args: str) -> dict[str, Any]:
-    command = [sys.executable, str(Path(__file__)), *args]
+def run_child(script: Path, *args: str) -> dict[str, Any]:
+    """Run `script` in a fresh Python process; the JSON object its last line prints."""
+    command = [sys.executable, str(script), *args]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} exited {done.returncode}:\n{done.stderr.strip()}")
@@ -271,11 +272,11 @@ def side_by_side(
     appends = write_appends(scratch / "appends.json")
     result = Runs()
     for run in range(runs):
-        result.floor.append(_run_python("floor", str(soba_session))["floor"])
+        result.floor.append(run_child(Path(__file__), "floor", str(soba_session))["floor"])
         copy = scratch / f"soba-{run}"
         shutil.copytree(soba_session.parent, copy)
         try:
-            result.soba.append(_run_python("soba", str(copy / soba_session.name), variant, str(appends)))
+            result.soba.append(run_child(Path(__file__), "soba", str(copy / soba_session.name), variant, str(appends)))
         finally:
             shutil.rmtree(copy)
         if pi is not None and pi_session is not None:
@@ -297,7 +298,7 @@ def first_resume(soba_session: Path, scratch: Path) -> dict[str, Any]:
     shutil.copyfile(soba_session, copy / soba_session.name)
     appends = write_appends(scratch / "appends.json")
     try:
-        return _run_python("soba", str(copy / soba_session.name), "resume", str(appends))
+        return run_child(Path(__file__), "soba", str(copy / soba_session.name), "resume", str(appends))
     finally:
         shutil.rmtree(copy)
 

@@ -18,7 +18,7 @@ import contextlib
 import json
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 SUFFIX = ".tokens"
@@ -125,18 +125,19 @@ def _read(path: Path, header: bytes, keys_of: Callable[[list[str]], list[str]] |
 def _read_block(block: str, counts: dict[str, int], keys_of: Callable[[list[str]], list[str]] | None) -> None:
     words = block.split()
     lines = block.count("\n") + (not block.endswith("\n"))
+    ids: list[str]
+    values: Iterable[int]
     if 2 * lines == len(words) == 2 * block.count(" ") and all(map(str.isdigit, words[1::2])):
         # Every line is `id count` (the usual case): in one go.
-        ids = words[0::2] if keys_of is None else keys_of(words[0::2])
-        counts.update(zip(ids, map(int, words[1::2]), strict=True))
-        return
-    found: dict[str, int] = {}
-    for line in block.split("\n"):  # a torn or foreign line somewhere: line by line
-        entry_id, _, tokens = line.partition(" ")
-        if tokens.isdigit() and entry_id:
-            found[entry_id] = int(tokens)
-    ids = list(found) if keys_of is None else keys_of(list(found))
-    counts.update(zip(ids, found.values(), strict=True))
+        ids, values = words[0::2], map(int, words[1::2])
+    else:
+        found: dict[str, int] = {}
+        for line in block.split("\n"):  # a torn or foreign line somewhere: line by line
+            entry_id, _, tokens = line.partition(" ")
+            if tokens.isdigit() and entry_id:
+                found[entry_id] = int(tokens)
+        ids, values = list(found), found.values()
+    counts.update(zip(ids if keys_of is None else keys_of(ids), values, strict=True))
 
 
 def _open_for_append(path: Path, header: bytes, *, fresh: bool) -> int:
