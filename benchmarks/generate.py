@@ -295,10 +295,14 @@ class LineWriter:
 
 
 def settle(path: Path) -> None:
-    """Resume the session once, as a user would (measure + model input), and close it."""
+    """Resume the session once, as a user would (measure + model input), and close it.
+
+    The preflight's upkeep runs too: the snapshots of the extract's scan a live session would
+    have left every `SPACING` entries (here written in one pass, as for any old session)."""
     session = open_session(path)
     try:
         session.compactor.measure()
+        session.compactor.keep_extract_snapshots()
         session.compactor.model_input()
     finally:
         session.close()

@@ -24,6 +24,7 @@ Times are the best run; RSS the largest. A child prints one JSON object:
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import resource
@@ -111,8 +112,11 @@ def _plan(session: Any) -> Any:
 def _summary_input(session: Any, cut: Any) -> Any:
     """The summarizer's request for `cut`, built as `barrier._summarize` builds it."""
     from soba_nb.compaction.capsule import parse_capsule
+    from soba_nb.compaction.extract_snapshots import ExtractSnapshots
     from soba_nb.compaction.summary_prompt import build_summary_prompt
 
+    # The snapshots are read from the file each time, as a kernel that resumed would read them.
+    snapshots = ExtractSnapshots(session.transcript.file)
     previous = None if cut.previous is None else parse_capsule(cut.previous.content, require_all=False)
     return build_summary_prompt(
         list(cut.summarize),
@@ -120,6 +124,7 @@ def _summary_input(session: Any, cut: Any) -> Any:
         focus=None,
         max_input_tokens=session.compactor.thresholds.hard_limit,
         count=session.counter.count_text,
+        scans=functools.partial(snapshots.start, capsule_id=None if cut.previous is None else cut.previous.id),
     )
 
 

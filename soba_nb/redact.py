@@ -281,13 +281,13 @@ def redact(text: str, environ: Mapping[str, str] = os.environ) -> str:
 
 
 def redact_data(value: Any, environ: Mapping[str, str] = os.environ) -> Any:
-    """`value` (JSON-like data: dicts, lists, strings, numbers) with every string redacted.
-    Keys are names of our own fields and stay."""
+    """`value` (JSON-like data: dicts, lists or tuples, strings, numbers) with every string
+    redacted. Keys are names of our own fields and stay."""
     if isinstance(value, str):
         return redact(value, environ)
     if isinstance(value, dict):
         return {key: redact_data(item, environ) for key, item in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return [redact_data(item, environ) for item in value]
     return value
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from soba_nb.capsules.file import CapsuleFile, CapsuleMetadata, render_capsule_file
 from soba_nb.compaction.capsule import Capsule, render_capsule
-from soba_nb.redact import REDACTED, is_secret_name, redact, redact_file_name
+from soba_nb.redact import REDACTED, is_secret_name, redact, redact_data, redact_file_name
 
 ALNUM = "aB3dE5fG7hJ9kL2mN4pQ6rS8tU0vW1xY"
 
@@ -386,3 +386,11 @@ def test_a_name_with_the_word_key_is_a_secret_only_after_api_private_access_or_s
     assert redact(text, {}) == (
         f"api_key={REDACTED} privateKey: '{REDACTED}' ACCESS__KEY_ID={REDACTED} key_count=3 monkey=5 keys=7"
     )
+
+
+def test_structured_data_is_redacted_in_lists_tuples_and_dict_values() -> None:
+    key = "sk-proj-" + "a1B2" * 10
+    data = {"runs": [("shell", f"curl -H 'Authorization: Bearer {key}'", 3)], "note": [key], "n": 1}
+    redacted = redact_data(data)
+    assert key not in repr(redacted)
+    assert redacted["runs"][0][2] == 3 and redacted["n"] == 1

@@ -14,6 +14,7 @@ usual (`portable`), or the deterministic capsule (`fallback`).
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -32,6 +33,7 @@ from soba_nb.compaction.capsule import (
     validate_summary,
 )
 from soba_nb.compaction.deterministic import build_deterministic_capsule, with_latest_request
+from soba_nb.compaction.extract_snapshots import ExtractSnapshots
 from soba_nb.compaction.flight import FlightRecord, FlightRecorder
 from soba_nb.compaction.model_input import (
     VISIBLE_TYPES,
@@ -44,7 +46,7 @@ from soba_nb.compaction.native import NativeCompactor, continuation_label
 from soba_nb.compaction.native_run import NativeFailure, ask_native, native_request
 from soba_nb.compaction.planner import Cut
 from soba_nb.compaction.summarizer import Summarizer, SummaryOutput
-from soba_nb.compaction.summary_prompt import build_summary_prompt
+from soba_nb.compaction.summary_prompt import ScanStarts, build_summary_prompt
 from soba_nb.compaction.triggers import POST_GATE_EXEMPT, Thresholds, Trigger, post_generation_roi
 from soba_nb.messages import ToolSchema
 from soba_nb.tokens import TokenCounter
@@ -200,6 +202,8 @@ class BarrierContext:
     emit: Emit | None = None
     native: NativeCompactor | None = None
     """The provider's own compaction, when it offers one (asked before the model summary)."""
+    snapshots: ExtractSnapshots | None = None
+    """Snapshots of the extract's scan (the summarized entries are read from the newest one on)."""
 
 
 class _SummaryRun:
@@ -362,6 +366,7 @@ def generate_capsule(
         kept=cut.kept,
         kernel_state=ctx.kernel_state,
         latest_request=request if quote else None,
+        scans=_scan_starts(ctx, cut),
     )
     model = provider = None
     note: Note | None = fallback_note or NO_MODEL
@@ -463,6 +468,13 @@ def _ask_native(
     return asked
 
 
+def _scan_starts(ctx: BarrierContext, cut: Cut) -> ScanStarts | None:
+    """Where a scan of `cut`'s region may start: the newest snapshot before its boundary."""
+    if ctx.snapshots is None:
+        return None
+    return functools.partial(ctx.snapshots.start, capsule_id=None if cut.previous is None else cut.previous.id)
+
+
 def _request_to_quote(cut: Cut) -> tuple[str | None, bool]:
     """(the request being worked on, whether the capsule must quote it): SPEC §5, it must
     reach the model verbatim, in the kept tail or quoted whole in the Goal section."""
@@ -489,6 +501,7 @@ def _summarize(
         focus=plan.focus,
         max_input_tokens=plan.summary_input_tokens,
         count=ctx.counter.count_text,
+        scans=_scan_starts(ctx, cut),
     )
     timeout_s = ctx.timeout_ms / 1000
     deadline = started + timeout_s

@@ -19,6 +19,7 @@ from soba_nb.compaction.extract import (
     DECISION_SCAN_CHARS,
     ITEM_CLIP_CHARS,
     Scan,
+    Start,
     bullet,
     first_line,
     one_line,
@@ -91,7 +92,7 @@ def _strip_marker(item: str) -> str:
     return _ITEM_MARKER.sub("", item, count=1).strip()
 
 
-def _item_key(item: str) -> str:
+def item_key(item: str) -> str:
     return " ".join(_strip_marker(item).replace("`", "").lower().split())
 
 
@@ -107,7 +108,7 @@ def _kernel_key(item: str) -> str:
     return text.split(":", 1)[0].strip() if ":" in text else text
 
 
-def _merge(previous: Iterable[str], new: Iterable[str], key: Callable[[str], str] = _item_key) -> list[str]:
+def _merge(previous: Iterable[str], new: Iterable[str], key: Callable[[str], str] = item_key) -> list[str]:
     """Previous items first; an item whose key comes again is replaced and moves last."""
     merged: dict[str, str] = {}
     for item in (*previous, *new):
@@ -143,7 +144,7 @@ def _select(pairs: list[tuple[bool, str]], newest: int) -> list[str]:
     return [item for index, (always, item) in enumerate(pairs) if always or index in keep]
 
 
-def _run_key(item: str) -> str:
+def run_key(item: str) -> str:
     text = _strip_marker(item)
     match = re.match(r"^(?:shell|python) (?:`` .*? ``|`[^`]*`)", text)
     return match[0] if match else " ".join(text.rsplit(" → ", 1)[0].split())
@@ -257,7 +258,7 @@ def _kernel_state(scan: Scan, given: Sequence[str], previous: list[str]) -> list
 
 
 def _blockers(scan: Scan, previous: list[str]) -> list[str]:
-    resolved = {_run_key(run.display) for run in scan.runs.values() if not run.failed}
+    resolved = {run_key(run.display) for run in scan.runs.values() if not run.failed}
     failing = [
         bullet(f"{run.display} last failed: {run.outcome}")
         for key, run in scan.runs.items()
@@ -265,8 +266,8 @@ def _blockers(scan: Scan, previous: list[str]) -> list[str]:
     ]
     # Held up by something outside the work (stated in a message): kept until the cap pushes
     # it out, since no run can say it was resolved.
-    merged = _merge(_merge(previous, failing, _run_key), scan.stated_blockers, _run_key)
-    return _cap([item for item in merged if _run_key(item) not in resolved], BLOCKERS_MAX)
+    merged = _merge(_merge(previous, failing, run_key), scan.stated_blockers, run_key)
+    return _cap([item for item in merged if run_key(item) not in resolved], BLOCKERS_MAX)
 
 
 def _in_progress(scan: Scan, kept_requests: list[str]) -> list[str]:
@@ -299,6 +300,7 @@ def build_deterministic_capsule(
     kernel_state: Sequence[str] = (),
     latest_request_whole: bool = True,
     latest_request: str | None = None,
+    scans: Callable[[Sequence[Entry], int], Start] | None = None,
 ) -> Capsule:
     """A capsule of `entries` built without a model.
 
@@ -310,10 +312,16 @@ def build_deterministic_capsule(
     request like the earlier ones (for an extract whose request is shown elsewhere).
     `latest_request`: the request being worked on when it is in neither `entries` nor
     `kept` (it came before an earlier capsule): quoted whole all the same (SPEC §5).
+    `scans`: where the scan may start (`ExtractSnapshots.start`: a snapshot of the first
+    entries, so only the rest are read).
     """
-    results = {e.call_id: e for e in (*entries, *kept) if isinstance(e, ToolResultEntry)}
-    scan = Scan(results)
-    scan.run(entries)
+    if scans is None:
+        scan = Scan({e.call_id: e for e in (*entries, *kept) if isinstance(e, ToolResultEntry)})
+        scan.run(entries)
+    else:
+        begun = scans([*entries, *kept], len(entries))  # results from the kept tail count too
+        scan = begun.scan
+        scan.run(entries[begun.covered :])
     return capsule_from_scan(
         scan,
         previous=previous,
@@ -363,7 +371,7 @@ def capsule_from_scan(
         files_read=_body(_merge(items("files_read"), map(bullet, scan.files_read.values()), _path_key)),
         files_modified=_body(_merge(items("files_modified"), modified, _path_key)),
         verification=_body(
-            _merge(items("verification"), [bullet(f"{r.display} → {r.outcome}") for r in scan.runs.values()], _run_key)
+            _merge(items("verification"), [bullet(f"{r.display} → {r.outcome}") for r in scan.runs.values()], run_key)
         ),
         active_skills=_body(_merge(items("active_skills"), [bullet(f"{n} ({p})") for n, p in scan.skills.items()], _path_key)),
         kernel_state=_body(_kernel_state(scan, kernel_state, items("kernel_state"))),

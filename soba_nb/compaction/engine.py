@@ -29,6 +29,7 @@ from soba_nb.compaction.barrier import (
     run_barrier,
 )
 from soba_nb.compaction.budget import BudgetTracker, Measurement
+from soba_nb.compaction.extract_snapshots import ExtractSnapshots
 from soba_nb.compaction.flight import FlightRecorder
 from soba_nb.compaction.model_input import (
     ModelInput,
@@ -123,6 +124,8 @@ class Compactor:
         self._leaf_after_operation: str | None = None
         self.listeners: list[Emit] = []
         self.tracker = BudgetTracker(counter, fixed_tokens(system, self.tools, counter))
+        self.snapshots = ExtractSnapshots(transcript.file)
+        """The extract's scan, carried forward at preflights and saved beside the transcript."""
 
     # -- measurement ---------------------------------------------------------------------
 
@@ -141,6 +144,11 @@ class Compactor:
     def measure(self) -> Measurement:
         self.tracker.set_target(self.target)
         return self.tracker.measure(self.transcript.path_view())
+
+    def keep_extract_snapshots(self) -> None:
+        """Carry the extract's scan forward when the region has grown enough (as of the last
+        `measure`): a summary request then reads only what came after the newest snapshot."""
+        self.snapshots.follow(self.transcript.path_view(), self.tracker.capsule_index)
 
     def context(self) -> VisibleContext:
         """The model-visible part of the current path (using the tracker's incremental state)."""
@@ -216,6 +224,7 @@ class Compactor:
         """Run before every inference: at most one compaction, to a terminal outcome."""
         cancel = cancel or threading.Event()
         measurement = self.measure()
+        self.keep_extract_snapshots()
         intents = self.tracker.pending_intents
         decision = decide(
             effective=measurement.effective, t=self.thresholds, intents=intents, turn=turn, guard=self.tracker.guard
@@ -359,6 +368,7 @@ class Compactor:
             flight=self.flight,
             emit=self._emit,
             native=self.native,
+            snapshots=self.snapshots,
         )
 
     def _consume_without_operation(self, decision: Decision) -> None:

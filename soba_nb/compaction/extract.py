@@ -362,3 +362,17 @@ class Scan:
     def _modified(self, path: str, failure: str) -> None:
         self.files_modified.pop(path, None)
         self.files_modified[path] = failure
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where a scan of a region starts: `covered` entries already read into `scan`."""
+
+    covered: int
+    scan: Scan
+    unanswered: tuple[str, ...] = ()
+
+
+def fresh_start(entries: Sequence[Entry]) -> Start:
+    """A scan from the region's first entry (no snapshot)."""
+    return Start(0, Scan({e.call_id: e for e in entries if type(e) is ToolResultEntry}))

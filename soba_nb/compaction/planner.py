@@ -79,13 +79,22 @@ def region(path: Sequence[Entry], *, capsule_at: int | None | Unknown = UNKNOWN)
         return list(path), None
     previous = path[capsule_at]
     assert isinstance(previous, CapsuleEntry)
-    start = capsule_at + 1
+    start = region_start(path, capsule_at)
+    return [*path[start:capsule_at], *path[capsule_at + 1 :]], previous
+
+
+def region_start(path: Sequence[Entry], capsule_at: int | None) -> int:
+    """Index on `path` of the region's first entry: the latest capsule's first kept entry
+    (found walking back from the capsule), else the entry after the capsule, else the root."""
+    if capsule_at is None:
+        return 0
+    previous = path[capsule_at]
+    assert isinstance(previous, CapsuleEntry)
     if previous.first_kept_entry_id is not None:
         for index in range(capsule_at - 1, -1, -1):
             if path[index].id == previous.first_kept_entry_id:
-                start = index
-                break
-    return [*path[start:capsule_at], *path[capsule_at + 1 :]], previous
+                return index
+    return capsule_at + 1
 
 
 def current_request(path: Sequence[Entry]) -> MessageEntry | None:

@@ -4,7 +4,7 @@ Pure functions. The request must never overflow the summarizer's window, so the 
 fitted to `max_input_tokens` in steps:
 1. tool outputs (and tool arguments) are clipped, then clipped harder;
 2. the oldest entries are dropped from the rendered history and carried instead by a
-   deterministic extract of them (their ids are listed in `deterministic_only`); when the
+   deterministic extract of them (`dropped` says how many); when the
    latest user request is among them it is still shown whole, in its own block;
 3. the extract is clipped; then the previous capsule; then the latest request.
 Sizes are estimated per entry while searching and the assembled prompt is then measured
@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from soba_nb.compaction.capsule import SECTION_HEADINGS, Capsule, render_capsule
 from soba_nb.compaction.deterministic import capsule_from_scan
-from soba_nb.compaction.extract import Scan
+from soba_nb.compaction.extract import Start, fresh_start
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     CheckpointEntry,
@@ -32,6 +32,8 @@ from soba_nb.transcript.entries import (
 )
 
 Count = Callable[[str], int]
+ScanStarts = Callable[[Sequence[Entry], int], Start]
+"""Where the extract's scan of the first N entries may start (`ExtractSnapshots.start`)."""
 
 DEFAULT_TOOL_OUTPUT_LIMIT_CHARS = 4000
 MIN_TOOL_OUTPUT_LIMIT_CHARS = 200
@@ -105,8 +107,10 @@ class SummaryPrompt(BaseModel):
     """The instructions (the 13 headings, the rules, the focus when given)."""
     user: str
     """The previous capsule, any extract of old history, and the history to summarize."""
-    deterministic_only: list[str]
-    """Ids of the entries that did not fit and reach the summarizer only through the extract."""
+    dropped: int
+    """How many of the oldest entries did not fit and reach the summarizer only through the
+    extract (a count, not their ids: at 100k entries a list of ids would cost more than the
+    rest of the request)."""
 
 
 # --- rendering the history -------------------------------------------------------------
@@ -211,7 +215,8 @@ class _Fitter:
     _rendered: dict[tuple[int, int], str] = field(default_factory=dict)
     _extracts: dict[int, str] = field(default_factory=dict)
     _latest_user: int | None = None
-    _scan: Scan | None = None
+    scans: ScanStarts | None = None
+    _start: Start | None = None
     _scanned: int = 0
 
     def rendered(self, limit: int, index: int) -> str:
@@ -254,14 +259,16 @@ class _Fitter:
 
     def extract(self, dropped: int) -> str:
         """The deterministic extract of the oldest `dropped` entries. One scan serves every
-        boundary tried: it is extended, not restarted, as the boundary moves forward."""
+        boundary tried: it is extended, not restarted, as the boundary moves forward; it
+        starts from the newest snapshot at or before the first boundary (`scans`), so only
+        the entries after that are read."""
         if dropped not in self._extracts:
-            if self._scan is None or self._scanned > dropped:
-                results = {e.call_id: e for e in self.entries if isinstance(e, ToolResultEntry)}
-                self._scan, self._scanned = Scan(results), 0
-            self._scan.run(self.entries[self._scanned : dropped])
+            if self._start is None or self._scanned > dropped:
+                self._start = self.scans(self.entries, dropped) if self.scans else fresh_start(self.entries)
+                self._scanned = self._start.covered
+            self._start.scan.run(self.entries[self._scanned : dropped])
             self._scanned = dropped
-            capsule = capsule_from_scan(self._scan, latest_request_whole=False)
+            capsule = capsule_from_scan(self._start.scan, latest_request_whole=False)
             self._extracts[dropped] = render_capsule(capsule).rstrip("\n")
         return self._extracts[dropped]
 
@@ -285,11 +292,18 @@ class _Fitter:
     def fit(self, target: int) -> tuple[str, int] | None:
         """(user message, number of dropped entries) within about `target` tokens, or None."""
         skeleton = self.count(_assemble(self.previous, None, None, ""))
-        for limit in self.limits:
-            # (With no entries every start "fits": the previous capsule must fit too.)
-            if skeleton <= target and self.fitting_start(limit, target - skeleton) == 0:
-                return _assemble(self.previous, None, None, self.history(limit, 0)), 0
-        return self._drop_oldest(target) if self.entries else self._clip_everything(target)
+        room = target - skeleton
+        if room >= 0 and not self.entries:  # the previous capsule alone
+            return _assemble(self.previous, None, None, ""), 0
+        if room < 0 or not self.entries:
+            return self._drop_oldest(target) if self.entries else self._clip_everything(target)
+        # The hardest clip first: when even that does not hold every entry, no gentler one does
+        # (a longer clip renders more of the same text), and the walk back counted only about
+        # what is sent. When it does, the gentlest clip that holds them all is used.
+        if self.fitting_start(self.limits[-1], room) > 0:
+            return self._drop_oldest(target)
+        limit = next(limit for limit in self.limits if self.fitting_start(limit, room) == 0)
+        return _assemble(self.previous, None, None, self.history(limit, 0)), 0
 
     def _size(self, previous: str | None, request: str | None, dropped: int, extract: str | None) -> int:
         kept_extract = None if extract is None else (dropped, extract)
@@ -351,9 +365,13 @@ def build_summary_prompt(
     max_input_tokens: int,
     count: Count,
     tool_output_limit_chars: int = DEFAULT_TOOL_OUTPUT_LIMIT_CHARS,
+    scans: ScanStarts | None = None,
 ) -> SummaryPrompt:
     """The summary request for `entries`, whose system + user text fits `max_input_tokens`
     as measured by `count` (less `PROMPT_FRAMING_TOKENS` for the chat framing).
+
+    `scans`: where the extract's scan may start (snapshots kept beside the transcript);
+    without it the extract scans the dropped entries from the first.
 
     Raises `PromptBudgetTooSmall` when not even the instructions and the scaffolding fit.
     """
@@ -362,7 +380,7 @@ def build_summary_prompt(
         dict.fromkeys(max(MIN_TOOL_OUTPUT_LIMIT_CHARS, tool_output_limit_chars // d) for d in HARDER_CLIP_DIVISORS)
     )
     fitter = _Fitter(
-        entries, None if previous is None else render_capsule(previous).rstrip("\n"), count, limits
+        entries, None if previous is None else render_capsule(previous).rstrip("\n"), count, limits, scans=scans
     )
     budget = max_input_tokens - PROMPT_FRAMING_TOKENS - count(system)
     target = budget
@@ -373,9 +391,7 @@ def build_summary_prompt(
         user, dropped = fitted
         excess = count(user) - budget
         if excess <= 0:
-            return SummaryPrompt(
-                system=system, user=user, deterministic_only=[e.id for e in entries[:dropped]]
-            )
+            return SummaryPrompt(system=system, user=user, dropped=dropped)
         target -= excess << attempt  # the per-entry estimate was low: aim lower, faster each time
     raise PromptBudgetTooSmall(
         f"a summary request cannot fit max_input_tokens={max_input_tokens}: the instructions take "

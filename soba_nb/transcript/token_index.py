@@ -17,9 +17,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
+
+from soba_nb.transcript.sidecar import open_for_append, read_regular
 
 SUFFIX = ".tokens"
 RULES_VERSION = 1
@@ -62,7 +63,7 @@ class TokenIndex:
         fd = None
         if writable:
             with contextlib.suppress(OSError):  # a read-only folder: counting still works
-                fd = _open_for_append(path, header, fresh=counts is None)
+                fd = open_for_append(path, header, fresh=counts is None)
         return cls(path, counter_key, counts or {}, fd)
 
     def take_counts(self) -> dict[str, int]:
@@ -96,18 +97,9 @@ def _header(counter_key: str) -> bytes:
 
 def _read(path: Path, header: bytes, keys_of: Callable[[list[str]], list[str]] | None = None) -> dict[str, int] | None:
     """The counts, or None when there is no usable file (missing, foreign, too big)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+    raw = read_regular(path, MAX_INDEX_BYTES)
+    if raw is None:
         return None
-    try:
-        info = os.fstat(fd)
-        if not _is_regular(info.st_mode) or info.st_size > MAX_INDEX_BYTES:
-            return None
-        with os.fdopen(os.dup(fd), "rb") as handle:
-            raw = handle.read()
-    finally:
-        os.close(fd)
     if not raw.startswith(header):
         return None
     body = raw[len(header) :].decode("ascii", "replace")
@@ -138,32 +130,3 @@ def _read_block(block: str, counts: dict[str, int], keys_of: Callable[[list[str]
                 found[entry_id] = int(tokens)
         ids, values = list(found), found.values()
     counts.update(zip(ids if keys_of is None else keys_of(ids), values, strict=True))
-
-
-def _open_for_append(path: Path, header: bytes, *, fresh: bool) -> int:
-    if fresh:  # missing or stale: start a new file under the current header, atomically
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        try:
-            os.write(fd, header)
-        finally:
-            os.close(fd)
-        os.replace(temporary, path)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
-    if not _is_regular(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(f"{path} is not a regular file")
-    # A torn last line (a crash mid-write) must not glue onto the next count.
-    if os.fstat(fd).st_size and not _ends_with_newline(path):
-        os.write(fd, b"\n")
-    return fd
-
-
-def _ends_with_newline(path: Path) -> bool:
-    with open(path, "rb") as handle:
-        handle.seek(-1, os.SEEK_END)
-        return handle.read(1) == b"\n"
-
-
-def _is_regular(mode: int) -> bool:
-    return stat.S_ISREG(mode)

@@ -87,7 +87,7 @@ def test_a_small_history_is_sent_whole_with_the_previous_capsule_in_full() -> No
     prompt = build_summary_prompt(entries, previous=PREVIOUS, focus="plots", max_input_tokens=20_000, count=COUNTER.count_text)
     assert render_capsule(PREVIOUS).rstrip("\n") in prompt.user
     assert render_entries_for_summary(entries, tool_output_limit_chars=4000) in prompt.user
-    assert prompt.deterministic_only == []
+    assert prompt.dropped == 0
     assert "focus on: plots" in prompt.system
     assert "There is no previous capsule." in build_summary_prompt(
         entries, previous=None, focus=None, max_input_tokens=20_000, count=COUNTER.count_text
@@ -97,7 +97,7 @@ def test_a_small_history_is_sent_whole_with_the_previous_capsule_in_full() -> No
 def test_tool_outputs_are_clipped_harder_before_any_entry_is_dropped() -> None:
     entries = session(4, output_chars=20_000)
     prompt = build_summary_prompt(entries, previous=None, focus=None, max_input_tokens=5_000, count=COUNTER.count_text)
-    assert prompt.deterministic_only == []
+    assert prompt.dropped == 0
     assert "characters clipped" in prompt.user
     assert size(prompt, COUNTER.count_text) <= 5_000 - PROMPT_FRAMING_TOKENS
 
@@ -105,9 +105,8 @@ def test_tool_outputs_are_clipped_harder_before_any_entry_is_dropped() -> None:
 def test_the_oldest_entries_go_to_the_deterministic_extract_when_history_does_not_fit() -> None:
     entries = session(200)
     prompt = build_summary_prompt(entries, previous=PREVIOUS, focus=None, max_input_tokens=6_000, count=COUNTER.count_text)
-    dropped = len(prompt.deterministic_only)
+    dropped = prompt.dropped
     assert 0 < dropped < len(entries)
-    assert prompt.deterministic_only == [e.id for e in entries[:dropped]]
     assert "<extract_of_older_history" in prompt.user
     assert "python `df[df.seg == 0].describe()` → ok" in prompt.user  # the oldest run, via the extract
     assert "[user] request 199: analyse segment 199" in prompt.user  # the newest, rendered
@@ -122,7 +121,7 @@ def test_a_dropped_latest_request_is_still_shown_whole() -> None:
         entries.append(call("shell", f"c{index}", command=f"step {index}", timeout_s=5))
         entries.append(ToolResultEntry(call_id=f"c{index}", name="shell", content="exit status: 0\n" + "log " * 100))
     prompt = build_summary_prompt(entries, previous=None, focus=None, max_input_tokens=8_000, count=COUNTER.count_text)
-    assert entries[0].id in prompt.deterministic_only
+    assert prompt.dropped >= 1
     assert f"<latest_user_request>\n{request}\n</latest_user_request>" in prompt.user
 
 
@@ -173,4 +172,4 @@ def test_the_prompt_never_exceeds_its_budget(
     budget = minimum_budget(count) + extra
     prompt = build_summary_prompt(entries, previous=previous, focus="focus text", max_input_tokens=budget, count=count)
     assert size(prompt, count) <= budget - PROMPT_FRAMING_TOKENS
-    assert prompt.deterministic_only == [e.id for e in entries[: len(prompt.deterministic_only)]]
+    assert 0 <= prompt.dropped <= len(entries)
