@@ -7,14 +7,18 @@ fitted to `max_input_tokens` in steps:
    deterministic extract of them (`dropped` says how many); when the
    latest user request is among them it is still shown whole, in its own block;
 3. the extract is clipped; then the previous capsule; then the latest request.
-Sizes are estimated per entry while searching and the assembled prompt is then measured
-with `count` exactly; an estimate that was too low tightens the target and fits again.
+Each entry's rendering is counted exactly (once per clip limit it is tried at) while
+searching; the assembled message is then bounded by those counts, an exact count of the rest
+and a little for every join (`JOIN_SLACK`), and counted whole only when that bound is over the
+budget (a size that was too low then tightens the target and fits again). So the text sent is
+counted about once, whatever the length of the history.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -91,7 +95,25 @@ CLIP_ATTEMPTS = 8
 CLIP_AIM = 0.97
 """Aim a little under the budget: characters per token vary along a text."""
 DROP_ATTEMPTS = 8
+BLOCK_ENTRIES = 64
+"""Entries counted together while walking back (one tokenizer call for a block)."""
+JOIN_SLACK = 2
+"""Tokens allowed for each join of an entry to the history: BPE may merge or split where two
+pieces meet (a token at most on either side of the separator)."""
+HISTORY_SLACK = 2 * JOIN_SLACK
+"""The same for the history's two ends, where it joins the request's scaffolding."""
+GENTLER_CLIP_MARGIN = 1.25
+"""A gentler clip whose estimated size is over the room by more than this factor is not counted."""
 """Boundaries tried when the oldest entries must go to the extract (each builds one extract)."""
+
+
+class Fitted(NamedTuple):
+    """A user message fitted to a target."""
+
+    user: str
+    dropped: int
+    bound: int | None
+    """An upper bound on its tokens from exact counts of its parts, when known."""
 
 
 class PromptBudgetTooSmall(ValueError):
@@ -212,6 +234,9 @@ class _Fitter:
     _counted: dict[int, tuple[str, int]] = field(default_factory=dict)
     """The last rendering of each entry that was counted, with its cost."""
     _separator: int | None = None
+    _blocks: dict[tuple[int, int], int] = field(default_factory=dict)
+    _block_counted: dict[int, tuple[str, int]] = field(default_factory=dict)
+    """The last text of each block that was counted, with its cost."""
     _rendered: dict[tuple[int, int], str] = field(default_factory=dict)
     _extracts: dict[int, str] = field(default_factory=dict)
     _latest_user: int | None = None
@@ -226,7 +251,7 @@ class _Fitter:
         return self._rendered[key]
 
     def cost(self, limit: int, index: int) -> int:
-        """An entry's tokens plus a separator, plus one for rounding across the joins.
+        """An entry's tokens plus a separator, plus `JOIN_SLACK` for what joining may add.
 
         Counted once per distinct rendering: an entry that no clip limit shortens (a message,
         a short output) renders the same at every limit and is not counted again."""
@@ -237,21 +262,62 @@ class _Fitter:
             if counted is not None and counted[0] == text:
                 self._costs[key] = counted[1]
             else:
-                if self._separator is None:
-                    self._separator = self.count(ENTRY_SEPARATOR)
-                self._costs[key] = self.count(text) + self._separator + 1 if text else 0
+                self._costs[key] = self.count(text) + self.separator() + JOIN_SLACK if text else 0
                 self._counted[index] = (text, self._costs[key])
         return self._costs[key]
 
+    def separator(self) -> int:
+        if self._separator is None:
+            self._separator = self.count(ENTRY_SEPARATOR)
+        return self._separator
+
+    def block(self, limit: int, end: int) -> int:
+        """The entries of the block ending at `end` (blocks of `BLOCK_ENTRIES`, aligned from
+        the newest entry) as they are joined in the history, counted in one call (a count per
+        entry costs the tokenizer's overhead per call: three times the text's own count),
+        plus a separator and `JOIN_SLACK`. A block no clip limit changes is counted once."""
+        key = (limit, end)
+        if key not in self._blocks:
+            texts = (self.rendered(limit, index) for index in range(max(end - BLOCK_ENTRIES, 0), end))
+            text = ENTRY_SEPARATOR.join(text for text in texts if text)
+            counted = self._block_counted.get(end)
+            if counted is not None and counted[0] == text:
+                self._blocks[key] = counted[1]
+            else:
+                self._blocks[key] = self.count(text) + self.separator() + JOIN_SLACK if text else 0
+                self._block_counted[end] = (text, self._blocks[key])
+        return self._blocks[key]
+
     def fitting_start(self, limit: int, room: int) -> int:
-        """The first index from which every later entry fits in `room` tokens."""
-        used, index = 0, len(self.entries)
-        while index > 0:
-            used += self.cost(limit, index - 1)
-            if used > room:
-                break
-            index -= 1
-        return index
+        """The first index from which every later entry fits in `room` tokens: whole blocks
+        while they fit, then entry by entry in the block where the room ends."""
+        used, end = 0, len(self.entries)
+        while end > 0:
+            start = max(end - BLOCK_ENTRIES, 0)
+            block = self.block(limit, end)
+            if used + block <= room:
+                used, end = used + block, start
+                continue
+            for index in range(end, start, -1):
+                cost = self.cost(limit, index - 1)
+                if used + cost > room:
+                    return index
+                used += cost
+            end = start
+        return 0
+
+    def span(self, limit: int, start: int) -> int:
+        """The tokens `fitting_start` counts for the entries from `start` on (whole blocks,
+        then the entries of the block `start` falls in)."""
+        total, end = 0, len(self.entries)
+        while end > start:
+            block_start = max(end - BLOCK_ENTRIES, 0)
+            if block_start >= start:
+                total += self.block(limit, end)
+            else:
+                total += sum(self.cost(limit, index) for index in range(start, end))
+            end = block_start
+        return total
 
     def history(self, limit: int, start: int) -> str:
         texts = (self.rendered(limit, index) for index in range(start, len(self.entries)))
@@ -289,49 +355,70 @@ class _Fitter:
             return entry.content
         return None
 
-    def fit(self, target: int) -> tuple[str, int] | None:
-        """(user message, number of dropped entries) within about `target` tokens, or None."""
+    def fit(self, target: int) -> Fitted | None:
+        """The user message within about `target` tokens, or None."""
         skeleton = self.count(_assemble(self.previous, None, None, ""))
-        room = target - skeleton
+        room = target - skeleton - HISTORY_SLACK
         if room >= 0 and not self.entries:  # the previous capsule alone
-            return _assemble(self.previous, None, None, ""), 0
+            return Fitted(_assemble(self.previous, None, None, ""), 0, skeleton)
         if room < 0 or not self.entries:
             return self._drop_oldest(target) if self.entries else self._clip_everything(target)
         # The hardest clip first: when even that does not hold every entry, no gentler one does
         # (a longer clip renders more of the same text), and the walk back counted only about
         # what is sent. When it does, the gentlest clip that holds them all is used.
-        if self.fitting_start(self.limits[-1], room) > 0:
+        hardest = self.limits[-1]
+        if self.fitting_start(hardest, room) > 0:
             return self._drop_oldest(target)
-        limit = next(limit for limit in self.limits if self.fitting_start(limit, room) == 0)
-        return _assemble(self.previous, None, None, self.history(limit, 0)), 0
+        # A gentler clip is counted only when its characters, at the rate of tokens per
+        # character the hardest clip just measured, could fit (with `GENTLER_CLIP_MARGIN` to
+        # spare): one that plainly cannot costs a pass of string lengths, not of the tokenizer.
+        rate = self.span(hardest, 0) / max(self.chars(hardest), 1)
+        limit = next(
+            limit
+            for limit in self.limits
+            if limit == hardest
+            or (self.chars(limit) * rate <= room * GENTLER_CLIP_MARGIN and self.fitting_start(limit, room) == 0)
+        )
+        return self._with_history(self.previous, None, None, limit, 0, skeleton)
+
+    def _with_history(
+        self, previous: str | None, request: str | None, extract: tuple[int, str] | None, limit: int, start: int, scaffold: int
+    ) -> Fitted:
+        """The message with the entries from `start` on, and a bound on its tokens: the exact
+        count of the rest (`scaffold`) plus the entries' costs (each counted exactly, with
+        `JOIN_SLACK` for its joins) and `HISTORY_SLACK` for the history's own two joins."""
+        bound = scaffold + self.span(limit, start) + HISTORY_SLACK
+        return Fitted(_assemble(previous, request, extract, self.history(limit, start)), start, bound)
+
+    def chars(self, limit: int) -> int:
+        """Characters of every entry rendered at `limit`."""
+        return sum(len(self.rendered(limit, index)) for index in range(len(self.entries)))
 
     def _size(self, previous: str | None, request: str | None, dropped: int, extract: str | None) -> int:
         kept_extract = None if extract is None else (dropped, extract)
         return self.count(_assemble(previous, request, kept_extract, ""))
 
-    def _drop_oldest(self, target: int) -> tuple[str, int] | None:
+    def _drop_oldest(self, target: int) -> Fitted | None:
         """Drop the oldest entries into the extract: the boundary moves forward until the
         extract, the request it may have to quote and the kept entries fit together."""
         limit, total = self.limits[-1], len(self.entries)
         skeleton = self.count(_assemble(self.previous, None, None, ""))
-        dropped = max(self.fitting_start(limit, target - skeleton), 1)
+        dropped = max(self.fitting_start(limit, target - skeleton - HISTORY_SLACK), 1)
         for _ in range(DROP_ATTEMPTS):
             request = self.latest_request(dropped)
-            room = target - self._size(self.previous, request, dropped, self.extract(dropped))
+            scaffold = self._size(self.previous, request, dropped, self.extract(dropped))
+            room = target - scaffold - HISTORY_SLACK
             if room < 0:
                 break  # the extract alone is too big: clip it
             start = self.fitting_start(limit, room)
             if start <= dropped:
-                user = _assemble(
-                    self.previous, request, (dropped, self.extract(dropped)), self.history(limit, dropped)
-                )
-                return user, dropped
+                return self._with_history(self.previous, request, (dropped, self.extract(dropped)), limit, dropped, scaffold)
             if dropped == total:
                 break
             dropped = start  # the extract grew: keep fewer entries and try again
         return self._clip_everything(target)
 
-    def _clip_everything(self, target: int) -> tuple[str, int] | None:
+    def _clip_everything(self, target: int) -> Fitted | None:
         """Every entry dropped; clip the extract, else also the previous capsule, else also
         the latest request (the order of what matters least)."""
         total = len(self.entries)
@@ -341,19 +428,19 @@ class _Fitter:
             room = target - self._size(previous, request, total, "")
             if room >= 0:
                 extract = clip_to_tokens(extract, room, self.count)
-                return _assemble(previous, request, (total, extract), ""), total
+                return Fitted(_assemble(previous, request, (total, extract), ""), total, None)
             extract = ""
         if previous is not None:
             room = target - self._size("", request, total, extract)
             if room >= 0:
                 previous = clip_to_tokens(previous, room, self.count)
-                return _assemble(previous, request, None if extract is None else (total, extract), ""), total
+                return Fitted(_assemble(previous, request, None if extract is None else (total, extract), ""), total, None)
             previous = ""
         if request is not None:
             room = target - self._size(previous, "", total, extract)
             if room >= 0:
                 request = clip_to_tokens(request, room, self.count)
-                return _assemble(previous, request, None if extract is None else (total, extract), ""), total
+                return Fitted(_assemble(previous, request, None if extract is None else (total, extract), ""), total, None)
         return None
 
 
@@ -388,8 +475,10 @@ def build_summary_prompt(
         fitted = fitter.fit(target) if target > 0 else None
         if fitted is None:
             break
-        user, dropped = fitted
-        excess = count(user) - budget
+        user, dropped, bound = fitted
+        # The bound spares counting the whole message again (it is made of exact counts);
+        # only a message it cannot vouch for is counted.
+        excess = (bound if bound is not None and bound <= budget else count(user)) - budget
         if excess <= 0:
             return SummaryPrompt(system=system, user=user, dropped=dropped)
         target -= excess << attempt  # the per-entry estimate was low: aim lower, faster each time

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from soba_nb.compaction import summary_prompt
 from soba_nb.compaction.capsule import SECTION_HEADINGS, Capsule, render_capsule
 from soba_nb.compaction.summary_prompt import (
     PROMPT_FRAMING_TOKENS,
@@ -173,3 +174,49 @@ def test_the_prompt_never_exceeds_its_budget(
     prompt = build_summary_prompt(entries, previous=previous, focus="focus text", max_input_tokens=budget, count=count)
     assert size(prompt, count) <= budget - PROMPT_FRAMING_TOKENS
     assert 0 <= prompt.dropped <= len(entries)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(entries=histories(), counter=st.sampled_from(sorted(COUNTERS)), extra=st.integers(0, 20_000), block=st.integers(1, 5))
+def test_the_bound_from_blocks_of_entries_holds_without_counting_the_whole_message(
+    entries: list[Entry], counter: str, extra: int, block: int
+) -> None:
+    # Small blocks: the walk back counts many of them, and the boundary falls inside one.
+    count = COUNTERS[counter]
+    budget = minimum_budget(count) + extra
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(summary_prompt, "BLOCK_ENTRIES", block)
+        prompt = build_summary_prompt(entries, previous=None, focus=None, max_input_tokens=budget, count=count)
+    assert size(prompt, count) <= budget - PROMPT_FRAMING_TOKENS
+
+
+@pytest.mark.parametrize(("steps", "budget"), [(30, 20_000), (1000, 60_000)])
+def test_what_is_sent_is_counted_about_once(steps: int, budget: int) -> None:
+    counted: list[str] = []
+
+    def count(text: str) -> int:
+        counted.append(text)
+        return COUNTER.count_text(text)
+
+    entries = session(steps)
+    prompt = build_summary_prompt(entries, previous=PREVIOUS, focus=None, max_input_tokens=budget, count=count)
+    assert prompt.dropped < len(entries)
+    assert prompt.user not in counted  # the bound from its parts' exact counts vouched for it
+    assert sum(map(len, counted)) < 2.5 * len(prompt.user)  # each entry sent, counted about once
+    assert len(counted) < 0.05 * (len(entries) - prompt.dropped) + 64  # in blocks, not a call per entry
+
+
+@pytest.mark.parametrize("block", [1, 3, 64])
+def test_joins_that_cost_tokens_of_their_own_are_allowed_for(block: int) -> None:
+    # With four characters to a token (rounded down), "[user] ab" is 2 tokens, "\n\n" none,
+    # and the two joined by it 5: each join costs a token the parts' counts do not hold.
+    def count(text: str) -> int:
+        return len(text) // 4
+
+    entries: list[Entry] = [MessageEntry(role="user", content="ab") for _ in range(400)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(summary_prompt, "BLOCK_ENTRIES", block)
+        for extra in range(0, 3000, 37):
+            budget = minimum_budget(count) + extra
+            prompt = build_summary_prompt(entries, previous=None, focus=None, max_input_tokens=budget, count=count)
+            assert size(prompt, count) <= budget - PROMPT_FRAMING_TOKENS
