@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -318,4 +319,40 @@ def test_a_big_snapshot_waits_longer_for_the_next(tmp_path: Path, monkeypatch: p
     assert snapshots.spacing == max(SPACING, (size + 1) // extract_snapshots.BYTES_PER_ENTRY) > SPACING
     covers = [line.covers for line in snapshots.lines()]
     assert all(later - earlier >= SPACING for earlier, later in zip(covers, covers[1:], strict=False))
+    transcript.close()
+
+
+def test_preflights_keep_the_snapshots_and_a_compaction_starts_from_them(tmp_path: Path, small_spacing: None) -> None:
+    from compaction_support import FakeSummarizer, add_exchange, make_compactor, thresholds
+
+    from soba_nb.compaction.triggers import TurnState
+
+    transcript = opened(tmp_path)
+    summarizer = FakeSummarizer()
+    compactor = make_compactor(transcript, thresholds(hard=200_000, auto=False), summarizer=summarizer)
+    for index in range(60):
+        add_exchange(transcript, 40, tool_tokens=30, index=index)
+        assert compactor.preflight(TurnState()) is None
+    assert compactor.snapshots.written >= 10
+    assert snapshots_path(transcript.file).exists()
+
+    started: list[int] = []
+    original = ExtractSnapshots.start
+
+    def spying(self: ExtractSnapshots, entries: list[Entry], upto: int, *, capsule_id: str | None) -> object:
+        begun = original(self, entries, upto, capsule_id=capsule_id)
+        started.append(begun.covered)
+        return begun
+
+    compactor.update_settings(replace(compactor.settings, thresholds=thresholds(hard=3_000, auto=False)))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ExtractSnapshots, "start", spying)
+        with_snapshots = compactor.make_capsule()
+        compactor.snapshots = ExtractSnapshots(tmp_path / "none.jsonl")  # no snapshots: scans from the first entry
+        without = compactor.make_capsule()
+    assert started[0] > 0 and started[-1] == 0  # the first capsule started from a snapshot
+    assert with_snapshots is not None and without is not None
+    assert summarizer.calls[0]["user"] == summarizer.calls[1]["user"]
+    assert "<extract_of_older_history" in str(summarizer.calls[0]["user"])
+    assert with_snapshots.content == without.content
     transcript.close()
