@@ -5,14 +5,14 @@ Kept free of any provider or IPython import so the compaction core stays pure.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Literal
 
+from msgspec import Struct
 from pydantic import BaseModel
 
 
-@dataclass(slots=True)
-class ToolCall:
+class ToolCall(Struct, gc=False):
     """One tool call the model asked for."""
 
     id: str
@@ -22,18 +22,20 @@ class ToolCall:
     """The JSON text of the arguments, exactly as the model produced it."""
 
 
-@dataclass(slots=True)
-class ChatMessage:
+class ChatMessage(Struct, gc=False):
     """One message of model input, in a provider-neutral shape.
 
-    A plain dataclass, not a validated model: model input builds one per visible entry on
-    every assembly (tens of thousands on a long uncompacted path), from entries that were
-    validated when they were read; requests that hold them (`ModelRequest`) still validate."""
+    A plain struct, not a validated model: model input builds one per visible entry on every
+    assembly (tens of thousands on a long uncompacted path), from entries that were validated
+    when they were read. Like the transcript's entries it is left out of the cyclic garbage
+    collector (`gc=False`: it refers to strings and its own list of calls, never back to
+    anything that refers to it), so building a long model input allocates nothing the
+    collector must scan afterwards."""
 
     role: Literal["user", "assistant", "tool"]
     content: str = ""
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    """Only on assistant messages."""
+    tool_calls: Sequence[ToolCall] = ()
+    """Only on assistant messages (none: the shared empty tuple, no list per message)."""
     tool_call_id: str | None = None
     """Only on tool messages: the call this result answers."""
     name: str | None = None

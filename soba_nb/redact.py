@@ -1,7 +1,8 @@
 """Secret redaction (SPEC §3, §8): no API key, token or secret in any file we write.
 
 Every write path goes through it at one place each, not per caller: the transcript store
-(`redact_data` on every entry), the flight recorder, and `.capsule.md` files (text and file
+(`redact_data` on every entry), the extract snapshots beside it (`redact_data` on every
+line), the flight recorder, and `.capsule.md` files (text and file
 name, `redact_file_name`). The model still sees what the tools returned in the turn that ran
 them; what is kept on disk is redacted.
 

@@ -54,6 +54,7 @@ HANDOFF_FRAME = (
 SKILLS_HEADING = "\n\n# Active skills\n"
 
 VISIBLE_TYPES = (MessageEntry, ToolCallEntry, ToolResultEntry)
+_VISIBLE_SET = frozenset(VISIBLE_TYPES)
 
 
 class PairingError(AssertionError):
@@ -211,7 +212,8 @@ def visible_context(
                 active.pop(entry.name, None)
                 active[entry.name] = entry
         skills = tuple(active.values())
-    visible = tuple(entry for entry in candidates if isinstance(entry, VISIBLE_TYPES))
+    # Entry types are final: a type's membership in a set, not an isinstance chain, per entry.
+    visible = tuple([entry for entry in candidates if type(entry) in _VISIBLE_SET])
     native = capsule.native if capsule is not None and target is not None and target.accepts(capsule.native) else None
     return VisibleContext(capsule, visible, tuple(skills), native)
 
@@ -259,19 +261,19 @@ def _messages(context: VisibleContext, result_limit: dict[str, int]) -> list[Cha
             content = entry.content
             if len(content) > TOOL_OUTPUT_LIMIT_CHARS or result_limit:
                 content = clip_middle(content, result_limit.get(entry.id, TOOL_OUTPUT_LIMIT_CHARS))
-            append(ChatMessage("tool", content, [], entry.call_id, entry.name, entry.is_error))
+            append(ChatMessage("tool", content, (), entry.call_id, entry.name, entry.is_error))
         elif kind is MessageEntry:
             assert isinstance(entry, MessageEntry)
             if entry.role == "system":
-                append(ChatMessage("user", f"[system note] {entry.content}", []))
+                append(ChatMessage("user", f"[system note] {entry.content}"))
             else:
-                append(ChatMessage(entry.role, entry.content, []))
+                append(ChatMessage(entry.role, entry.content))
         elif kind is ToolCallEntry:
             assert isinstance(entry, ToolCallEntry)
             call = ToolCall(entry.call_id, entry.name, entry.arguments)
             last = messages[-1] if messages else None
             if last is not None and last.role == "assistant":  # (a call after results starts a new message)
-                last.tool_calls.append(call)
+                last.tool_calls = [*last.tool_calls, call]
             else:
                 append(ChatMessage("assistant", "", [call]))
     return messages
@@ -279,10 +281,19 @@ def _messages(context: VisibleContext, result_limit: dict[str, int]) -> list[Cha
 
 def pairing_problems(messages: Sequence[ChatMessage]) -> list[str]:
     """Every tool result needs its call earlier in the input; every call needs its result."""
+    return _check_pairing(messages)[0]
+
+
+def _check_pairing(messages: Sequence[ChatMessage]) -> tuple[list[str], int]:
+    """The problems, and how many leading messages need no repair (no problem among them and
+    no call waiting for its result after them): a repair starts there."""
     problems: list[str] = []
     open_calls: dict[str, str] = {}
     answered: set[str] = set()
+    clean = 0
     for index, message in enumerate(messages):
+        if not open_calls and not problems:
+            clean = index
         if message.role == "assistant":
             if open_calls:
                 problems.append(f"message {index}: calls {sorted(open_calls)} have no results")
@@ -298,9 +309,11 @@ def pairing_problems(messages: Sequence[ChatMessage]) -> list[str]:
         elif open_calls:
             problems.append(f"message {index}: calls {sorted(open_calls)} have no results")
             open_calls.clear()
+    if not open_calls and not problems:
+        clean = len(messages)
     if open_calls:
         problems.append(f"end of input: calls {sorted(open_calls)} have no results")
-    return problems
+    return problems, clean
 
 
 def repair_pairing(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
@@ -355,12 +368,14 @@ def assemble(
     if fit_to is not None and total > fit_to:
         total = _emergency_clip(context, counter, limits, total, fit_to, notes)
     messages = _messages(context, limits)
-    problems = pairing_problems(messages)
+    problems, clean = _check_pairing(messages)
     if problems:
         if strict:
             raise PairingError("; ".join(problems))
         notes.append("repaired tool pairing: " + "; ".join(problems))
-        messages = repair_pairing(messages)
+        # What comes before the first problem stays as it is (a call left waiting at the end of
+        # a long path is mended at the end, not by copying the whole input).
+        messages = [*messages[:clean], *repair_pairing(messages[clean:])]
     return ModelInput(full_system, tuple(tools), tuple(messages), total, tuple(notes), context.native)
 
 

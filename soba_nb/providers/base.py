@@ -64,6 +64,9 @@ class ModelRequest(BaseModel):
 class ModelResponse(BaseModel):
     """A finished answer."""
 
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    """`tool_calls` are message structs (msgspec), checked by type."""
+
     text: str = ""
     tool_calls: list[ToolCall] = Field(default_factory=list)
     finish_reason: str
