@@ -199,6 +199,8 @@ class ExtractSnapshots:
     def __init__(self, transcript: Path):
         self.path = snapshots_path(transcript)
         self._lines: list[Snapshot] | None = None
+        self._raw: dict[tuple[str, str | None, int, str], bytes] = {}
+        """Each snapshot's line as written (a rewrite copies it; its length sets the spacing)."""
         """The file's snapshots, oldest first (read on first use)."""
         self._spacing = SPACING
         self.written = 0
@@ -213,9 +215,11 @@ class ExtractSnapshots:
 
     def lines(self) -> list[Snapshot]:
         if self._lines is None:
-            self._lines = _read(self.path)
-            if self._lines:
-                self._spacing = _spacing(self._lines[-1])
+            read = _read(self.path)
+            self._lines = [line for line, _ in read]
+            self._raw = {_key(line): raw for line, raw in read}
+            if read:
+                self._spacing = max(SPACING, len(read[-1][1]) // BYTES_PER_ENTRY)
         return self._lines
 
     def start(self, entries: Sequence[Entry], upto: int, *, capsule_id: str | None) -> Start:
@@ -286,24 +290,30 @@ class ExtractSnapshots:
                 continue  # too big to be worth keeping (the next try waits longer)
             line = _decode(encoded)  # what a reader will get, redaction included: go on from it
             scan = scan_of(line.scan, scan.results)
+            self._raw[_key(line)] = encoded
             with contextlib.suppress(OSError):  # a read-only folder: summaries only scan more
-                self._write(kept, line, encoded, rewrite=len(kept) != len(self.lines()))
+                self._write(kept, line, rewrite=len(kept) != len(self.lines()))
             kept.append(line)
-            self._lines = kept = _retained(kept)
+            self._keep(_retained(kept))
+            kept = self.lines()
         if len(kept) != len(self.lines()):  # nothing new, but snapshots of another branch or region go
             with contextlib.suppress(OSError):
-                replace_with(self.path, _header() + b"".join(map(_encode, kept)))
-            self._lines = kept
+                replace_with(self.path, _header() + b"".join(self._raw[_key(line)] for line in kept))
+            self._keep(kept)
 
-    def _write(self, kept: list[Snapshot], line: Snapshot, encoded: bytes, *, rewrite: bool) -> None:
+    def _keep(self, lines: list[Snapshot]) -> None:
+        self._lines = lines
+        self._raw = {key: self._raw[key] for key in map(_key, lines)}
+
+    def _write(self, kept: list[Snapshot], line: Snapshot, *, rewrite: bool) -> None:
         header = _header()
         if rewrite or len(kept) + 1 > MAX_LINES:
             retained = _retained([*kept, line])
-            replace_with(self.path, header + b"".join(_encode(old) for old in retained[:-1]) + encoded)
+            replace_with(self.path, header + b"".join(self._raw[_key(old)] for old in retained))
         else:
             fd = open_for_append(self.path, header, fresh=not kept and not self._has_header(header))
             try:
-                os.write(fd, encoded)
+                os.write(fd, self._raw[_key(line)])
             finally:
                 os.close(fd)
         self.written += 1
@@ -324,8 +334,8 @@ def _stop(entries: Sequence[Entry], covered: int, results: dict[str, ToolResultE
     return stop
 
 
-def _spacing(line: Snapshot) -> int:
-    return max(SPACING, len(_encode(line)) // BYTES_PER_ENTRY)
+def _key(line: Snapshot) -> tuple[str, str | None, int, str]:
+    return line.region, line.capsule, line.covers, line.last
 
 
 def _retained(lines: list[Snapshot]) -> list[Snapshot]:
@@ -350,18 +360,19 @@ def _encode(line: Snapshot) -> bytes:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace") + b"\n"
 
 
-def _read(path: Path) -> list[Snapshot]:
+def _read(path: Path) -> list[tuple[Snapshot, bytes]]:
+    """The file's snapshots with their lines as written, oldest first."""
     raw = read_regular(path, MAX_FILE_BYTES)
     header = _header()
     if raw is None or not raw.startswith(header):
         return []
-    lines: list[Snapshot] = []
+    lines: list[tuple[Snapshot, bytes]] = []
     for text in raw[len(header) :].split(b"\n"):
         if text:
             with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):  # torn or foreign: skipped
                 line = _decode(text)
                 if line.covers > 0:
-                    lines.append(line)
+                    lines.append((line, text + b"\n"))
     return lines
 
 
