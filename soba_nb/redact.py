@@ -101,7 +101,12 @@ _WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 # A hint counts only when the rest of its identifier is followed by `:` or `=`.
 _NAME_HINT = re.compile(r"(?:pass|secret|key|token|credential)(?=[\w.-]*[\"']?\s*[:=])", re.IGNORECASE)
 _NAME_HINTS_LOWER = (
-    *(re.compile(rf"{word}(?=[\w.-]*[\"']?\s*[:=])") for word in ("pass", "secret", "credential")),
+    # "pass" only as the words that make a name secret (`password`, `passwd`, `passphrase`):
+    # logs full of `passes=` or `pass_rate=` are not judged name by name.
+    *(
+        re.compile(rf"{word}(?=[\w.-]*[\"']?\s*[:=])")
+        for word in ("password", "passwd", "passphrase", "secret", "credential")
+    ),
     # "key" makes a name secret only after api, private, access or secret (`api_key`,
     # `privateKey`, `apikey`; after "secret" the hint above finds it), not in `key_count` or
     # `monkey`: only there is it a hint.

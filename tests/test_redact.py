@@ -352,7 +352,8 @@ def test_a_secret_renamed_between_two_writes_is_caught_at_once(monkeypatch) -> N
                             "tokens=", "token.=", "secret_token_count=", "api_key_id=", "x_token_2=", "TOKENs=",
                             "access__key=", "api.key:", "privateKey=", "APIKey=", "api_v2_key=", "key_count=",
                             "monkey=", "apikey=", "my_api_key_id=", "Api-Key:", "secret_key=", "rapi_key=",
-                            "ACCESS_KEY_ID=", "private--key"]), st.text(max_size=8)),
+                            "ACCESS_KEY_ID=", "private--key", "passes=", "pass_rate:", "PassWord=", "dbPassword=",
+                            "PASSWD:", "pass_phrase=", "passphrase=", "bypass=", "passwordless"]), st.text(max_size=8)),
         max_size=12,
     ).map("".join)
 )
@@ -394,3 +395,10 @@ def test_structured_data_is_redacted_in_lists_tuples_and_dict_values() -> None:
     redacted = redact_data(data)
     assert key not in repr(redacted)
     assert redacted["runs"][0][2] == 3 and redacted["n"] == 1
+
+
+def test_a_name_with_pass_is_a_secret_only_as_password_passwd_or_passphrase() -> None:
+    text = "dbPassword=s3cr3tpw PASSWD: 'q1w2e3r4' passphrase=h0rse-battery passes=3 pass_rate=0.9 bypass=on"
+    assert redact(text, {}) == (
+        f"dbPassword={REDACTED} PASSWD: '{REDACTED}' passphrase={REDACTED} passes=3 pass_rate=0.9 bypass=on"
+    )
