@@ -167,7 +167,7 @@ def register(benchmark: Callable[[str], Callable[[Any], Any]], row: type, ms: Ca
                 for name, logged, why in (
                     ("token", "token_count", "`token` with words after it names no secret: not looked at"),
                     ("key", "key_count", "`key` names a secret only after api/private/access/secret: not looked at"),
-                    ("pass", "passes", "a name that starts like `password`: each one judged"),
+                    ("pass", "passes", "`pass` names a secret only as password/passwd/passphrase: not looked at"),
                 )
             ),
             row(f"a {MESSAGE_MB} MB message, appended then a preflight", 1,
