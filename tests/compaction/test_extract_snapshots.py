@@ -356,3 +356,46 @@ def test_preflights_keep_the_snapshots_and_a_compaction_starts_from_them(tmp_pat
     assert "<extract_of_older_history" in str(summarizer.calls[0]["user"])
     assert with_snapshots.content == without.content
     transcript.close()
+
+
+def test_after_a_compaction_the_region_from_the_capsules_kept_tail_is_followed(tmp_path: Path, small_spacing: None) -> None:
+    from compaction_support import FakeSummarizer, add_exchange, make_compactor, thresholds
+
+    from soba_nb.compaction.barrier import Outcome
+    from soba_nb.compaction.triggers import TurnState
+
+    transcript = opened(tmp_path)
+    summarizer = FakeSummarizer()
+    compactor = make_compactor(transcript, thresholds(hard=200_000, auto=False, keep=300), summarizer=summarizer)
+    for index in range(20):
+        add_exchange(transcript, 40, tool_tokens=30, index=index)
+    assert compactor.compact().outcome is Outcome.COMPLETED
+    compactor.measure()
+    path = transcript.path_view()
+    capsule_at = compactor.tracker.capsule_index
+    assert capsule_at is not None and path[capsule_at].first_kept_entry_id is not None  # a kept tail before it
+    for index in range(20, 70):
+        add_exchange(transcript, 40, tool_tokens=30, index=index)
+        assert compactor.preflight(TurnState()) is None
+    lines = ExtractSnapshots(transcript.file).lines()
+    assert lines and {line.capsule for line in lines} == {path[capsule_at].id}
+
+    compactor.update_settings(replace(compactor.settings, thresholds=thresholds(hard=3_000, auto=False, keep=300)))
+    calls = len(summarizer.calls)
+    started: list[int] = []
+    original = ExtractSnapshots.start
+
+    def spying(self: ExtractSnapshots, entries: list[Entry], upto: int, *, capsule_id: str | None) -> object:
+        begun = original(self, entries, upto, capsule_id=capsule_id)
+        started.append(begun.covered)
+        return begun
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ExtractSnapshots, "start", spying)
+        compactor.make_capsule()
+        compactor.snapshots = ExtractSnapshots(tmp_path / "none.jsonl")
+        compactor.make_capsule()
+    assert started[0] > 0 and started[-1] == 0
+    first, second = summarizer.calls[calls:]
+    assert first["user"] == second["user"]
+    transcript.close()
