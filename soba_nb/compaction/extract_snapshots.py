@@ -203,6 +203,9 @@ class ExtractSnapshots:
         """Each snapshot's line as written (a rewrite copies it; its length sets the spacing)."""
         """The file's snapshots, oldest first (read on first use)."""
         self._spacing = SPACING
+        self._idle: tuple[tuple[str, str | None], int] | None = None
+        """(region, length): a try that took no snapshot is not repeated before the region
+        reaches that length (each try reads the region once more)."""
         self.written = 0
         """Snapshots this process wrote (tests and benchmarks read it)."""
 
@@ -252,8 +255,13 @@ class ExtractSnapshots:
         lines = self.lines()
         if lines and self._current(lines[-1], path, start, capsule_at, capsule_id) and length - lines[-1].covers < self._spacing:
             return
+        region = (path[start].id, capsule_id)
+        if self._idle is not None and self._idle[0] == region and length < self._idle[1]:
+            return  # the last try found nothing to take (a call waiting, a snapshot too big)
         entries = [*path[start:capsule_at], *path[capsule_at + 1 :]] if capsule_at is not None else path
+        written = self.written
         self._advance(entries, capsule_id)
+        self._idle = (region, length + SPACING) if self.written == written else None
 
     @staticmethod
     def _current(line: Snapshot, path: Sequence[Entry], start: int, capsule_at: int | None, capsule_id: str | None) -> bool:

@@ -399,3 +399,30 @@ def test_after_a_compaction_the_region_from_the_capsules_kept_tail_is_followed(t
     first, second = summarizer.calls[calls:]
     assert first["user"] == second["user"]
     transcript.close()
+
+
+def test_a_try_that_takes_nothing_is_not_repeated_at_every_preflight(tmp_path: Path, small_spacing: None) -> None:
+    transcript = opened(tmp_path)
+    work(transcript, 20)
+    snapshots = ExtractSnapshots(transcript.file)
+    snapshots.follow(transcript.path_view(), None)
+    transcript.append(ToolCallEntry(call_id="running", name="shell", arguments=json.dumps({"command": "make"})))
+    for index in range(SPACING - 1):  # the region grows, but a call waits among its newest entries
+        transcript.append(MessageEntry(role="assistant", content=f"waiting {index}"))
+    tries: list[int] = []
+    original = ExtractSnapshots._advance
+
+    def counting(self: ExtractSnapshots, entries: list[Entry], capsule_id: str | None) -> None:
+        tries.append(len(entries))
+        original(self, entries, capsule_id)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ExtractSnapshots, "_advance", counting)
+        for _ in range(5):
+            snapshots.follow(transcript.path_view(), None)
+        assert len(tries) == 1
+        work(transcript, SPACING, 100)  # a spacing later it is tried again
+        transcript.append(ToolResultEntry(call_id="running", name="shell", content="exit status: 0"))
+        snapshots.follow(transcript.path_view(), None)
+        assert len(tries) == 2
+    transcript.close()
