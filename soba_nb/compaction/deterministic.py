@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
+from itertools import islice
+from typing import TypeVar
 
 from soba_nb.compaction.capsule import Capsule, parse_capsule, section_items
 from soba_nb.compaction.extract import (
@@ -43,6 +45,13 @@ NARRATIVE_MAX_ITEMS = 40
 DECISIONS_NEW_MAX = 8
 NEXT_STEPS_NEW_MAX = 6
 BLOCKERS_MAX = 10
+LIST_ITEMS_MAX = 400
+"""Runs, files and names a capsule takes from the entries it summarizes: the newest this many
+(a session of ten thousand distinct runs would make a capsule that could never be sent; the
+older ones are in the transcript, and a note says so)."""
+EXTRACT_ITEMS_MAX = 100
+"""The same for the extract of history too old to fit a summary request."""
+OLDER_LEFT_OUT = "… older ones are left out (see the transcript)"
 ASSIGNED_NAMES_MAX = 60
 OUTPUT_EXTENSIONS = frozenset(
     {
@@ -59,6 +68,8 @@ OPENING_REQUEST_LABEL = "First request of the session:"
 CONSTRAINTS_LABEL = "Constraints the user stated:"
 CARRIED_LABEL = "Carried over from the previous capsule:"
 ASSIGNED_NAMES_PREFIX = "Names assigned by the agent's python code (type and shape not recorded):"
+
+T = TypeVar("T")
 
 _NEXT_STEP = re.compile(
     r"^\s*(?:(?:[-*]|\d{1,2}[.)])\s+|(?:next|then|todo|i will|i'll|we will|we'll|remaining)\b)",
@@ -237,7 +248,7 @@ def _goal(
     return "\n\n".join(parts)
 
 
-def _kernel_state(scan: Scan, given: Sequence[str], previous: list[str]) -> list[str]:
+def _kernel_state(scan: Scan, given: Sequence[str], previous: list[str], limit: int) -> list[str]:
     if given:  # the live kernel described itself (`soba_nb.agent.kernel_state`): the truth now
         return [bullet(line.strip()) for line in given if line.strip()]
     # No kernel to ask (a transcript read offline): carry what earlier capsules said.
@@ -250,18 +261,34 @@ def _kernel_state(scan: Scan, given: Sequence[str], previous: list[str]) -> list
             others.append(item)
     items = _merge(others, [bullet(line.strip()) for line in given if line.strip()], _kernel_key)
     described = {_kernel_key(item) for item in items}
-    names = [n for n in _merge(names, scan.assigned, lambda n: n) if n not in described]
+    assigned = [name for name, _ in _newest(scan.assigned, limit)]
+    names = [n for n in _merge(names, assigned, lambda n: n) if n not in described]
     names = names[-ASSIGNED_NAMES_MAX:]
     if names:
         items.append(bullet(f"{ASSIGNED_NAMES_PREFIX} " + ", ".join(f"`{n}`" for n in names)))
     return items
 
 
-def _blockers(scan: Scan, previous: list[str]) -> list[str]:
-    resolved = {run_key(run.display) for run in scan.runs.values() if not run.failed}
+def _newest(mapping: dict[str, T], limit: int) -> list[tuple[str, T]]:
+    """The newest `limit` items of an insertion-ordered mapping, oldest first."""
+    if len(mapping) <= limit:
+        return list(mapping.items())
+    return list(islice(reversed(mapping.items()), limit))[::-1]
+
+
+def _noting_older(scan: Scan, name: str, limit: int, items: list[str]) -> list[str]:
+    """`items` after a note when the scan found more than `limit` (or a snapshot dropped some)."""
+    if len(getattr(scan, name)) > limit or name in scan.older_left_out:
+        return [bullet(OLDER_LEFT_OUT), *items]
+    return items
+
+
+def _blockers(scan: Scan, previous: list[str], limit: int) -> list[str]:
+    runs = _newest(scan.runs, limit)
+    resolved = {run_key(run.display) for _, run in runs if not run.failed}
     failing = [
         bullet(f"{run.display} last failed: {run.outcome}")
-        for key, run in scan.runs.items()
+        for key, run in runs
         if run.failed and (run.kind == "shell" or key == scan.last_python)
     ]
     # Held up by something outside the work (stated in a message): kept until the cap pushes
@@ -340,9 +367,12 @@ def capsule_from_scan(
     kernel_state: Sequence[str] = (),
     latest_request_whole: bool = True,
     latest_request: str | None = None,
+    items_max: int | None = None,
 ) -> Capsule:
     """`build_deterministic_capsule` from a scan already run (a scan can be extended with
-    more entries and read again, so an extract that grows costs one pass in all)."""
+    more entries and read again, so an extract that grows costs one pass in all).
+    `items_max`: the runs, files and names taken, newest first (`LIST_ITEMS_MAX` when None)."""
+    limit = LIST_ITEMS_MAX if items_max is None else min(items_max, LIST_ITEMS_MAX)
     if previous is None and scan.capsule_text is not None:
         previous = parse_capsule(scan.capsule_text, require_all=False)
     prior = previous or Capsule()
@@ -351,12 +381,13 @@ def capsule_from_scan(
         return section_items(str(getattr(prior, field_name)))
 
     kept_requests = [e.content for e in kept if isinstance(e, MessageEntry) and e.role == "user"]
-    modified = [bullet(f"{p} ({failure})" if failure else p) for p, failure in scan.files_modified.items()]
-    outputs = [
-        bullet(p)
-        for p, failure in scan.files_modified.items()
-        if not failure and p.rsplit(".", 1)[-1].lower() in OUTPUT_EXTENSIONS
-    ]
+    written = _newest(scan.files_modified, limit)
+    modified = _noting_older(
+        scan, "files_modified", limit, [bullet(f"{p} ({failure})" if failure else p) for p, failure in written]
+    )
+    outputs = [bullet(p) for p, failure in written if not failure and p.rsplit(".", 1)[-1].lower() in OUTPUT_EXTENSIONS]
+    read = _noting_older(scan, "files_read", limit, [bullet(shown) for _, shown in _newest(scan.files_read, limit)])
+    runs = _noting_older(scan, "runs", limit, [bullet(f"{r.display} → {r.outcome}") for _, r in _newest(scan.runs, limit)])
     work = [*_select(scan.work, WORK_DONE_NEW_LINES), *_tool_summary(scan)]
     return Capsule(
         goal_and_constraints=_goal(
@@ -366,15 +397,13 @@ def capsule_from_scan(
         in_progress=_body(_cap(_merge(items("in_progress"), _in_progress(scan, kept_requests)), NARRATIVE_MAX_ITEMS)),
         pending=_body(_cap(_merge(items("pending"), scan.pending), NARRATIVE_MAX_ITEMS)),
         decisions=_body(_cap(_merge(items("decisions"), _select(scan.decisions, DECISIONS_NEW_MAX)), NARRATIVE_MAX_ITEMS)),
-        blockers=_body(_blockers(scan, items("blockers"))),
+        blockers=_body(_blockers(scan, items("blockers"), limit)),
         next_steps=_body(_cap(_merge(items("next_steps"), _next_steps(scan)), NARRATIVE_MAX_ITEMS)),
-        files_read=_body(_merge(items("files_read"), map(bullet, scan.files_read.values()), _path_key)),
+        files_read=_body(_merge(items("files_read"), read, _path_key)),
         files_modified=_body(_merge(items("files_modified"), modified, _path_key)),
-        verification=_body(
-            _merge(items("verification"), [bullet(f"{r.display} → {r.outcome}") for r in scan.runs.values()], run_key)
-        ),
+        verification=_body(_merge(items("verification"), runs, run_key)),
         active_skills=_body(_merge(items("active_skills"), [bullet(f"{n} ({p})") for n, p in scan.skills.items()], _path_key)),
-        kernel_state=_body(_kernel_state(scan, kernel_state, items("kernel_state"))),
+        kernel_state=_body(_kernel_state(scan, kernel_state, items("kernel_state"), limit)),
         artifacts=_body(_merge(items("artifacts"), outputs, _path_key)),
         extra_sections=list(prior.extra_sections),
     )

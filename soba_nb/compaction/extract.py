@@ -280,6 +280,8 @@ class Scan:
     """Sentences of user messages that state a constraint (`_CONSTRAINT`), as bullets."""
     tool_counts: dict[str, int] = field(default_factory=dict)
     capsule_text: str | None = None
+    older_left_out: list[str] = field(default_factory=list)
+    """Fields (`runs`, `files_read`, ...) a snapshot kept only the newest of."""
 
     def run(self, entries: Iterable[Entry]) -> None:
         for entry in entries:
@@ -334,6 +336,7 @@ class Scan:
             self.pending.append(bullet(f"tool call {call.name} ({call.call_id}) has no result yet"))
         if call.name in ("read_file", "list_files"):
             if path := _text_argument(arguments, "path"):
+                self.files_read.pop(path, None)  # (the order is of the last read: the newest last)
                 self.files_read[path] = path if call.name == "read_file" else f"{path} (listed)"
         elif call.name in ("write_file", "edit_file"):
             if path := _text_argument(arguments, "path"):

@@ -76,6 +76,13 @@ def trim(scan: Scan) -> None:
     scan.decisions[:] = _newest_unflagged(scan.decisions, DECISIONS_NEW_MAX)
     scan.constraints[:] = _last_by_key(scan.constraints, item_key)
     scan.stated_blockers[:] = _last_by_key(scan.stated_blockers, run_key)
+    limit = deterministic.LIST_ITEMS_MAX  # (read now: tests lower it)
+    for name in ("runs", "files_read", "files_modified", "assigned"):
+        mapping = getattr(scan, name)
+        if len(mapping) > limit:
+            setattr(scan, name, dict(list(mapping.items())[-limit:]))
+            if name not in scan.older_left_out:
+                scan.older_left_out.append(name)
 
 
 def _newest_unflagged(pairs: list[tuple[bool, str]], newest: int) -> list[tuple[bool, str]]:
@@ -121,6 +128,7 @@ class ScanState(msgspec.Struct, forbid_unknown_fields=True):
     constraints: list[str]
     tool_counts: list[tuple[str, int]]
     capsule_text: str | None
+    older_left_out: list[str]
 
 
 def state_of(scan: Scan) -> ScanState:
@@ -141,6 +149,7 @@ def state_of(scan: Scan) -> ScanState:
         constraints=list(scan.constraints),
         tool_counts=list(scan.tool_counts.items()),
         capsule_text=scan.capsule_text,
+        older_left_out=list(scan.older_left_out),
     )
 
 
@@ -163,6 +172,7 @@ def scan_of(state: ScanState, results: dict[str, ToolResultEntry]) -> Scan:
         constraints=list(state.constraints),
         tool_counts=dict(state.tool_counts),
         capsule_text=state.capsule_text,
+        older_left_out=list(state.older_left_out),
     )
 
 

@@ -23,7 +23,7 @@ from typing import NamedTuple
 from pydantic import BaseModel, ConfigDict
 
 from soba_nb.compaction.capsule import SECTION_HEADINGS, Capsule, render_capsule
-from soba_nb.compaction.deterministic import capsule_from_scan
+from soba_nb.compaction.deterministic import EXTRACT_ITEMS_MAX, capsule_from_scan
 from soba_nb.compaction.extract import Start, fresh_start
 from soba_nb.transcript.entries import (
     CapsuleEntry,
@@ -334,7 +334,7 @@ class _Fitter:
                 self._scanned = self._start.covered
             self._start.scan.run(self.entries[self._scanned : dropped])
             self._scanned = dropped
-            capsule = capsule_from_scan(self._start.scan, latest_request_whole=False)
+            capsule = capsule_from_scan(self._start.scan, latest_request_whole=False, items_max=EXTRACT_ITEMS_MAX)
             self._extracts[dropped] = render_capsule(capsule).rstrip("\n")
         return self._extracts[dropped]
 

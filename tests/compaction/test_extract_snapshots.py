@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from soba_nb.compaction import extract_snapshots
+from soba_nb.compaction import deterministic, extract_snapshots
 from soba_nb.compaction.capsule import Capsule
 from soba_nb.compaction.deterministic import build_deterministic_capsule, capsule_from_scan
 from soba_nb.compaction.extract import Scan, fresh_start
@@ -101,19 +101,27 @@ def test_a_trimmed_snapshot_scanned_on_gives_the_extract_of_a_whole_scan(entries
     cuts = sorted(data.draw(st.lists(st.integers(0, len(entries)), max_size=4)))
     whole = data.draw(st.booleans())
     previous = data.draw(st.sampled_from([None, Capsule(goal_and_constraints="Never upload data.", work_done="- a")]))
-    scan = fresh_start(entries).scan
-    done = 0
-    for cut in cuts:
-        scan.run(entries[done:cut])
-        trim(scan)
-        # Through the file's encoding and back, with the results of what follows only.
-        line = Snapshot("r", None, max(cut, 1), "x", [], state_of(scan))
-        decoded = extract_snapshots._decode(extract_snapshots._encode(line))
-        later = {e.call_id: e for e in entries[cut:] if isinstance(e, ToolResultEntry)}
-        scan = scan_of(decoded.scan, {**scan.results, **later})
-        done = cut
-    scan.run(entries[done:])
-    assert capsule_from_scan(scan, latest_request_whole=whole, previous=previous) == full_capsule(entries, whole, previous)
+    # Lists of runs, files and names capped low, so trimming drops the older ones.
+    limit = data.draw(st.sampled_from([1, 2, 3, deterministic.LIST_ITEMS_MAX]))
+    items_max = data.draw(st.sampled_from([None, 1, 2]))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(deterministic, "LIST_ITEMS_MAX", limit)
+        scan = fresh_start(entries).scan
+        done = 0
+        for cut in cuts:
+            scan.run(entries[done:cut])
+            trim(scan)
+            # Through the file's encoding and back, with the results of what follows only.
+            line = Snapshot("r", None, max(cut, 1), "x", [], state_of(scan))
+            decoded = extract_snapshots._decode(extract_snapshots._encode(line))
+            later = {e.call_id: e for e in entries[cut:] if isinstance(e, ToolResultEntry)}
+            scan = scan_of(decoded.scan, {**scan.results, **later})
+            done = cut
+        scan.run(entries[done:])
+        got = capsule_from_scan(scan, latest_request_whole=whole, previous=previous, items_max=items_max)
+        whole_scan = fresh_start(entries).scan
+        whole_scan.run(entries)
+        assert got == capsule_from_scan(whole_scan, latest_request_whole=whole, previous=previous, items_max=items_max)
 
 
 def test_every_field_of_a_scan_but_its_results_is_in_a_snapshot() -> None:
@@ -426,3 +434,18 @@ def test_a_try_that_takes_nothing_is_not_repeated_at_every_preflight(tmp_path: P
         snapshots.follow(transcript.path_view(), None)
         assert len(tries) == 2
     transcript.close()
+
+
+def test_a_capsule_takes_the_newest_runs_and_files_and_says_the_older_are_left_out() -> None:
+    entries: list[Entry] = []
+    for index in range(deterministic.LIST_ITEMS_MAX + 5):
+        entries.append(ToolCallEntry(call_id=f"c{index}", name="shell", arguments=json.dumps({"command": f"echo {index} > out{index}.csv"})))
+        entries.append(ToolResultEntry(call_id=f"c{index}", name="shell", content="exit status: 0"))
+    capsule = build_deterministic_capsule(entries)
+    verification = capsule.verification.splitlines()
+    assert verification[0] == f"- {deterministic.OLDER_LEFT_OUT}"
+    assert len(verification) == deterministic.LIST_ITEMS_MAX + 1
+    assert "echo 4 >" not in capsule.verification and f"echo {deterministic.LIST_ITEMS_MAX + 4} >" in capsule.verification
+    assert capsule.files_modified.splitlines()[0] == f"- {deterministic.OLDER_LEFT_OUT}"
+    extract = build_summary_prompt(entries, previous=None, focus=None, max_input_tokens=6_000, count=COUNTER.count_text)
+    assert extract.dropped > 0 and extract.user.count("→ exit status 0") <= deterministic.EXTRACT_ITEMS_MAX + 20

@@ -104,13 +104,13 @@ def test_tool_outputs_are_clipped_harder_before_any_entry_is_dropped() -> None:
 
 
 def test_the_oldest_entries_go_to_the_deterministic_extract_when_history_does_not_fit() -> None:
-    entries = session(200)
+    entries = session(90)  # (fewer distinct runs than the extract lists: `EXTRACT_ITEMS_MAX`)
     prompt = build_summary_prompt(entries, previous=PREVIOUS, focus=None, max_input_tokens=6_000, count=COUNTER.count_text)
     dropped = prompt.dropped
     assert 0 < dropped < len(entries)
     assert "<extract_of_older_history" in prompt.user
     assert "python `df[df.seg == 0].describe()` → ok" in prompt.user  # the oldest run, via the extract
-    assert "[user] request 199: analyse segment 199" in prompt.user  # the newest, rendered
+    assert "[user] request 89: analyse segment 89" in prompt.user  # the newest, rendered
     assert render_capsule(PREVIOUS).rstrip("\n") in prompt.user
     assert size(prompt, COUNTER.count_text) <= 6_000
 
