@@ -119,7 +119,7 @@ def _summary_input(session: Any, cut: Any) -> Any:
     snapshots = ExtractSnapshots(session.transcript.file)
     previous = None if cut.previous is None else parse_capsule(cut.previous.content, require_all=False)
     return build_summary_prompt(
-        list(cut.summarize),
+        cut.summarize,
         previous=previous,
         focus=None,
         max_input_tokens=session.compactor.thresholds.hard_limit,
@@ -134,7 +134,7 @@ def _extract_scan(session: Any, cut: Any, dropped: int) -> int:
     entries it read."""
     from soba_nb.compaction.extract_snapshots import ExtractSnapshots
 
-    entries = list(cut.summarize)
+    entries = cut.summarize
     snapshots = ExtractSnapshots(session.transcript.file)
     begun = snapshots.start(entries, dropped, capsule_id=None if cut.previous is None else cut.previous.id)
     begun.scan.run(entries[begun.covered : dropped])

@@ -496,7 +496,7 @@ def _summarize(
     """The validated model capsule, a terminal result (cancel), or why the fallback is used."""
     assert ctx.summarizer is not None
     prompt = build_summary_prompt(
-        list(cut.summarize),
+        cut.summarize,  # (a tuple: not copied, 300k entries are 2 ms)
         previous=previous,
         focus=plan.focus,
         max_input_tokens=plan.summary_input_tokens,

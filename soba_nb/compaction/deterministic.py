@@ -24,6 +24,7 @@ from soba_nb.compaction.extract import (
     Start,
     bullet,
     first_line,
+    fresh_start,
     one_line,
 )
 from soba_nb.transcript.entries import Entry, MessageEntry, ToolResultEntry
@@ -346,8 +347,14 @@ def build_deterministic_capsule(
         scan = Scan({e.call_id: e for e in (*entries, *kept) if isinstance(e, ToolResultEntry)})
         scan.run(entries)
     else:
-        begun = scans([*entries, *kept], len(entries))  # results from the kept tail count too
+        begun = scans(entries, len(entries))
+        # Results in the kept tail count too (a snapshot that read one of their calls
+        # unanswered is of no use: from the first entry then).
+        later = {e.call_id: e for e in kept if isinstance(e, ToolResultEntry)}
+        if any(call_id in later for call_id in begun.unanswered):
+            begun = fresh_start([*entries, *kept])
         scan = begun.scan
+        scan.results.update(later)
         scan.run(entries[begun.covered :])
     return capsule_from_scan(
         scan,
