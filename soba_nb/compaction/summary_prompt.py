@@ -257,14 +257,18 @@ class _Fitter:
         a short output) renders the same at every limit and is not counted again."""
         key = (limit, index)
         if key not in self._costs:
-            text = self.rendered(limit, index)
-            counted = self._counted.get(index)
-            if counted is not None and counted[0] == text:
-                self._costs[key] = counted[1]
-            else:
-                self._costs[key] = self.count(text) + self.separator() + JOIN_SLACK if text else 0
-                self._counted[index] = (text, self._costs[key])
+            self._costs[key] = self._once(self._counted, index, self.rendered(limit, index))
         return self._costs[key]
+
+    def _once(self, counted: dict[int, tuple[str, int]], slot: int, text: str) -> int:
+        """`text`'s tokens plus a separator and `JOIN_SLACK`, counted only when it is not the
+        text last counted in this slot (an entry or block that a clip limit leaves alone)."""
+        last = counted.get(slot)
+        if last is not None and last[0] == text:
+            return last[1]
+        cost = self.count(text) + self.separator() + JOIN_SLACK if text else 0
+        counted[slot] = (text, cost)
+        return cost
 
     def separator(self) -> int:
         if self._separator is None:
@@ -279,13 +283,7 @@ class _Fitter:
         key = (limit, end)
         if key not in self._blocks:
             texts = (self.rendered(limit, index) for index in range(max(end - BLOCK_ENTRIES, 0), end))
-            text = ENTRY_SEPARATOR.join(text for text in texts if text)
-            counted = self._block_counted.get(end)
-            if counted is not None and counted[0] == text:
-                self._blocks[key] = counted[1]
-            else:
-                self._blocks[key] = self.count(text) + self.separator() + JOIN_SLACK if text else 0
-                self._block_counted[end] = (text, self._blocks[key])
+            self._blocks[key] = self._once(self._block_counted, end, ENTRY_SEPARATOR.join(t for t in texts if t))
         return self._blocks[key]
 
     def fitting_start(self, limit: int, room: int) -> int:

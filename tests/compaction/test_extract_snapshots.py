@@ -330,6 +330,18 @@ def test_a_big_snapshot_waits_longer_for_the_next(tmp_path: Path, monkeypatch: p
     transcript.close()
 
 
+def spy_on_starts(patch: pytest.MonkeyPatch, started: list[int]) -> None:
+    """Record how many entries each `ExtractSnapshots.start` had covered already."""
+    original = ExtractSnapshots.start
+
+    def spying(self: ExtractSnapshots, entries: list[Entry], upto: int, *, capsule_id: str | None) -> object:
+        begun = original(self, entries, upto, capsule_id=capsule_id)
+        started.append(begun.covered)
+        return begun
+
+    patch.setattr(ExtractSnapshots, "start", spying)
+
+
 def test_preflights_keep_the_snapshots_and_a_compaction_starts_from_them(tmp_path: Path, small_spacing: None) -> None:
     from compaction_support import FakeSummarizer, add_exchange, make_compactor, thresholds
 
@@ -345,16 +357,9 @@ def test_preflights_keep_the_snapshots_and_a_compaction_starts_from_them(tmp_pat
     assert snapshots_path(transcript.file).exists()
 
     started: list[int] = []
-    original = ExtractSnapshots.start
-
-    def spying(self: ExtractSnapshots, entries: list[Entry], upto: int, *, capsule_id: str | None) -> object:
-        begun = original(self, entries, upto, capsule_id=capsule_id)
-        started.append(begun.covered)
-        return begun
-
     compactor.update_settings(replace(compactor.settings, thresholds=thresholds(hard=3_000, auto=False)))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ExtractSnapshots, "start", spying)
+        spy_on_starts(patch, started)
         with_snapshots = compactor.make_capsule()
         compactor.snapshots = ExtractSnapshots(tmp_path / "none.jsonl")  # no snapshots: scans from the first entry
         without = compactor.make_capsule()
@@ -391,15 +396,8 @@ def test_after_a_compaction_the_region_from_the_capsules_kept_tail_is_followed(t
     compactor.update_settings(replace(compactor.settings, thresholds=thresholds(hard=3_000, auto=False, keep=300)))
     calls = len(summarizer.calls)
     started: list[int] = []
-    original = ExtractSnapshots.start
-
-    def spying(self: ExtractSnapshots, entries: list[Entry], upto: int, *, capsule_id: str | None) -> object:
-        begun = original(self, entries, upto, capsule_id=capsule_id)
-        started.append(begun.covered)
-        return begun
-
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ExtractSnapshots, "start", spying)
+        spy_on_starts(patch, started)
         compactor.make_capsule()
         compactor.snapshots = ExtractSnapshots(tmp_path / "none.jsonl")
         compactor.make_capsule()
