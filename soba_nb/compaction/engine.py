@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
@@ -124,8 +125,9 @@ class Compactor:
         self._leaf_after_operation: str | None = None
         self.listeners: list[Emit] = []
         self.tracker = BudgetTracker(counter, fixed_tokens(system, self.tools, counter))
-        self.snapshots = ExtractSnapshots(transcript.file)
-        """The extract's scan, carried forward at preflights and saved beside the transcript."""
+        self.snapshots: ExtractSnapshots | None = ExtractSnapshots(transcript.file)
+        """The extract's scan, carried forward at preflights and saved beside the transcript
+        (None once given up)."""
 
     # -- measurement ---------------------------------------------------------------------
 
@@ -147,8 +149,21 @@ class Compactor:
 
     def keep_extract_snapshots(self) -> None:
         """Carry the extract's scan forward when the region has grown enough (as of the last
-        `measure`): a summary request then reads only what came after the newest snapshot."""
-        self.snapshots.follow(self.transcript.path_view(), self.tracker.capsule_index)
+        `measure`): a summary request then reads only what came after the newest snapshot.
+
+        A cache must never cost a request: should keeping it fail, it is given up for this
+        session with a warning (summaries then scan from the first entry, as without it)."""
+        if self.snapshots is None:
+            return
+        try:
+            self.snapshots.follow(self.transcript.path_view(), self.tracker.capsule_index)
+        except Exception as exc:  # noqa: BLE001 - a bug here must not fail the user's request
+            warnings.warn(
+                f"soba-nb: extract snapshots given up for this session ({type(exc).__name__}: {exc})",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            self.snapshots = None
 
     def context(self) -> VisibleContext:
         """The model-visible part of the current path (using the tracker's incremental state)."""

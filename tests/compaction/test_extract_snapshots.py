@@ -447,3 +447,24 @@ def test_a_capsule_takes_the_newest_runs_and_files_and_says_the_older_are_left_o
     assert capsule.files_modified.splitlines()[0] == f"- {deterministic.OLDER_LEFT_OUT}"
     extract = build_summary_prompt(entries, previous=None, focus=None, max_input_tokens=6_000, count=COUNTER.count_text)
     assert extract.dropped > 0 and extract.user.count("→ exit status 0") <= deterministic.EXTRACT_ITEMS_MAX + 20
+
+
+def test_a_failure_keeping_the_snapshots_never_fails_the_request(tmp_path: Path) -> None:
+    from compaction_support import add_exchange, make_compactor, thresholds
+
+    from soba_nb.compaction.triggers import TurnState
+
+    transcript = opened(tmp_path)
+    compactor = make_compactor(transcript, thresholds(hard=200_000, auto=False))
+    add_exchange(transcript, 40, tool_tokens=30)
+
+    def broken(path: object, capsule_at: object) -> None:
+        raise OSError("disk on fire")
+
+    assert compactor.snapshots is not None
+    compactor.snapshots.follow = broken  # type: ignore[method-assign]
+    with pytest.warns(RuntimeWarning, match="extract snapshots given up for this session .OSError: disk on fire"):
+        assert compactor.preflight(TurnState()) is None
+    assert compactor.snapshots is None
+    assert compactor.preflight(TurnState()) is None  # and the next request does not try again
+    transcript.close()
