@@ -240,12 +240,9 @@ class ExtractSnapshots:
         ready to scan on (its results are those after it); else a scan from the first entry."""
         if not entries or upto <= 0:
             return fresh_start(entries)
-        region = entries[0].id
         for line in reversed(self.lines()):
-            if line.region != region or line.capsule != capsule_id or not 0 < line.covers <= upto:
+            if line.covers > upto or not _on(line, entries, capsule_id):
                 continue
-            if line.covers > len(entries) or entries[line.covers - 1].id != line.last:
-                continue  # another branch
             results = {e.call_id: e for e in entries[line.covers :] if type(e) is ToolResultEntry}
             if any(call_id in results for call_id in line.unanswered):
                 continue  # a call it read unanswered has its result now
@@ -289,9 +286,8 @@ class ExtractSnapshots:
         kept = [
             line
             for line in self.lines()
-            if line.region == entries[0].id and line.capsule == capsule_id and line.covers <= covered
-            and entries[line.covers - 1].id == line.last
-        ]  # fmt: skip
+            if line.covers <= covered and _on(line, entries, capsule_id)
+        ]
         while stop - covered >= self._spacing:
             upto = covered + self._spacing
             chunk = entries[covered:upto]
@@ -350,6 +346,17 @@ def _stop(entries: Sequence[Entry], covered: int, results: dict[str, ToolResultE
         if type(entry) is ToolCallEntry and entry.call_id not in results:
             stop = index
     return stop
+
+
+def _on(line: Snapshot, entries: Sequence[Entry], capsule_id: str | None) -> bool:
+    """Whether `line` is a snapshot of the first entries of this region (not of another region,
+    capsule or branch)."""
+    return (
+        line.region == entries[0].id
+        and line.capsule == capsule_id
+        and 0 < line.covers <= len(entries)
+        and entries[line.covers - 1].id == line.last
+    )
 
 
 def _key(line: Snapshot) -> tuple[str, str | None, int, str]:
