@@ -293,8 +293,10 @@ def redact_data(value: Any, environ: Mapping[str, str] = os.environ) -> Any:
         return redact(value, environ)
     if isinstance(value, dict):
         return {key: redact_data(item, environ) for key, item in value.items()}
-    if isinstance(value, list | tuple):
+    if isinstance(value, list):
         return [redact_data(item, environ) for item in value]
+    if isinstance(value, tuple):
+        return tuple(redact_data(item, environ) for item in value)
     return value
 
 

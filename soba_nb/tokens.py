@@ -27,6 +27,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from typing import cast
@@ -159,6 +160,9 @@ class TokenCounter:
         self._cache: dict[Hashable, int] = {}
         self.persist: Callable[[str, int], None] | None = None
         """Called with each new count keyed by an entry id (`soba_nb.transcript.token_index`)."""
+        self.backfill: Callable[[], Mapping[str, int]] | None = None
+        """Counts known from before, read on the first key the cache lacks (a resumed session
+        whose budget state was saved beside its transcript may never need them)."""
 
     @property
     def key(self) -> str:
@@ -178,6 +182,25 @@ class TokenCounter:
         merged = cast(dict[Hashable, int], dict(counts))
         merged.update(self._cache)  # what is already counted wins
         self._cache = merged
+
+    @contextmanager
+    def backfill_held(self) -> Iterator[None]:
+        """Within the block, a missing count is counted, not looked for in `backfill` (for
+        entries known to be new)."""
+        held, self.backfill = self.backfill, None
+        try:
+            yield
+        finally:
+            if self.backfill is None:
+                self.backfill = held
+
+    def _fill(self) -> bool:
+        """Take the counts of `backfill` in, once; False when there is nothing left to read."""
+        load, self.backfill = self.backfill, None
+        if load is None:
+            return False
+        self.prime(load())
+        return True
 
     @classmethod
     def for_model(cls, provider: str, model: str) -> TokenCounter:
@@ -210,7 +233,7 @@ class TokenCounter:
 
     def cached(self, key: Hashable, compute: Callable[[], int]) -> int:
         """`compute()` once per key."""
-        value = self._cache.get(key)
+        value = self.known(key)
         if value is None:
             value = compute()
             self._cache[key] = value
@@ -220,11 +243,22 @@ class TokenCounter:
 
     def known(self, key: Hashable) -> int | None:
         """The cached count for `key`, or None (nothing is counted)."""
+        value = self._cache.get(key)
+        if value is None and self.backfill is not None and self._fill():
+            value = self._cache.get(key)
+        return value
+
+    def peek(self, key: Hashable) -> int | None:
+        """The cached count for `key`, or None: nothing is counted or read."""
         return self._cache.get(key)
 
     def known_all(self, keys: Iterable[Hashable]) -> list[int | None]:
         """`known` of each key, in order (one call for a whole path)."""
-        return list(map(self._cache.get, keys))
+        keys = keys if isinstance(keys, list) else list(keys)
+        found = list(map(self._cache.get, keys))
+        if self.backfill is not None and None in found and self._fill():
+            found = list(map(self._cache.get, keys))
+        return found
 
     def forget(self, key: Hashable) -> None:
         self._cache.pop(key, None)

@@ -53,16 +53,38 @@ def test_the_index_is_a_cache_it_survives_torn_lines_and_foreign_counters(tmp_pa
     with open(index_path(transcript), "ab") as handle:
         handle.write(b"cccc3333 4")  # a crash mid-write: no newline, and maybe a cut number
     reopened = TokenIndex.open(transcript, "o200k_base x1")
-    assert reopened.counts["aaaa1111"] == 12 and reopened.counts["bbbb2222"] == 30
+    counts = reopened.read_counts()
+    assert counts["aaaa1111"] == 12 and counts["bbbb2222"] == 30
     reopened.add("dddd4444", 7)  # starts on a fresh line
     reopened.close()
     again = TokenIndex.open(transcript, "o200k_base x1", writable=False)
-    assert again.counts["dddd4444"] == 7
+    assert again.read_counts()["dddd4444"] == 7
 
     other = TokenIndex.open(transcript, "cl100k_base x1")  # another tokenizer: replaced, not trusted
-    assert other.counts == {}
+    assert other.read_counts() == {}
     other.close()
-    assert TokenIndex.open(transcript, "o200k_base x1", writable=False).counts == {}
+    assert TokenIndex.open(transcript, "o200k_base x1", writable=False).read_counts() == {}
+
+
+def test_opening_reads_only_the_header_the_counts_when_first_missing(tmp_path: Path):
+    transcript = tmp_path / "s.jsonl"
+    index = TokenIndex.open(transcript, "o200k_base x1")
+    index.add("aaaa1111", 12)
+    index.close()
+    reads: list[int] = []
+    reopened = TokenIndex.open(transcript, "o200k_base x1", writable=False)
+
+    def read_counts() -> dict[str, int]:
+        reads.append(1)
+        return reopened.read_counts()
+
+    counter = TokenCounter.for_model("openai", "gpt-4o")
+    counter.backfill = read_counts
+    counter.prime({"known": 5})
+    assert counter.known("known") == 5 and reads == []  # what is at hand needs no read
+    assert counter.known_all(["known", "aaaa1111"]) == [5, 12] and reads == [1]
+    assert counter.known("nowhere") is None and reads == [1]  # read once, whatever is missing later
+    assert counter.cached("nowhere", lambda: 3) == 3
 
 
 def test_the_index_is_never_followed_through_a_link(tmp_path: Path):
@@ -108,7 +130,7 @@ def test_counts_read_in_blocks_keyed_by_the_callers_strings(tmp_path: Path):
     reopened = TokenIndex.open(
         transcript, "o200k_base x1", writable=False, keys_of=lambda keys: [own.get(key, key) for key in keys]
     )
-    counts = reopened.take_counts()
+    counts = reopened.read_counts()
     assert counts == {entry_id: n for n, entry_id in enumerate(ids)}
     assert all(key is own[key] for key in counts)
-    assert reopened.counts == {}
+    assert reopened.counts == {}  # the index keeps only what it adds

@@ -196,9 +196,10 @@ class AgentSession:
         )
 
     def _attach_token_index(self) -> TokenIndex:
-        """Counts from earlier kernels (never re-tokenise a resumed path); new ones are kept."""
+        """Counts from earlier kernels (never re-tokenise a resumed path), read when a count is
+        first missing; new ones are kept."""
         index = TokenIndex.open(self.transcript.file, self.counter.key, keys_of=self.transcript.own_ids)
-        self.counter.prime(index.take_counts())
+        self.counter.backfill = index.read_counts
         self.counter.persist = index.add
         return index
 

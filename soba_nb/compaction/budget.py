@@ -8,10 +8,12 @@ new entries, so its cost does not grow with the session (a rewind or a capsule r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import count
 from typing import Literal, cast
 
+from soba_nb.compaction.budget_state import TrackerState
 from soba_nb.compaction.model_input import (
     SKILLS_HEADING,
     capsule_tokens,
@@ -78,6 +80,7 @@ class BudgetTracker:
         self._skills: dict[str, SkillEntry] = {}
         self._intents: list[CheckpointEntry] = []
         self._capsule_at: int | None = None
+        self._capsule_id: str | None = None
         self._soft_failures = 0
         self._tokens_at_last_soft = 0
         self._visible_since_capsule = False
@@ -88,8 +91,16 @@ class BudgetTracker:
         self._region_tokens = 0
         """Model-input tokens of the region a compaction would work on (visible entries from
         the latest capsule's kept tail, or the root, to the leaf)."""
+        self._region_result_tokens = 0
+        """The part of `_region_tokens` that is tool results (what clipping could reclaim)."""
         self._open_calls: dict[str, None] = {}
         """Tool calls in the region with no result yet, oldest first."""
+        self._root_id: str | None = None
+        self._positions: dict[str, int] = {}
+        """Where on the path the intents and skills are (by entry id), for `state`."""
+        self._offered: TrackerState | None = None
+        self.restores = 0
+        """How many times a saved state replaced a rebuild (tests and benchmarks read it)."""
 
     def set_target(self, target: NativeTarget | None) -> None:
         """The provider and model the next requests go to: a capsule costs its native item
@@ -119,14 +130,24 @@ class BudgetTracker:
             and len(path) >= self._seen
             and path[self._seen - 1].id == self._last_id
         )
+        restored = False
+        if not extends and self._offered is not None:
+            restored = extends = self._restore(self._offered, path)
+            self._offered = None
         if not extends:
             self._rebuild(path)
         else:
             added = path[self._seen :]
             if any(type(entry) is CapsuleEntry for entry in added):
                 self._rebuild(path)
+            elif restored:
+                # What came after a saved state was never counted (a measure would have saved
+                # a newer one): counted now, without reading every count of the path first.
+                with self.counter.backfill_held():
+                    self._add_all(added, self._seen)
+                self._mark(path)
             else:
-                self._add_all(added)
+                self._add_all(added, self._seen)
                 self._mark(path)
         if self._usage_input is not None:
             effective = self._usage_input + (self._estimated - self._usage_offset)
@@ -153,6 +174,17 @@ class BudgetTracker:
         return self._capsule_at
 
     @property
+    def capsule_id(self) -> str | None:
+        """Id of the latest capsule on the path (as of the last `measure`)."""
+        return self._capsule_id
+
+    @property
+    def region_tokens(self) -> tuple[int, int]:
+        """Tokens of the region's visible entries, and of its tool results alone (as of the
+        last `measure`): what the model input of the path sums, without looking a count up."""
+        return self._region_tokens, self._region_result_tokens
+
+    @property
     def region_facts(self) -> RegionFacts:
         """The region's total and first unanswered call (as of the last `measure`): the
         compaction plan then walks only the kept tail."""
@@ -166,6 +198,93 @@ class BudgetTracker:
     def _mark(self, path: Sequence[Entry]) -> None:
         self._seen = len(path)
         self._last_id = path[-1].id if path else None
+        self._root_id = path[0].id if path else None
+
+    # -- saved state (`budget_state`) ----------------------------------------------------
+
+    def _target_key(self) -> tuple[str, ...] | None:
+        target = self._target
+        return None if target is None else (target.provider, target.model, *sorted(target.kinds))
+
+    def state(self, counts: Mapping[str, int]) -> TrackerState | None:
+        """What the tracker knows (as of the last `measure`), to be offered to a tracker of a
+        later process; `counts`: what the model input needs besides the entries' counts.
+        None before the first measure of a non-empty path."""
+        if self._last_id is None or self._root_id is None:
+            return None
+        capsule_at = self._capsule_at
+        positions = self._positions
+        return TrackerState(
+            counter=self.counter.key,
+            fixed=self.fixed,
+            usage_ceiling=self._usage_ceiling,
+            target=self._target_key(),
+            root_id=self._root_id,
+            seen=self._seen,
+            last_id=self._last_id,
+            estimated=self._estimated,
+            before_last_assistant=self._before_last_assistant,
+            usage_input=self._usage_input,
+            usage_offset=self._usage_offset,
+            capsule_at=capsule_at,
+            capsule_id=None if capsule_at is None else self._capsule_id,
+            skills=[(positions[skill.id], skill.id) for skill in self._skills.values()],
+            intents=[(positions[intent.id], intent.id) for intent in self._intents],
+            soft_failures=self._soft_failures,
+            tokens_at_last_soft=self._tokens_at_last_soft,
+            visible_since_capsule=self._visible_since_capsule,
+            region_tokens=self._region_tokens,
+            region_result_tokens=self._region_result_tokens,
+            open_calls=list(self._open_calls),
+            counts=dict(counts),
+        )
+
+    def offer(self, state: TrackerState | None) -> None:
+        """A saved state to start from instead of a rebuild, if it still describes the path
+        and the settings at the next `measure` that would rebuild."""
+        self._offered = state
+
+    def _restore(self, state: TrackerState, path: Sequence[Entry]) -> bool:
+        """Take `state` when it is a point of `path` measured with these settings."""
+        seen = state.seen
+        if (
+            state.counter != self.counter.key
+            or state.fixed != self.fixed
+            or state.usage_ceiling != self._usage_ceiling
+            or state.target != self._target_key()
+            or not 0 < seen <= len(path)
+            or path[seen - 1].id != state.last_id
+            or path[0].id != state.root_id
+            or any(type(entry) is CapsuleEntry for entry in path[seen:])  # a capsule since: rebuilt
+        ):
+            return False
+        capsule_at = state.capsule_at
+        if capsule_at is not None and not (
+            0 <= capsule_at < seen and type(path[capsule_at]) is CapsuleEntry and path[capsule_at].id == state.capsule_id
+        ):
+            return False
+        skills = [path[at] for at, entry_id in state.skills if 0 <= at < seen and path[at].id == entry_id]
+        intents = [path[at] for at, entry_id in state.intents if 0 <= at < seen and path[at].id == entry_id]
+        if len(skills) != len(state.skills) or len(intents) != len(state.intents):
+            return False
+        if not all(type(skill) is SkillEntry for skill in skills) or not all(
+            type(intent) is CheckpointEntry for intent in intents
+        ):
+            return False
+        self._seen, self._last_id, self._root_id = seen, state.last_id, state.root_id
+        self._estimated, self._before_last_assistant = state.estimated, state.before_last_assistant
+        self._usage_input, self._usage_offset = state.usage_input, state.usage_offset
+        self._capsule_at = capsule_at
+        self._capsule_id = state.capsule_id
+        self._skills = {cast(SkillEntry, skill).name: cast(SkillEntry, skill) for skill in skills}
+        self._intents = cast(list[CheckpointEntry], intents)
+        self._positions = {entry_id: at for at, entry_id in (*state.skills, *state.intents)}
+        self._soft_failures, self._tokens_at_last_soft = state.soft_failures, state.tokens_at_last_soft
+        self._visible_since_capsule = state.visible_since_capsule
+        self._region_tokens, self._region_result_tokens = state.region_tokens, state.region_result_tokens
+        self._open_calls = dict.fromkeys(state.open_calls)
+        self.restores += 1
+        return True
 
     def _rebuild(self, path: Sequence[Entry]) -> None:
         self.rebuilds += 1
@@ -180,6 +299,8 @@ class BudgetTracker:
         kinds = list(map(type, path))
         capsule_at = len(kinds) - 1 - kinds[::-1].index(CapsuleEntry) if CapsuleEntry in kinds else None
         self._capsule_at = capsule_at
+        self._capsule_id = None if capsule_at is None else path[capsule_at].id
+        self._positions = {}
         start = 0
         if capsule_at is not None:
             capsule = path[capsule_at]
@@ -196,19 +317,20 @@ class BudgetTracker:
         # where they were activated, as when the path grew (a usage figure before one did
         # not include it).
         if SkillEntry in kinds[:start]:
-            self._add_all([entry for entry, kind in zip(path[:start], kinds, strict=False) if kind is SkillEntry])
-        self._region_tokens = 0
+            for index in [index for index, kind in enumerate(kinds[:start]) if kind is SkillEntry]:
+                self._add_rare(path[index], index)
+        self._region_tokens = self._region_result_tokens = 0
         self._open_calls = {}
         self._intents = []
         if capsule_at is not None and start < capsule_at:  # the kept tail, then what follows the capsule
-            self._add_all(path[start:capsule_at])
+            self._add_all(path[start:capsule_at], start)
             # What the guard counts, "just completed" and pending intents start after the
             # capsule (the operation that appended it consumed every intent before it).
             self._soft_failures = self._tokens_at_last_soft = 0
             self._visible_since_capsule = False
             self._intents = []
             start = capsule_at + 1
-        self._add_all(path[start:])
+        self._add_all(path[start:], start)
         # A usage figure from before the latest capsule measured a different input: the
         # provider's calibration carries over through the capsule's before-figures instead
         # (SPEC §2: "minus what a compaction removed").
@@ -223,15 +345,17 @@ class BudgetTracker:
                 self._usage_offset = 0
         self._mark(path)
 
-    def _add_all(self, entries: Sequence[Entry]) -> None:
-        """Count `entries` in, in order (a rebuild's whole region, or what a preflight finds
-        appended). One loop over local variables: on a long path it runs once per entry."""
+    def _add_all(self, entries: Sequence[Entry], offset: int) -> None:
+        """Count `entries` (from position `offset` of the path) in, in order (a rebuild's
+        whole region, or what a preflight finds appended). One loop over local variables: on
+        a long path it runs once per entry."""
         counter = self.counter
         costs = counter.known_all([entry.id for entry in entries])  # cached counts, at once
         estimated, region, before_last = self._estimated, self._region_tokens, self._before_last_assistant
+        results = self._region_result_tokens
         open_calls, ceiling, visible = self._open_calls, self._usage_ceiling, self._visible_since_capsule
         usage_input, usage_offset = self._usage_input, self._usage_offset
-        for entry, cost in zip(entries, costs, strict=True):
+        for position, entry, cost in zip(count(offset), entries, costs):
             kind = type(entry)  # entry types are final: one identity test each, no isinstance chain
             if kind is MessageEntry or kind is ToolCallEntry or kind is ToolResultEntry:
                 if cost is None:
@@ -243,6 +367,7 @@ class BudgetTracker:
                     open_calls[cast(ToolCallEntry, entry).call_id] = None
                 else:
                     open_calls.pop(cast(ToolResultEntry, entry).call_id, None)
+                    results += cost
                 estimated += cost
                 region += cost
                 visible = True
@@ -252,19 +377,21 @@ class BudgetTracker:
                     usage_input, usage_offset = cast(UsageEntry, entry).input_tokens, before_last
             elif kind is CheckpointEntry or kind is CompactionEntry or kind is SkillEntry:
                 self._estimated = estimated
-                self._add_rare(entry)
+                self._add_rare(entry, position)
                 estimated = self._estimated
         self._estimated, self._region_tokens, self._before_last_assistant = estimated, region, before_last
+        self._region_result_tokens = results
         self._visible_since_capsule = visible
         self._usage_input, self._usage_offset = usage_input, usage_offset
 
-    def _add_rare(self, entry: Entry) -> None:
-        """A checkpoint, compaction or skill entry (few on any path)."""
+    def _add_rare(self, entry: Entry, position: int) -> None:
+        """A checkpoint, compaction or skill entry (few on any path) at `position`."""
         kind = type(entry)
         if kind is CheckpointEntry:
             assert isinstance(entry, CheckpointEntry)
             if entry.intent and entry.kind in INTENT_KINDS:
                 self._intents.append(entry)
+                self._positions[entry.id] = position
         elif kind is CompactionEntry:
             assert isinstance(entry, CompactionEntry)
             consumed = set(entry.consumed)
@@ -279,6 +406,7 @@ class BudgetTracker:
                 self._estimated -= self._skill_tokens(previous)
             self._estimated += self._skill_tokens(entry)
             self._skills[entry.name] = entry
+            self._positions[entry.id] = position
 
     def _skill_tokens(self, skill: SkillEntry) -> int:
         return self.counter.cached(

@@ -30,12 +30,14 @@ from soba_nb.compaction.barrier import (
     run_barrier,
 )
 from soba_nb.compaction.budget import BudgetTracker, Measurement
+from soba_nb.compaction.budget_state import BudgetStateFile
 from soba_nb.compaction.extract_snapshots import ExtractSnapshots
 from soba_nb.compaction.flight import FlightRecorder
 from soba_nb.compaction.model_input import (
     ModelInput,
     VisibleContext,
     assemble,
+    fixed_key,
     fixed_tokens,
     system_text,
     visible_context,
@@ -124,7 +126,14 @@ class Compactor:
         self.last_result: CompactionResult | None = None
         self._leaf_after_operation: str | None = None
         self.listeners: list[Emit] = []
+        self.budget_file = BudgetStateFile(transcript.file)
+        """The tracker's state beside the transcript: a resumed session starts from it."""
+        saved = self.budget_file.load()
+        if saved is not None and saved.counter == counter.key:
+            counter.prime(saved.counts)  # what the model input needs besides entry counts
+        self._fixed_key = fixed_key(system, self.tools)
         self.tracker = BudgetTracker(counter, fixed_tokens(system, self.tools, counter))
+        self.tracker.offer(saved)
         self.snapshots: ExtractSnapshots | None = ExtractSnapshots(transcript.file)
         """The extract's scan, carried forward at preflights and saved beside the transcript
         (None once given up)."""
@@ -145,7 +154,20 @@ class Compactor:
 
     def measure(self) -> Measurement:
         self.tracker.set_target(self.target)
-        return self.tracker.measure(self.transcript.path_view())
+        measurement = self.tracker.measure(self.transcript.path_view())
+        self._save_budget_state()
+        return measurement
+
+    def _save_budget_state(self) -> None:
+        """Keep the tracker's state beside the transcript (when it changed)."""
+        if self.budget_file.failed:
+            return
+        tracker = self.tracker
+        keys = [self._fixed_key] if tracker.capsule_id is None else [self._fixed_key, tracker.capsule_id]
+        counts = {key: known for key in keys if (known := self.counter.peek(key)) is not None}
+        state = tracker.state(counts)
+        if state is not None:
+            self.budget_file.save(state)
 
     def keep_extract_snapshots(self) -> None:
         """Carry the extract's scan forward when the region has grown enough (as of the last
@@ -180,7 +202,14 @@ class Compactor:
         measurement = self.measure()
         calibration = max(measurement.effective - measurement.estimated, 0)
         fit_to = self.thresholds.hard_limit - calibration if fit else None
-        return assemble(context, system=self.system, tools=self.tools, counter=self.counter, fit_to=fit_to)
+        return assemble(
+            context,
+            system=self.system,
+            tools=self.tools,
+            counter=self.counter,
+            fit_to=fit_to,
+            sums=self.tracker.region_tokens,
+        )
 
     def send_figure(self, built: ModelInput) -> int:
         """The size of `built` on the scale the trigger reads: effective tokens (SPEC §2, the

@@ -232,13 +232,19 @@ class ModelInput:
     """The native item the provider replays before `messages` (instead of the capsule text)."""
 
 
+def fixed_key(system: str, tools: Sequence[ToolSchema]) -> str:
+    """The counter's key for `fixed_tokens`: by content, so the counts sidecar keeps it too
+    (a resume then loads no tokenizer)."""
+    schemas = [tool.model_dump() for tool in tools]
+    return "fixed:" + hashlib.sha1(json.dumps([system, schemas], sort_keys=True).encode()).hexdigest()[:16]
+
+
 def fixed_tokens(system: str, tools: Sequence[ToolSchema], counter: TokenCounter) -> int:
     """System prompt, tool schemas and reply priming: the cost of an empty conversation."""
     schemas = [tool.model_dump() for tool in tools]
-    # Keyed by content, so the counts sidecar keeps it too (a resume then loads no tokenizer).
-    key = "fixed:" + hashlib.sha1(json.dumps([system, schemas], sort_keys=True).encode()).hexdigest()[:16]
     return counter.cached(
-        key, lambda: counter.count_message("system", system) + counter.count_tools(schemas) + TOKENS_PER_REPLY
+        fixed_key(system, tools),
+        lambda: counter.count_message("system", system) + counter.count_tools(schemas) + TOKENS_PER_REPLY,
     )
 
 
@@ -351,22 +357,28 @@ def assemble(
     counter: TokenCounter,
     fit_to: int | None = None,
     strict: bool = False,
+    sums: tuple[int, int] | None = None,
 ) -> ModelInput:
     """Build the model input of a visible context and measure it.
 
     `fit_to`: when the input is larger than this (a single call/result group alone above
     the hard limit), the largest tool outputs are clipped further, with a note, until it
     fits or they are down to `MIN_CLIPPED_CHARS`. `strict`: raise `PairingError` instead of
-    repairing (tests); production repairs and notes it, never sending broken pairs.
+    repairing (tests); production repairs and notes it, never sending broken pairs. `sums`:
+    the tokens of the context's entries and of its tool results alone, when the caller keeps
+    them (the budget tracker does): no count is looked up unless clipping needs it.
     """
     full_system = system_text(system, context.skills)
     notes: list[str] = []
     limits: dict[str, int] = {}
     base = fixed_tokens(full_system, tools, counter)
     capsule_cost = context.capsule_tokens(counter)
-    total = base + capsule_cost + entries_tokens(context.entries, counter)
+    entries_total, results_total = (None, None) if sums is None else sums
+    if entries_total is None:
+        entries_total = entries_tokens(context.entries, counter)
+    total = base + capsule_cost + entries_total
     if fit_to is not None and total > fit_to:
-        total = _emergency_clip(context, counter, limits, total, fit_to, notes)
+        total = _emergency_clip(context, counter, limits, total, fit_to, notes, results_total)
     messages = _messages(context, limits)
     problems, clean = _check_pairing(messages)
     if problems:
@@ -379,6 +391,10 @@ def assemble(
     return ModelInput(full_system, tuple(tools), tuple(messages), total, tuple(notes), context.native)
 
 
+def _tool_results(context: VisibleContext) -> list[ToolResultEntry]:
+    return [entry for entry in context.entries if isinstance(entry, ToolResultEntry)]
+
+
 def _emergency_clip(
     context: VisibleContext,
     counter: TokenCounter,
@@ -386,17 +402,24 @@ def _emergency_clip(
     total: int,
     fit_to: int,
     notes: list[str],
+    results_total: int | None = None,
 ) -> int:
     """Clip the largest tool outputs, one after another, until the input fits `fit_to`.
 
     Each output is cut again as long as it still helps (a first cut sized from a
-    characters-per-token guess may leave the input a few tokens over)."""
-    results = [entry for entry in context.entries if type(entry) is ToolResultEntry]
-    if total - entries_tokens(results, counter) > fit_to:
+    characters-per-token guess may leave the input a few tokens over). `results_total`: the
+    tool results' tokens, when known."""
+    results: list[ToolResultEntry] = []
+    if results_total is None:
+        results = _tool_results(context)
+        results_total = entries_tokens(results, counter)
+    if total - results_total > fit_to:
         # Even with every tool output gone it would not fit: clipping cannot help (and would
         # re-count every output of a long path for nothing); compaction has to run.
         notes.append("larger than the hard limit even without tool outputs: not clipped")
         return total
+    if not results:
+        results = _tool_results(context)
     results.sort(key=lambda entry: entry_tokens(entry, counter), reverse=True)
     for entry in results:
         if total <= fit_to:

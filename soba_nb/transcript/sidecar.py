@@ -14,8 +14,9 @@ import stat
 from pathlib import Path
 
 
-def read_regular(path: Path, max_bytes: int) -> bytes | None:
-    """The whole file, or None when it is missing, not a regular file or over `max_bytes`."""
+def read_regular(path: Path, max_bytes: int, *, prefix: int | None = None) -> bytes | None:
+    """The whole file (`prefix`: its first bytes only), or None when it is missing, not a
+    regular file or over `max_bytes`."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
@@ -25,7 +26,7 @@ def read_regular(path: Path, max_bytes: int) -> bytes | None:
         if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
             return None
         with os.fdopen(os.dup(fd), "rb") as handle:
-            data = handle.read(max_bytes + 1)
+            data = handle.read(max_bytes + 1 if prefix is None else prefix)
         return data if len(data) <= max_bytes else None
     except OSError:
         return None

@@ -102,27 +102,28 @@ def _read_entries(path: Path, fd: int) -> tuple[Parsed, int]:
     line, no final newline) is read again line by line, which names the line at fault.
     """
     entries: list[Entry] = []
-    offset, pending = 0, b""
-    while chunk := os.pread(fd, DECODE_BLOCK_BYTES, offset):
-        offset += len(chunk)
-        data = pending + chunk if pending else chunk
+    offset, size = 0, DECODE_BLOCK_BYTES
+    while data := os.pread(fd, size, offset):
+        # Whole lines only: the start of a line cut at the block's end is read again with
+        # the next block (no copy of the block to join it to).
         cut = data.rfind(b"\n") + 1
-        pending = data[cut:]
         if not cut:
+            if len(data) < size:  # the file ends in a line without a newline
+                break
+            size *= 2  # a line longer than the block
             continue
-        block = memoryview(data)[:cut]
         try:
-            decoded = decode_lines(block)
+            decoded = decode_lines(memoryview(data)[:cut])
         except (msgspec.DecodeError, RecursionError):
             break
         if len(decoded) != data.count(b"\n", 0, cut):
             break
         entries.extend(decoded)
+        offset, size = offset + cut, DECODE_BLOCK_BYTES
     else:
-        if not pending:
-            parsed = Parsed()
-            parsed.entries, parsed.numbers = entries, None
-            return parsed, len(entries)
+        parsed = Parsed()
+        parsed.entries, parsed.numbers = entries, None
+        return parsed, len(entries)
     del entries
     raw = _read_all(fd)
     return _parse_lines(path, raw), _count_lines(raw)

@@ -10,6 +10,10 @@ from it are counted.
 It is a cache, never the truth: a file for another counter or other rules is replaced, a torn
 or malformed line is skipped (that entry is simply counted again), and the only thing it
 holds is ids and integers (no text, nothing to redact). Deleting it costs one recount.
+
+Opening it reads only the header; the counts are read the first time a count is missing (a
+resumed session whose budget state was saved beside the transcript, `.budget`, measures and
+assembles its path without them).
 """
 
 from __future__ import annotations
@@ -38,11 +42,19 @@ def index_path(transcript: Path) -> Path:
 class TokenIndex:
     """Counts by entry id for one counter; `add` appends a new one."""
 
-    def __init__(self, path: Path, counter_key: str, counts: dict[str, int], fd: int | None):
+    def __init__(
+        self,
+        path: Path,
+        counter_key: str,
+        fd: int | None,
+        keys_of: Callable[[list[str]], list[str]] | None = None,
+    ):
         self.path = path
         self.counter_key = counter_key
-        self.counts = counts
+        self.counts: dict[str, int] = {}
+        """Counts added since the file was opened."""
         self._fd = fd
+        self._keys_of = keys_of
 
     @classmethod
     def open(
@@ -53,24 +65,22 @@ class TokenIndex:
         writable: bool = True,
         keys_of: Callable[[list[str]], list[str]] | None = None,
     ) -> TokenIndex:
-        """Read the index of `transcript` for `counter_key` (empty when missing or for
-        another counter); `writable`: append new counts (a fresh file replaces a stale one).
-        `keys_of`: the strings to key a list of ids by (the transcript's own: one string per
-        id in memory, not two)."""
+        """The index of `transcript` for `counter_key` (its header checked: a missing file or
+        one for another counter holds nothing); `writable`: append new counts (a fresh file
+        replaces a stale one). `keys_of`: the strings to key a list of ids by (the
+        transcript's own: one string per id in memory, not two)."""
         path = index_path(transcript)
         header = _header(counter_key)
-        counts = _read(path, header, keys_of)
+        ours = read_regular(path, MAX_INDEX_BYTES, prefix=len(header)) == header
         fd = None
         if writable:
             with contextlib.suppress(OSError):  # a read-only folder: counting still works
-                fd = open_for_append(path, header, fresh=counts is None)
-        return cls(path, counter_key, counts or {}, fd)
+                fd = open_for_append(path, header, fresh=not ours)
+        return cls(path, counter_key, fd, keys_of)
 
-    def take_counts(self) -> dict[str, int]:
-        """The counts read from the file, handed over (the index keeps only what is added
-        later: a second copy of a 300k-entry dict is 20 MB for nothing)."""
-        counts, self.counts = self.counts, {}
-        return counts
+    def read_counts(self) -> dict[str, int]:
+        """Every count in the file (empty when it is missing, foreign or too big)."""
+        return _read(self.path, _header(self.counter_key), self._keys_of) or {}
 
     def add(self, entry_id: str, tokens: int) -> None:
         """Remember one count (best effort: an index that cannot be written is only slower)."""

@@ -1,0 +1,203 @@
+"""The budget tracker's state saved beside the transcript (`.budget`): a resumed session that
+starts from it measures and assembles exactly what one that rebuilds from every count does,
+reads no count it does not need, and a state that no longer describes the path or the
+settings is never used."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+from compaction_support import make_compactor, open_transcript, thresholds, words
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from test_budget_tracker import STEP, apply, state
+
+from soba_nb.compaction.budget_state import BudgetStateFile, state_path
+from soba_nb.compaction.engine import Compactor
+from soba_nb.transcript.entries import MessageEntry, ToolCallEntry, ToolResultEntry, UsageEntry
+from soba_nb.transcript.store import Transcript
+
+
+def resumed(t: Transcript, *, backfill: list[int] | None = None) -> Compactor:
+    """A compactor as a restarted kernel makes it; `backfill` records reads of every count."""
+    engine = make_compactor(t)
+    if backfill is not None:
+        engine.counter.backfill = lambda: backfill.append(1) or {}
+    return engine
+
+
+def rebuilt(t: Transcript) -> Compactor:
+    """A compactor that finds no saved state (it counts the whole path)."""
+    state_path(t.file).unlink(missing_ok=True)
+    return make_compactor(t)
+
+
+@settings(max_examples=150, deadline=None)
+@example([("user", 1), ("call", 2), ("measure", 0), ("result", 0), ("assistant", 3)])
+@example([("user", 1), ("call", 2), ("measure", 0), ("user", 3)])
+@example([("intent", 0), ("skill b", 2), ("measure", 0), ("user", 1)])
+@example([("skill a", 1), ("intent", 0), ("user", 2), ("measure", 0), ("soft compaction", 1), ("user", 3)])
+@example([("user", 1), ("capsule keeping", 2), ("user", 3), ("measure", 0), ("call", 4)])
+@example([("user", 1), ("measure", 0), ("capsule", 2), ("user", 3)])
+@example([("user", 1), ("assistant", 2), ("measure", 0), ("rewind", 1), ("user", 3)])
+@given(st.lists(st.tuples(STEP, st.integers(0, 1000)), max_size=40))
+def test_a_resumed_tracker_agrees_with_one_that_rebuilds(steps: list[tuple[str, int]]) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        t = open_transcript(Path(folder))
+        engine = make_compactor(t)
+        for step, n in steps:
+            if step == "measure":
+                engine.measure()
+            else:
+                apply(t, step, n)
+        path = t.path()
+        saved = engine.budget_file.load()
+        reads: list[int] = []
+        again = resumed(t, backfill=reads)
+        after = state(again.tracker, path)
+        assert after == state(rebuilt(t).tracker, path)
+        # Taken whenever the saved point is still on the path and no capsule came after it.
+        usable = (
+            saved is not None
+            and saved.seen <= len(path)
+            and path[saved.seen - 1].id == saved.last_id
+            and not any(e.type == "capsule" for e in path[saved.seen :])
+        )
+        assert again.tracker.restores == (1 if usable else 0)
+        if usable:
+            assert again.tracker.rebuilds == 0 and reads == []  # no count of the path read
+
+
+def test_a_resumed_session_builds_the_same_input_without_reading_the_counts(tmp_path: Path) -> None:
+    t = open_transcript(tmp_path)
+    engine = make_compactor(t)
+    for n in range(30):
+        t.append(MessageEntry(role="user", content=words(5 + n)))
+        t.append(ToolCallEntry(call_id=f"c{n}", name="python", arguments='{"code": "1"}'))
+        t.append(ToolResultEntry(call_id=f"c{n}", name="python", content=words(40 + n)))
+        t.append(MessageEntry(role="assistant", content=words(3 + n)))
+        t.append(UsageEntry(input_tokens=1000 + 90 * n))
+        engine.measure()
+    expected = engine.model_input()
+    t.append(MessageEntry(role="user", content="and now plot it"))  # after the last save
+    t.close()
+
+    reopened = Transcript.open(t.file)
+    reads: list[int] = []
+    again = resumed(reopened, backfill=reads)
+    built = again.model_input()
+    assert again.tracker.restores == 1 and reads == []
+    fresh = rebuilt(reopened).model_input()
+    assert built.tokens == fresh.tokens == expected.tokens + again.counter.count_message("user", "and now plot it")
+    assert built.messages == fresh.messages
+    reopened.close()
+
+
+def test_clipping_on_a_resumed_session_reads_the_counts_it_needs(tmp_path: Path) -> None:
+    t = open_transcript(tmp_path)
+    engine = make_compactor(t)
+    for n in range(6):
+        t.append(ToolCallEntry(call_id=f"c{n}", name="python", arguments="{}"))
+        t.append(ToolResultEntry(call_id=f"c{n}", name="python", content=words(3000)))
+        engine.measure()
+    counts = dict(engine.counter._cache)
+    t.close()
+    reopened = Transcript.open(t.file)
+    again = make_compactor(reopened, thresholds(hard=5000))
+    reads: list[int] = []
+    again.counter.backfill = lambda: reads.append(1) or counts
+    built = again.model_input()
+    assert again.tracker.restores == 1 and reads == [1]  # the results' counts, to clip them
+    assert any("clipped" in note for note in built.notes) and built.tokens <= 5000
+    assert built.tokens == make_compactor(reopened, thresholds(hard=5000)).model_input().tokens
+    reopened.close()
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda data: data.update(lastId="deadbeef"),
+        lambda data: data.update(seen=data["seen"] + 5),
+        lambda data: data.update(seen=0),
+        lambda data: data.update(rootId="other"),
+        lambda data: data.update(counter="cl100k_base x1"),
+        lambda data: data.update(fixed=data["fixed"] + 1),
+        lambda data: data.update(capsuleAt=1, capsuleId="nope"),
+        lambda data: data.update(intents=[[1, "not-an-intent"]]),
+        lambda data: data.update(skills=[[-1, "x"]]),
+        lambda data: data.update(version=99),
+        lambda data: data.update(estimated="many"),
+    ],
+)
+def test_a_state_that_does_not_describe_the_path_is_not_used(tmp_path: Path, spoil) -> None:
+    t = open_transcript(tmp_path)
+    engine = make_compactor(t)
+    for n in range(5):
+        t.append(MessageEntry(role="user", content=words(4 + n)))
+    engine.measure()
+    data = json.loads(state_path(t.file).read_text())
+    spoil(data)
+    state_path(t.file).write_text(json.dumps(data))
+    again = resumed(t)
+    assert again.tracker.restores == 0
+    assert state(again.tracker, t.path()) == state(rebuilt(t).tracker, t.path())
+
+
+@pytest.mark.parametrize("content", [b"", b"{", b"\xff\xfe", b"[]", b"null", b"x" * (2 << 20)])
+def test_a_malformed_state_file_costs_a_rebuild_only(tmp_path: Path, content: bytes) -> None:
+    t = open_transcript(tmp_path)
+    t.append(MessageEntry(role="user", content="hello"))
+    state_path(t.file).write_bytes(content)
+    engine = make_compactor(t)
+    engine.measure()
+    assert engine.tracker.restores == 0 and engine.tracker.rebuilds == 1
+    assert json.loads(state_path(t.file).read_text())["seen"] == 2  # replaced by a good one
+
+
+def test_the_state_file_is_never_followed_through_a_link_or_waited_on(tmp_path: Path) -> None:
+    t = open_transcript(tmp_path)
+    t.append(MessageEntry(role="user", content="hello"))
+    outside = tmp_path / "elsewhere.txt"
+    outside.write_text("keep me\n")
+    os.symlink(outside, state_path(t.file))
+    engine = make_compactor(t)
+    engine.measure()
+    assert outside.read_text() == "keep me\n" and engine.tracker.restores == 0
+    assert not state_path(t.file).is_symlink()  # replaced by a file of its own
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(state_path(fifo))
+    assert BudgetStateFile(fifo).load() is None  # returns at once
+
+
+def test_a_state_that_would_need_redacting_is_not_written(tmp_path: Path, monkeypatch) -> None:
+    t = open_transcript(tmp_path)
+    engine = make_compactor(t)
+    call_id = "call_Zq81LmX04vTr"
+    t.append(ToolCallEntry(call_id=call_id, name="python", arguments="{}"))  # waits for its result
+    engine.measure()
+    assert call_id in state_path(t.file).read_text()
+    # The same text is now the value of a secret in the environment (redaction reads it): the
+    # state would carry it, and a redacted call id would be a wrong one: no state is kept.
+    monkeypatch.setenv("SOBA_TEST_API_KEY", call_id)
+    t.append(MessageEntry(role="user", content="go on"))
+    engine.measure()
+    assert not state_path(t.file).exists()
+    monkeypatch.delenv("SOBA_TEST_API_KEY")
+    t.append(MessageEntry(role="user", content="and again"))
+    engine.measure()  # not a secret any more: written again
+    assert call_id in state_path(t.file).read_text()
+    assert resumed(t).tracker.measure(t.path()) == engine.measure()
+
+
+def test_a_folder_it_cannot_write_costs_nothing_but_the_state(tmp_path: Path) -> None:
+    t = open_transcript(tmp_path)
+    t.append(MessageEntry(role="user", content="hello"))
+    state_path(t.file).mkdir()  # a directory where the file should be: replacing it fails
+    engine = make_compactor(t)
+    first = engine.measure()
+    t.append(MessageEntry(role="user", content="again"))
+    assert engine.measure().estimated > first.estimated and engine.budget_file.failed
