@@ -14,7 +14,7 @@ import pytest
 from compaction_support import make_compactor, open_transcript, thresholds, words
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from test_budget_tracker import STEP, apply, state
+from test_budget_tracker import STEP, play, state
 
 from soba_nb.compaction.budget_state import BudgetStateFile, state_path
 from soba_nb.compaction.engine import Compactor
@@ -47,13 +47,7 @@ def rebuilt(t: Transcript) -> Compactor:
 @given(st.lists(st.tuples(STEP, st.integers(0, 1000)), max_size=40))
 def test_a_resumed_tracker_agrees_with_one_that_rebuilds(steps: list[tuple[str, int]]) -> None:
     with tempfile.TemporaryDirectory() as folder:
-        t = open_transcript(Path(folder))
-        engine = make_compactor(t)
-        for step, n in steps:
-            if step == "measure":
-                engine.measure()
-            else:
-                apply(t, step, n)
+        t, engine = play(Path(folder), steps)
         path = t.path()
         saved = engine.budget_file.load()
         reads: list[int] = []

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from soba_nb.compaction.budget import BudgetTracker
 from soba_nb.compaction.budget_state import state_path
+from soba_nb.compaction.engine import Compactor
 from soba_nb.compaction.model_input import (
     SKILLS_HEADING,
     VISIBLE_TYPES,
@@ -66,6 +67,18 @@ def apply(t: Transcript, step: str, n: int) -> None:
     elif step == "rewind" and len(t.path_view()) > 2:
         path = t.path_view()
         t.rewind(path[1 + n % (len(path) - 1)].id)
+
+
+def play(folder: Path, steps: list[tuple[str, int]]) -> tuple[Transcript, Compactor]:
+    """A session made of `steps` in `folder`, measured (and its state saved) at each "measure"."""
+    t = open_transcript(folder)
+    engine = make_compactor(t)
+    for step, n in steps:
+        if step == "measure":
+            engine.measure()
+        else:
+            apply(t, step, n)
+    return t, engine
 
 
 def state(tracker: BudgetTracker, path: list[Entry]) -> tuple[object, ...]:
@@ -137,13 +150,7 @@ def effective_after_usage(tracker: BudgetTracker, path: list[Entry], estimated: 
 @given(st.lists(st.tuples(STEP, st.integers(0, 1000)), max_size=40))
 def test_a_tracker_kept_up_to_date_agrees_with_a_fresh_one_and_a_plain_walk(steps: list[tuple[str, int]]) -> None:
     with tempfile.TemporaryDirectory() as folder:
-        t = open_transcript(Path(folder))
-        engine = make_compactor(t)
-        for step, n in steps:
-            if step == "measure":
-                engine.measure()
-            else:
-                apply(t, step, n)
+        t, engine = play(Path(folder), steps)
         path = t.path()
         kept_up = state(engine.tracker, path)
         state_path(t.file).unlink(missing_ok=True)  # counted afresh, not resumed (test_budget_state)
