@@ -1,8 +1,8 @@
 """The budget tracker's state, kept beside the transcript: a resumed session measures its
 path without re-reading every count.
 
-`<session-id>.budget` holds one JSON object, replaced atomically whenever a measure moved the
-tracker on (at most once per preflight): where on the path it stands (entries seen, the id
+`<session-id>.budget` holds one JSON object (after its checksum), rewritten whenever a measure
+moved the tracker on (at most once per preflight): where on the path it stands (entries seen, the id
 of the last one and of the first), what it was measured with (counter, fixed tokens, usage
 ceiling, the provider and model requests went to), its sums and its open items (intents,
 skills, calls waiting for a result, by position and id), and the counts the model input
@@ -12,20 +12,23 @@ after it; the index of counts (`.tokens`) is then read only if something needs a
 does not have (a compaction plan, a clip).
 
 A cache, never the truth: a missing, stale, foreign or malformed file costs one rebuild from
-the counts, exactly what a session without it does. It holds ids and integers; it passes
-`redact_data` all the same, like every sidecar, and a state in which that would change
-anything is not written at all (a redacted call id would be a wrong one).
+the counts, exactly what a session without it does. It holds ids and integers; its texts pass
+redaction all the same, like every sidecar, and a state in which that would change anything
+is not written at all (a redacted call id would be a wrong one).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import stat
+import zlib
 from pathlib import Path
 
 import msgspec
 
-from soba_nb.redact import redact_data
-from soba_nb.transcript.sidecar import read_regular, replace_with
+from soba_nb.redact import redact
+from soba_nb.transcript.sidecar import read_regular
 
 SUFFIX = ".budget"
 VERSION = 1
@@ -75,7 +78,13 @@ def state_path(transcript: Path) -> Path:
 
 
 class BudgetStateFile:
-    """Reads and replaces the `.budget` file of one transcript (best effort both ways)."""
+    """Reads and rewrites the `.budget` file of one transcript (best effort both ways).
+
+    The file is one line, `<crc32 of the JSON, 8 hex digits> <JSON>`, rewritten in place (a
+    save is part of every preflight: no temporary file and rename each time). A write a crash
+    cut short fails its checksum, and a longer old state left behind a shorter new one lies
+    after the new line's end: either way a load never takes a mix of two states.
+    """
 
     def __init__(self, transcript: Path):
         self.path = state_path(transcript)
@@ -84,13 +93,16 @@ class BudgetStateFile:
         """A save failed (a read-only folder): no more are tried this session."""
 
     def load(self) -> TrackerState | None:
-        """The saved state, or None when there is none usable (missing, malformed, other
+        """The saved state, or None when there is none usable (missing, torn, malformed, other
         version)."""
         raw = read_regular(self.path, MAX_BYTES)
         if raw is None:
             return None
+        check, _, body = raw.partition(b"\n")[0].partition(b" ")
+        if check != _checksum(body):
+            return None
         try:
-            state = _DECODER.decode(raw)
+            state = _DECODER.decode(body)
         except msgspec.DecodeError:
             return None
         if state.version != VERSION:
@@ -99,22 +111,39 @@ class BudgetStateFile:
         return state
 
     def save(self, state: TrackerState) -> None:
-        """Replace the file with `state`, unless it already holds it."""
+        """Write `state`, unless the file already holds it."""
         if self.failed or self._saved == state:
             return
-        data = msgspec.to_builtins(state)
-        if redact_data(data) != data:
+        if _needs_redacting(state):
             # Something in it looks like a secret (a call id?): it is not written, and not
             # written redacted either (a state that differs from the tracker's is wrong).
             self._forget()
             return
+        body = msgspec.json.encode(state)
+        line = _checksum(body) + b" " + body + b"\n"
         try:
-            replace_with(self.path, msgspec.json.encode(data))
+            self._write(line)
         except OSError:
             self.failed = True
             self._forget()
             return
         self._saved = state
+
+    def _write(self, line: bytes) -> None:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path, flags, 0o600)
+        except OSError:  # a symlink or a FIFO in its place: replaced by a file of our own
+            self.path.unlink()
+            fd = os.open(self.path, flags, 0o600)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(f"{self.path} is not a regular file")
+            if os.pwrite(fd, line, 0) != len(line):
+                raise OSError(f"{self.path}: short write")
+            os.ftruncate(fd, len(line))
+        finally:
+            os.close(fd)
 
     def _forget(self) -> None:
         """No stale state left to mislead a later resume (it would be checked, and then only
@@ -122,3 +151,17 @@ class BudgetStateFile:
         self._saved = None
         with contextlib.suppress(OSError):
             self.path.unlink()
+
+
+def _checksum(body: bytes) -> bytes:
+    return b"%08x" % zlib.crc32(body)
+
+
+def _needs_redacting(state: TrackerState) -> bool:
+    """True when redaction would change any text the state holds (its ids and keys; the
+    rest are numbers and our own field names), checked in one pass over them all."""
+    texts = [state.counter, state.root_id, state.last_id, state.capsule_id or "", *(state.target or ())]
+    texts += [entry_id for _, entry_id in (*state.skills, *state.intents)]
+    texts += [*state.open_calls, *state.counts]
+    joined = "\n".join(texts)
+    return redact(joined) != joined

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,17 @@ def resumed(t: Transcript, *, backfill: list[int] | None = None) -> Compactor:
     if backfill is not None:
         engine.counter.backfill = lambda: backfill.append(1) or {}
     return engine
+
+
+def saved_data(t: Transcript) -> dict:
+    """The JSON of the saved state (after its checksum)."""
+    return json.loads(state_path(t.file).read_bytes().split(b"\n")[0].partition(b" ")[2])
+
+
+def write_data(t: Transcript, data: dict) -> None:
+    """A state file holding `data`, with a good checksum."""
+    body = json.dumps(data).encode()
+    state_path(t.file).write_bytes(b"%08x %s\n" % (zlib.crc32(body), body))
 
 
 def rebuilt(t: Transcript) -> Compactor:
@@ -133,15 +145,38 @@ def test_a_state_that_does_not_describe_the_path_is_not_used(tmp_path: Path, spo
     for n in range(5):
         t.append(MessageEntry(role="user", content=words(4 + n)))
     engine.measure()
-    data = json.loads(state_path(t.file).read_text())
+    data = saved_data(t)
     spoil(data)
-    state_path(t.file).write_text(json.dumps(data))
+    write_data(t, data)
     again = resumed(t)
     assert again.tracker.restores == 0
     assert state(again.tracker, t.path()) == state(rebuilt(t).tracker, t.path())
 
 
-@pytest.mark.parametrize("content", [b"", b"{", b"\xff\xfe", b"[]", b"null", b"x" * (2 << 20)])
+def test_a_write_cut_short_or_a_longer_old_state_behind_it_is_never_taken_as_a_mix(tmp_path: Path) -> None:
+    t = open_transcript(tmp_path)
+    engine = make_compactor(t)
+    for n in range(40):
+        t.append(ToolCallEntry(call_id=f"call_{n:04d}_waiting_for_its_result", name="python", arguments="{}"))
+    engine.measure()
+    longer = state_path(t.file).read_bytes()
+    for n in range(40):  # every call answered: a much shorter state, written over the longer one
+        t.append(ToolResultEntry(call_id=f"call_{n:04d}_waiting_for_its_result", name="python", content="ok"))
+    engine.measure()
+    shorter = state_path(t.file).read_bytes()
+    assert len(shorter) < len(longer)
+    # A crash after the write and before the truncation: the old state's end follows the line.
+    state_path(t.file).write_bytes(shorter + longer[len(shorter) :])
+    again = resumed(t)
+    assert again.tracker.measure(t.path()) == engine.measure() and again.tracker.restores == 1
+    # A crash in the middle of the write: the new state's start, the old state's end.
+    for cut in (10, len(shorter) // 2, len(shorter) - 2):
+        state_path(t.file).write_bytes(shorter[:cut] + longer[cut:])
+        again = resumed(t)
+        assert again.tracker.measure(t.path()) == engine.measure() and again.tracker.restores == 0
+
+
+@pytest.mark.parametrize("content", [b"", b"{", b"\xff\xfe", b"[]", b"null", b"x" * (2 << 20), b"00000000 {}\n"])
 def test_a_malformed_state_file_costs_a_rebuild_only(tmp_path: Path, content: bytes) -> None:
     t = open_transcript(tmp_path)
     t.append(MessageEntry(role="user", content="hello"))
@@ -149,7 +184,7 @@ def test_a_malformed_state_file_costs_a_rebuild_only(tmp_path: Path, content: by
     engine = make_compactor(t)
     engine.measure()
     assert engine.tracker.restores == 0 and engine.tracker.rebuilds == 1
-    assert json.loads(state_path(t.file).read_text())["seen"] == 2  # replaced by a good one
+    assert saved_data(t)["seen"] == 2  # replaced by a good one
 
 
 def test_the_state_file_is_never_followed_through_a_link_or_waited_on(tmp_path: Path) -> None:
@@ -173,7 +208,7 @@ def test_a_state_that_would_need_redacting_is_not_written(tmp_path: Path, monkey
     call_id = "call_Zq81LmX04vTr"
     t.append(ToolCallEntry(call_id=call_id, name="python", arguments="{}"))  # waits for its result
     engine.measure()
-    assert call_id in state_path(t.file).read_text()
+    assert call_id in saved_data(t)["openCalls"]
     # The same text is now the value of a secret in the environment (redaction reads it): the
     # state would carry it, and a redacted call id would be a wrong one: no state is kept.
     monkeypatch.setenv("SOBA_TEST_API_KEY", call_id)
@@ -183,7 +218,7 @@ def test_a_state_that_would_need_redacting_is_not_written(tmp_path: Path, monkey
     monkeypatch.delenv("SOBA_TEST_API_KEY")
     t.append(MessageEntry(role="user", content="and again"))
     engine.measure()  # not a secret any more: written again
-    assert call_id in state_path(t.file).read_text()
+    assert call_id in saved_data(t)["openCalls"]
     assert resumed(t).tracker.measure(t.path()) == engine.measure()
 
 
