@@ -320,3 +320,30 @@ def test_the_plan_from_the_trackers_capsule_index_is_the_plan_from_a_scan(tmp_pa
     t.rewind(before_second)
     grow(t, 1500)
     agree()  # a rewound path: the first capsule is the latest again
+
+
+def test_a_fallback_capsule_over_the_hard_limit_is_shortened_until_it_fits(tmp_path):
+    """A long session's capsule carries long lists (every file and run, rolled up again and
+    again); on a small window the fallback capsule alone can pass the hard limit. It is
+    shortened, newest items kept, instead of the request being refused."""
+    from soba_nb.compaction.capsule import Capsule, render_capsule
+
+    t = open_transcript(tmp_path)
+    runs = "\n".join(f"- shell `python clean.py --part {n} --sensor s{n % 7}` → exit 0" for n in range(350))
+    previous = Capsule(goal_and_constraints="Clean the sensor logs.", verification=runs, work_done="- cleaned parts")
+    t.append(MessageEntry(role="user", content="Clean the sensor logs."))
+    t.append(CapsuleEntry(operation_id="op0", checkpoint_id="ck_00000001", trigger="user", quality="degraded",
+                          tokens_before=9000, tokens_after=3500, first_kept_entry_id=None,
+                          content=render_capsule(previous)))  # fmt: skip
+    grow(t, 2400)
+    engine = make_compactor(t, thresholds(hard=4000))  # no summarizer: the fallback capsule
+    before = engine.measure().effective
+    assert before > 4000
+    result = engine.preflight(TurnState())
+    assert result is not None and result.trigger == Trigger.HARD_LIMIT.value
+    assert result.outcome is Outcome.COMPLETED, result.reason
+    capsule = capsules(t)[-1]
+    assert capsule.quality == "degraded" and capsule.tokens_after <= 4000
+    assert "--part 349 " in capsule.content and "--part 0 " not in capsule.content
+    assert "older ones are left out" in capsule.content
+    assert engine.request_for_sending().tokens <= 4000

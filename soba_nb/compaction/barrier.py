@@ -32,7 +32,12 @@ from soba_nb.compaction.capsule import (
     render_capsule,
     validate_summary,
 )
-from soba_nb.compaction.deterministic import build_deterministic_capsule, with_latest_request
+from soba_nb.compaction.deterministic import (
+    LIST_ITEMS_MAX,
+    capsule_from_scan,
+    scan_for_capsule,
+    with_latest_request,
+)
 from soba_nb.compaction.extract_snapshots import ExtractSnapshots
 from soba_nb.compaction.flight import FlightRecord, FlightRecorder
 from soba_nb.compaction.model_input import (
@@ -329,6 +334,7 @@ class Note:
 NO_MODEL = Note("no summarizer model", Reason.FALLBACK_NO_MODEL)
 
 
+
 @dataclass(frozen=True)
 class Generated:
     """A capsule entry ready to append (not appended) and its measured continuation."""
@@ -360,14 +366,19 @@ def generate_capsule(
     """
     previous = _previous_capsule(cut)
     request, quote = _request_to_quote(cut)
-    capsule = deterministic = build_deterministic_capsule(
-        cut.summarize,
-        previous=previous,
-        kept=cut.kept,
-        kernel_state=ctx.kernel_state,
-        latest_request=request if quote else None,
-        scans=_scan_starts(ctx, cut),
-    )
+    scan = scan_for_capsule(cut.summarize, kept=cut.kept, scans=_scan_starts(ctx, cut))
+
+    def fallback(items_max: int | None = None) -> Capsule:
+        return capsule_from_scan(
+            scan,
+            previous=previous,
+            kept=cut.kept,
+            kernel_state=ctx.kernel_state,
+            latest_request=request if quote else None,
+            items_max=items_max,
+        )
+
+    capsule = deterministic = fallback()
     model = provider = None
     note: Note | None = fallback_note or NO_MODEL
     quality: Quality = "degraded"
@@ -400,30 +411,49 @@ def generate_capsule(
     continuation: Continuation | None = None
     if ctx.native is not None:
         continuation = "native" if native is not None else "portable" if quality == "full" else "fallback"
-    entry = CapsuleEntry(
-        operation_id=plan.operation_id,
-        checkpoint_id=new_checkpoint_id(),
-        trigger=plan.trigger.value,
-        quality=quality,
-        tokens_before=plan.tokens_before,
-        tokens_after=0,
-        estimated_before=plan.estimated_before,
-        first_kept_entry_id=cut.first_kept_entry_id,
-        rolls_up=cut.previous.id if cut.previous else None,
-        model=model,
-        provider=provider,
-        content=render_capsule(capsule),
-        native=native,
-        continuation=continuation,
-    )
     # Measured locally and exactly, then put on the scale of `tokens_before`: when that was
     # the provider's figure, its difference from our estimate carries over (like with like).
     calibration = plan.tokens_before - (plan.estimated_before if plan.estimated_before is not None else plan.tokens_before)
     fit_to = plan.hard_limit - max(calibration, 0)
-    tokens_after = max(measure_continuation(entry, cut, fit_to, ctx).tokens + calibration, 0)
-    ctx.counter.forget(entry.id)
-    ctx.counter.forget(native_cost_key(entry))
-    return Generated(msgspec.structs.replace(entry, tokens_after=tokens_after), tokens_after, note, native_note)
+
+    def measured(capsule: Capsule) -> tuple[CapsuleEntry, int]:
+        entry = CapsuleEntry(
+            operation_id=plan.operation_id,
+            checkpoint_id=new_checkpoint_id(),
+            trigger=plan.trigger.value,
+            quality=quality,
+            tokens_before=plan.tokens_before,
+            tokens_after=0,
+            estimated_before=plan.estimated_before,
+            first_kept_entry_id=cut.first_kept_entry_id,
+            rolls_up=cut.previous.id if cut.previous else None,
+            model=model,
+            provider=provider,
+            content=render_capsule(capsule),
+            native=native,
+            continuation=continuation,
+        )
+        tokens_after = max(measure_continuation(entry, cut, fit_to, ctx).tokens + calibration, 0)
+        ctx.counter.forget(entry.id)
+        ctx.counter.forget(native_cost_key(entry))
+        return msgspec.structs.replace(entry, tokens_after=tokens_after), tokens_after
+
+    entry, tokens_after = measured(capsule)
+    if quality == "degraded" and native is None and tokens_after > plan.hard_limit:
+        # The fallback over the hard limit (a long session's lists, a small window): its lists
+        # are shortened, newest kept, to the most items that fit (found by halving); a shorter
+        # capsule beats a stranded session.
+        fits, over = 0, LIST_ITEMS_MAX
+        while over - fits > 1:
+            items_max = (fits + over) // 2
+            shorter, tokens = measured(fallback(items_max))
+            if tokens <= plan.hard_limit:
+                fits, entry, tokens_after = items_max, shorter, tokens
+            else:
+                over = items_max
+                if not fits:
+                    entry, tokens_after = shorter, tokens  # the shortest tried, should none fit
+    return Generated(entry, tokens_after, note, native_note)
 
 
 def _ask_native(

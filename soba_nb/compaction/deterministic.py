@@ -134,8 +134,17 @@ def _cap(items: list[str], limit: int) -> list[str]:
     """The newest `limit` items, with a note for the older ones left out."""
     if len(items) <= limit:
         return items
-    kept = items[-(limit - 1) :]
+    kept = items[-max(limit - 1, 1) :]
     return [bullet(f"… and {len(items) - len(kept)} more, older (see the transcript)"), *kept]
+
+
+def _newest_listed(items: list[str], limit: int) -> list[str]:
+    """The newest `limit` items of a merged list (runs, files), after one note when older ones
+    are left out (now, or by an earlier capsule or snapshot: its note is not an item)."""
+    listed = [item for item in items if _strip_marker(item) != OLDER_LEFT_OUT]
+    if len(listed) == len(items) and len(listed) <= limit:
+        return items
+    return [bullet(OLDER_LEFT_OUT), *listed[-limit:]]
 
 
 def _body(items: Sequence[str]) -> str:
@@ -295,7 +304,7 @@ def _blockers(scan: Scan, previous: list[str], limit: int) -> list[str]:
     # Held up by something outside the work (stated in a message): kept until the cap pushes
     # it out, since no run can say it was resolved.
     merged = _merge(_merge(previous, failing, run_key), scan.stated_blockers, run_key)
-    return _cap([item for item in merged if run_key(item) not in resolved], BLOCKERS_MAX)
+    return _cap([item for item in merged if run_key(item) not in resolved], min(BLOCKERS_MAX, limit))
 
 
 def _in_progress(scan: Scan, kept_requests: list[str]) -> list[str]:
@@ -343,27 +352,38 @@ def build_deterministic_capsule(
     `scans`: where the scan may start (`ExtractSnapshots.start`: a snapshot of the first
     entries, so only the rest are read).
     """
-    if scans is None:
-        scan = Scan({e.call_id: e for e in (*entries, *kept) if isinstance(e, ToolResultEntry)})
-        scan.run(entries)
-    else:
-        begun = scans(entries, len(entries))
-        # Results in the kept tail count too (a snapshot that read one of their calls
-        # unanswered is of no use: from the first entry then).
-        later = {e.call_id: e for e in kept if isinstance(e, ToolResultEntry)}
-        if any(call_id in later for call_id in begun.unanswered):
-            begun = fresh_start([*entries, *kept])
-        scan = begun.scan
-        scan.results.update(later)
-        scan.run(entries[begun.covered :])
     return capsule_from_scan(
-        scan,
+        scan_for_capsule(entries, kept=kept, scans=scans),
         previous=previous,
         kept=kept,
         kernel_state=kernel_state,
         latest_request_whole=latest_request_whole,
         latest_request=latest_request,
     )
+
+
+def scan_for_capsule(
+    entries: Sequence[Entry],
+    *,
+    kept: Sequence[Entry] = (),
+    scans: Callable[[Sequence[Entry], int], Start] | None = None,
+) -> Scan:
+    """The scan `build_deterministic_capsule` renders (see there), to render it again with
+    fewer items (`capsule_from_scan` does not change it)."""
+    if scans is None:
+        scan = Scan({e.call_id: e for e in (*entries, *kept) if isinstance(e, ToolResultEntry)})
+        scan.run(entries)
+        return scan
+    begun = scans(entries, len(entries))
+    # Results in the kept tail count too (a snapshot that read one of their calls
+    # unanswered is of no use: from the first entry then).
+    later = {e.call_id: e for e in kept if isinstance(e, ToolResultEntry)}
+    if any(call_id in later for call_id in begun.unanswered):
+        begun = fresh_start([*entries, *kept])
+    scan = begun.scan
+    scan.results.update(later)
+    scan.run(entries[begun.covered :])
+    return scan
 
 
 def capsule_from_scan(
@@ -378,8 +398,11 @@ def capsule_from_scan(
 ) -> Capsule:
     """`build_deterministic_capsule` from a scan already run (a scan can be extended with
     more entries and read again, so an extract that grows costs one pass in all).
-    `items_max`: the runs, files and names taken, newest first (`LIST_ITEMS_MAX` when None)."""
-    limit = LIST_ITEMS_MAX if items_max is None else min(items_max, LIST_ITEMS_MAX)
+    `items_max`: the items of each list, newest first — runs, files and names (`LIST_ITEMS_MAX`
+    when None), also after merging with the previous capsule's, so lists do not grow with every
+    compaction of a long session; at most `NARRATIVE_MAX_ITEMS` of work, decisions and steps."""
+    limit = LIST_ITEMS_MAX if items_max is None else max(min(items_max, LIST_ITEMS_MAX), 1)
+    narrative = min(NARRATIVE_MAX_ITEMS, limit)
     if previous is None and scan.capsule_text is not None:
         previous = parse_capsule(scan.capsule_text, require_all=False)
     prior = previous or Capsule()
@@ -400,18 +423,18 @@ def capsule_from_scan(
         goal_and_constraints=_goal(
             scan, kept_requests, prior.goal_and_constraints, latest_request_whole, latest_request
         ),
-        work_done=_body(_cap(_merge(items("work_done"), work), NARRATIVE_MAX_ITEMS)),
-        in_progress=_body(_cap(_merge(items("in_progress"), _in_progress(scan, kept_requests)), NARRATIVE_MAX_ITEMS)),
-        pending=_body(_cap(_merge(items("pending"), scan.pending), NARRATIVE_MAX_ITEMS)),
-        decisions=_body(_cap(_merge(items("decisions"), _select(scan.decisions, DECISIONS_NEW_MAX)), NARRATIVE_MAX_ITEMS)),
+        work_done=_body(_cap(_merge(items("work_done"), work), narrative)),
+        in_progress=_body(_cap(_merge(items("in_progress"), _in_progress(scan, kept_requests)), narrative)),
+        pending=_body(_cap(_merge(items("pending"), scan.pending), narrative)),
+        decisions=_body(_cap(_merge(items("decisions"), _select(scan.decisions, DECISIONS_NEW_MAX)), narrative)),
         blockers=_body(_blockers(scan, items("blockers"), limit)),
-        next_steps=_body(_cap(_merge(items("next_steps"), _next_steps(scan)), NARRATIVE_MAX_ITEMS)),
-        files_read=_body(_merge(items("files_read"), read, _path_key)),
-        files_modified=_body(_merge(items("files_modified"), modified, _path_key)),
-        verification=_body(_merge(items("verification"), runs, run_key)),
+        next_steps=_body(_cap(_merge(items("next_steps"), _next_steps(scan)), narrative)),
+        files_read=_body(_newest_listed(_merge(items("files_read"), read, _path_key), limit)),
+        files_modified=_body(_newest_listed(_merge(items("files_modified"), modified, _path_key), limit)),
+        verification=_body(_newest_listed(_merge(items("verification"), runs, run_key), limit)),
         active_skills=_body(_merge(items("active_skills"), [bullet(f"{n} ({p})") for n, p in scan.skills.items()], _path_key)),
         kernel_state=_body(_kernel_state(scan, kernel_state, items("kernel_state"), limit)),
-        artifacts=_body(_merge(items("artifacts"), outputs, _path_key)),
+        artifacts=_body(_newest_listed(_merge(items("artifacts"), outputs, _path_key), limit)),
         extra_sections=list(prior.extra_sections),
     )
 

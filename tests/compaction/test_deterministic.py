@@ -431,3 +431,43 @@ def test_tool_arguments_nested_absurdly_deep_do_not_stop_the_capsule() -> None:
     ]
     capsule = build_deterministic_capsule(entries)
     assert "load the data" in capsule.goal_and_constraints
+
+
+def test_lists_stay_bounded_over_many_compactions() -> None:
+    from soba_nb.compaction.deterministic import LIST_ITEMS_MAX, OLDER_LEFT_OUT
+
+    previous: Capsule | None = None
+    for roll in range(4):  # each capsule rolls the one before up, with 150 new distinct runs
+        history = History().user(f"batch {roll}")
+        for index in range(150):
+            history.shell(f"echo {roll}-{index} > out/{roll}-{index}.txt", 0)
+        previous = build(history, previous=previous)
+    verification = previous.verification.splitlines()
+    assert verification[0] == f"- {OLDER_LEFT_OUT}" and len(verification) == LIST_ITEMS_MAX + 1
+    assert verification.count(f"- {OLDER_LEFT_OUT}") == 1  # one note, however many rolls
+    assert "echo 3-149 >" in previous.verification and "echo 0-0 >" not in previous.verification
+    assert len(previous.files_modified.splitlines()) == LIST_ITEMS_MAX + 1
+
+
+def test_fewer_items_make_a_shorter_capsule_that_keeps_the_newest_and_the_request() -> None:
+    from soba_nb.compaction.deterministic import capsule_from_scan, scan_for_capsule
+
+    history = History().user("Clean the sensor logs; keep the raw files.")
+    for index in range(300):
+        history.assistant(f"step {index} done").shell(f"python clean.py --part {index}", index % 2)
+        history.tool("read_file", "x", path=f"data/part_{index}.csv")
+    history.user("Now plot the drift per sensor.")
+    scan = scan_for_capsule(history.entries)
+    sizes = []
+    for items_max in (None, 100, 25, 6, 1):
+        capsule = capsule_from_scan(scan, items_max=items_max)
+        text = render_capsule(capsule)
+        assert parse_capsule(text) is not None
+        assert "Now plot the drift per sensor." in capsule.goal_and_constraints
+        assert "--part 299" in capsule.verification and "data/part_299.csv" in capsule.files_read
+        sizes.append(len(text))
+        if items_max is not None:
+            for section in (capsule.verification, capsule.files_read, capsule.work_done, capsule.blockers):
+                assert len(section.splitlines()) <= items_max + 1
+    assert sizes == sorted(sizes, reverse=True) and sizes[-1] < sizes[0] // 20
+    assert capsule_from_scan(scan) == build(history)  # rendering again leaves the scan as it was
