@@ -209,7 +209,7 @@ def _decompose_goal(body: str) -> tuple[str | None, list[str], list[str], list[s
 
 
 def _goal(
-    scan: Scan, kept_requests: list[str], previous_body: str, latest_whole: bool, current: str | None
+    scan: Scan, kept_requests: list[str], previous_body: str, latest_whole: bool, current: str | None, limit: int
 ) -> str:
     old_request, opening, earlier, constraints, carried = _decompose_goal(previous_body)
     if not previous_body and scan.user_messages:
@@ -241,8 +241,11 @@ def _goal(
             earlier = [*earlier, bullet(one_line(request, REQUEST_CLIP_CHARS))]
         request, note = current, ""
     newest = earlier_source[-EARLIER_REQUESTS_KEPT:] if latest_whole else earlier_source[-EARLIER_REQUESTS_KEPT - 1 :]
-    earlier = _cap(_merge(earlier, [bullet(one_line(m, REQUEST_CLIP_CHARS)) for m in newest if m.strip()]), EARLIER_REQUESTS_MAX)
-    constraints = _cap(_merge(constraints, scan.constraints), CONSTRAINTS_MAX)
+    earlier = _cap(
+        _merge(earlier, [bullet(one_line(m, REQUEST_CLIP_CHARS)) for m in newest if m.strip()]),
+        min(EARLIER_REQUESTS_MAX, limit),
+    )
+    constraints = _cap(_merge(constraints, scan.constraints), min(CONSTRAINTS_MAX, limit))
     earlier = [item for item in earlier if item not in opening and item != quoted_first]
     parts = []
     if request is not None:
@@ -400,7 +403,8 @@ def capsule_from_scan(
     more entries and read again, so an extract that grows costs one pass in all).
     `items_max`: the items of each list, newest first — runs, files and names (`LIST_ITEMS_MAX`
     when None), also after merging with the previous capsule's, so lists do not grow with every
-    compaction of a long session; at most `NARRATIVE_MAX_ITEMS` of work, decisions and steps."""
+    compaction of a long session; at most `NARRATIVE_MAX_ITEMS` of work, decisions and steps,
+    and at most the usual earlier requests and constraints."""
     limit = LIST_ITEMS_MAX if items_max is None else max(min(items_max, LIST_ITEMS_MAX), 1)
     narrative = min(NARRATIVE_MAX_ITEMS, limit)
     if previous is None and scan.capsule_text is not None:
@@ -421,7 +425,7 @@ def capsule_from_scan(
     work = [*_select(scan.work, WORK_DONE_NEW_LINES), *_tool_summary(scan)]
     return Capsule(
         goal_and_constraints=_goal(
-            scan, kept_requests, prior.goal_and_constraints, latest_request_whole, latest_request
+            scan, kept_requests, prior.goal_and_constraints, latest_request_whole, latest_request, limit
         ),
         work_done=_body(_cap(_merge(items("work_done"), work), narrative)),
         in_progress=_body(_cap(_merge(items("in_progress"), _in_progress(scan, kept_requests)), narrative)),
