@@ -235,7 +235,10 @@ class ModelInput:
 def fixed_key(system: str, tools: Sequence[ToolSchema]) -> str:
     """The counter's key for `fixed_tokens`: by content, so the counts sidecar keeps it too
     (a resume then loads no tokenizer)."""
-    schemas = [tool.model_dump() for tool in tools]
+    return _key_of_fixed(system, [tool.model_dump() for tool in tools])
+
+
+def _key_of_fixed(system: str, schemas: list[dict[str, object]]) -> str:
     return "fixed:" + hashlib.sha1(json.dumps([system, schemas], sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -243,7 +246,7 @@ def fixed_tokens(system: str, tools: Sequence[ToolSchema], counter: TokenCounter
     """System prompt, tool schemas and reply priming: the cost of an empty conversation."""
     schemas = [tool.model_dump() for tool in tools]
     return counter.cached(
-        fixed_key(system, tools),
+        _key_of_fixed(system, schemas),
         lambda: counter.count_message("system", system) + counter.count_tools(schemas) + TOKENS_PER_REPLY,
     )
 
