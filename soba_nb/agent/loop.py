@@ -312,6 +312,7 @@ class TurnRunner:
             namespace=self.session.namespace,
             record_checkpoint=self._checkpoint,
             cancel=self.cancel,
+            session_files=self.session.session_files(),
         )
         transcript = self.session.transcript
         for index, call in enumerate(response.tool_calls):

@@ -20,6 +20,7 @@ from soba_nb.agent.skills import load_skill
 from soba_nb.agent.summarizer import ProviderSummarizer
 from soba_nb.agent.tools import TOOL_SCHEMAS
 from soba_nb.catalogue import lookup
+from soba_nb.compaction import budget_state, extract_snapshots
 from soba_nb.compaction.engine import Compactor, EngineSettings
 from soba_nb.compaction.flight import FLIGHT_FILE, FlightRecorder
 from soba_nb.config import SobaConfig
@@ -42,6 +43,7 @@ from soba_nb.transcript.entries import (
     WindowSource,
 )
 from soba_nb.transcript.store import Transcript
+from soba_nb.transcript import token_index
 from soba_nb.transcript.token_index import TokenIndex
 from soba_nb.window import (
     AUTO_KEY,
@@ -314,6 +316,15 @@ class AgentSession:
     @property
     def file(self) -> Path:
         return self.transcript.file
+
+    def session_files(self) -> frozenset[Path]:
+        """The files this session writes (its transcript, the side-cars beside it and the
+        flight records), resolved: the agent's file tools never write them."""
+        transcript = self.file.resolve()
+        sidecars = (token_index.SUFFIX, budget_state.SUFFIX, extract_snapshots.SUFFIX)
+        return frozenset(
+            {transcript, *(transcript.with_suffix(suffix) for suffix in sidecars), transcript.with_name(FLIGHT_FILE)}
+        )
 
     def resolve_target(self, target: str) -> str:
         """An entry id for a checkpoint id (`ck_…`) or an entry id."""

@@ -28,6 +28,9 @@ class ToolContext:
     """`record_checkpoint(kind, note) -> checkpoint_id`; None when the session has none."""
     cancel: threading.Event | None = None
     """Set when the user cancels the turn; long-running tools (shell) stop early."""
+    session_files: frozenset[Path] = frozenset()
+    """The open session's own files (transcript and side-cars, resolved): the file tools never
+    write them, even where `%soba --session PATH` put them outside a `.soba` folder."""
 
 
 @dataclass(frozen=True)

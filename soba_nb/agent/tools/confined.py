@@ -13,7 +13,10 @@ writes and reads escape. Here every step holds a descriptor and checks *it*:
   an existing one is opened without `O_TRUNC`, checked, and only then truncated;
 - only regular files are read or written (a FIFO would block `read_file` forever, a device is
   no file), `O_NONBLOCK` keeps even the open from blocking, sizes come from `fstat` before
-  reading, and a file with other hard links is not written (its other names may be outside).
+  reading, and a file with other hard links is not written (its other names may be outside);
+- soba's own files (`soba_nb.own_files`) are never written: the rule is applied to the path
+  as given, and again to the real place of the folder and of the file opened, so a link to a
+  transcript or to `soba.json` is refused like the file itself.
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from soba_nb.agent.tools.base import ToolError
+from soba_nb.own_files import soba_file_rule
 
 MAX_READ_BYTES = 8 * 1024 * 1024
 """`read_file` refuses larger files (the python tool can read part of one)."""
@@ -46,12 +50,14 @@ def _real_path(fd: int) -> Path:
 class Confinement:
     """One tool call's view of the project folder."""
 
-    def __init__(self, tool: str, shown: str, project_root: Path):
+    def __init__(self, tool: str, shown: str, project_root: Path, session_files: Collection[Path] = ()):
         self.tool = tool
         self.shown = shown
         """The path as the model gave it (for messages)."""
         self.root = project_root.resolve()
         self.parts = self._relative_parts(shown, project_root)
+        self.session_files = session_files
+        """The open session's files (resolved): never written, wherever they are."""
 
     def _outside(self) -> ToolError:
         return ToolError(f"{self.tool}: path '{self.shown}' is outside the project folder {self.root}")
@@ -72,6 +78,16 @@ class Confinement:
             raise self._outside()
         return parts
 
+    def refuse_own_files(self, real: Path | None = None) -> None:
+        """Raise when `real` (default: the path as given) is one of soba's own files."""
+        path = real if real is not None else self.root.joinpath(*self.parts)
+        rule = soba_file_rule(path, self.root, self.session_files)
+        if rule is not None:
+            raise ToolError(
+                f"{self.tool}: '{self.shown}' is one of soba's own files ({rule}); the file tools "
+                "never write or edit those (reading them is allowed)"
+            )
+
     def _check(self, fd: int) -> None:
         """The opened object must lie inside the project (symlinks followed by the kernel)."""
         if not _real_path(fd).is_relative_to(self.root):
@@ -80,10 +96,13 @@ class Confinement:
 
     @contextmanager
     def folder(self, parts: list[str] | None = None, *, create: bool = False) -> Iterator[int]:
-        """The descriptor of the folder `parts` (default: the whole path), checked."""
+        """The descriptor of the folder `parts` (default: the whole path), checked; `create`
+        (for writing): missing folders are made, never inside soba's own folders."""
         fd = os.open(self.root, DIR_FLAGS)
         try:
             for part in self.parts if parts is None else parts:
+                if create:
+                    self.refuse_own_files(_real_path(fd) / part)
                 try:
                     child = os.open(part, DIR_FLAGS, dir_fd=fd)
                 except FileNotFoundError:
@@ -123,8 +142,15 @@ class Confinement:
         """Create or replace a regular file inside the project (parents created)."""
         if not self.parts:
             raise ToolError(f"{self.tool}: '{self.shown}' is a folder")
+        self.refuse_own_files()
         with self.folder(self.parts[:-1], create=True) as parent:
+            self.refuse_own_files(_real_path(parent) / self.parts[-1])
             fd = self._open_for_writing(parent, self.parts[-1])
+        try:
+            self.refuse_own_files(_real_path(fd))
+        except ToolError:
+            os.close(fd)
+            raise
         try:
             os.ftruncate(fd, 0)
             view = memoryview(data)

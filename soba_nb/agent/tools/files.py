@@ -3,7 +3,9 @@
 All paths are relative to the project folder (absolute paths are accepted when they lie
 inside it) and are refused when they lead outside it, through `..` or a symlink; the checks
 are made on the opened descriptors, so a path swapped during the call cannot escape either
-(`soba_nb.agent.tools.confined`). Text is UTF-8 and written byte for byte.
+(`soba_nb.agent.tools.confined`). Soba's own files (`soba_nb.own_files`: session folders,
+`.soba/`, `soba.json`, `~/.soba/`, the open session's transcript) can be read and listed but
+never written or edited. Text is UTF-8 and written byte for byte.
 """
 
 from __future__ import annotations
@@ -62,14 +64,15 @@ def read_file(arguments: ReadFileArguments, ctx: ToolContext) -> ToolOutcome:
 
 
 def write_file(arguments: WriteFileArguments, ctx: ToolContext) -> ToolOutcome:
-    place = Confinement("write_file", arguments.path, ctx.project_root)
+    place = Confinement("write_file", arguments.path, ctx.project_root, ctx.session_files)
     data = arguments.content.encode("utf-8")
     _write(place, data)
     return ToolOutcome(f"wrote {len(data)} bytes to {arguments.path}")
 
 
 def edit_file(arguments: EditFileArguments, ctx: ToolContext) -> ToolOutcome:
-    place = Confinement("edit_file", arguments.path, ctx.project_root)
+    place = Confinement("edit_file", arguments.path, ctx.project_root, ctx.session_files)
+    place.refuse_own_files()
     if not arguments.old:
         raise ToolError("edit_file: 'old' is empty; give the exact text to replace")
     text = _read_text(place)

@@ -1,0 +1,56 @@
+"""The files soba keeps for itself (SPEC §11), named once: the agent's file tools never write
+or edit them.
+
+A prompt injection in a file the agent reads was enough to make scripted `write_file` /
+`edit_file` calls truncate the session transcript (the session no longer opened) and point
+`soba.json`'s `baseUrl` at another server, which then received the API key. So these are
+refused to the file tools, wherever they are and however they are reached (the tools apply
+the rule to the real path of what they opened, so a link to one of them is refused too):
+
+- a session folder `<notebook-stem>.soba/` and the project's `.soba/` (memory, skills): any
+  path with a component ending in `.soba`;
+- any `soba.json` (the project configuration);
+- `~/.soba/` (the user configuration);
+- the files of the session that is open, wherever `%soba --session PATH` put them (its
+  transcript and the side-cars beside it), given by the session.
+
+Reading them stays allowed. `python` and `shell` can do anything the user can: that is what
+approval is for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from pathlib import Path
+
+SOBA_FOLDER_SUFFIX = ".soba"
+"""`<notebook-stem>.soba/` (sessions) and the project's `.soba/` (memory, skills)."""
+PROJECT_CONFIG_NAME = "soba.json"
+USER_FOLDER = Path("~/.soba")
+"""The user's configuration (`~/.soba/config.json`)."""
+
+
+def _user_folder() -> Path | None:
+    try:
+        return USER_FOLDER.expanduser().resolve()
+    except (OSError, RuntimeError):  # no home folder, or a link loop there
+        return None
+
+
+def soba_file_rule(path: Path, root: Path, session_files: Collection[Path] = ()) -> str | None:
+    """Which rule makes `path` (absolute, links resolved) one of soba's own files, or None.
+
+    `root` is the project folder (resolved): only components below it are looked at, so a
+    project that itself lies in a folder named like a session folder is still usable.
+    `session_files` are the open session's files (resolved)."""
+    if path in session_files:
+        return "the open session's transcript and its side-cars"
+    user = _user_folder()
+    if user is not None and path.is_relative_to(user):
+        return "the user configuration ~/.soba/"
+    if path.name.casefold() == PROJECT_CONFIG_NAME:
+        return "the project configuration soba.json"
+    relative = path.relative_to(root) if path.is_relative_to(root) else path
+    if any(part.casefold().endswith(SOBA_FOLDER_SUFFIX) for part in relative.parts):
+        return "session folders *.soba/ and the project's .soba/"
+    return None
