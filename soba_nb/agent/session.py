@@ -31,6 +31,7 @@ from soba_nb.providers.errors import ProviderError
 from soba_nb.providers.http import DEFAULT_IDLE_TIMEOUT_S
 from soba_nb.providers.native import native_compactor_for
 from soba_nb.tokens import TokenCounter
+from soba_nb.transcript import token_index
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     CheckpointEntry,
@@ -43,7 +44,6 @@ from soba_nb.transcript.entries import (
     WindowSource,
 )
 from soba_nb.transcript.store import Transcript
-from soba_nb.transcript import token_index
 from soba_nb.transcript.token_index import TokenIndex
 from soba_nb.window import (
     AUTO_KEY,

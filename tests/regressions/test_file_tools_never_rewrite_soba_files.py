@@ -101,7 +101,7 @@ def test_a_session_outside_a_soba_folder_is_protected_too(ip, nb_dir, scripted):
     assert b"TRUNCATED" not in after.split(b"\n")[0]
     errors = [e for e in Transcript.load(transcript).path() if isinstance(e, ToolResultEntry)]
     assert len(errors) == 4 and all(e.is_error and "open session" in e.content for e in errors)
-    assert not (nb_dir / "work" / "flight.jsonl").exists() or b"x" != (nb_dir / "work" / "flight.jsonl").read_bytes()
+    assert not (nb_dir / "work" / "flight.jsonl").exists() or (nb_dir / "work" / "flight.jsonl").read_bytes() != b"x"
 
 
 def test_the_user_configuration_is_protected_through_a_link(ip, nb_dir, scripted, monkeypatch):
