@@ -9,12 +9,22 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from soba_nb.compaction.limits import hard_limit, soft_limit
@@ -28,6 +38,21 @@ USER_CONFIG_PATH = Path("~/.soba/config.json")
 PROJECT_CONFIG_NAME = "soba.json"
 ENV_PREFIX = "SOBA_"
 DEPRECATED_ALIASES = {"backgroundTimeoutMs": "timeoutMs"}
+
+MAX_CONTEXT_WINDOW = 100_000_000
+"""No model comes near this many tokens (SPEC §12): a larger window, or any token figure
+above it, is a typo or a broken answer, never a setting. Server figures obey it too."""
+MAX_TIMEOUT_MS = 3_600_000
+"""An hour: the longest a summary may be waited for. Beyond it the deadline means "never",
+and a timer that large overflows the platform's wait call."""
+BASE_URL_SCHEMES = frozenset({"http", "https"})
+"""The only schemes a model server is spoken to over (httpx would refuse the rest per request)."""
+MAX_CONFIG_BYTES = 1024 * 1024
+"""A configuration is a few hundred bytes; a larger file is not one, and `/dev/zero` must
+not be read forever."""
+MAX_CONFIG_DEPTH = 16
+"""The deepest key is two levels down (`compaction.timeoutMs`); deeper nesting is not a
+configuration, and nesting thousands deep would exhaust the parser's recursion."""
 
 
 class ConfigDeprecationWarning(DeprecationWarning):
@@ -51,8 +76,26 @@ class _Section(BaseModel):
     )
 
 
-# Numeric fields are strict: in lax mode pydantic reads JSON `true` as 1 and "65000" as
-# 65000, so `"timeoutMs": true` would silently become a 1 ms deadline.
+# Numeric and boolean fields are strict: in lax mode pydantic reads JSON `true` as 1,
+# "65000" as 65000 and "yes" or "on" as true, so `"timeoutMs": true` would silently become a
+# 1 ms deadline, while "ja" or "enabled" would be refused: a user cannot tell which words
+# work (SPEC §12: booleans are JSON booleans).
+
+
+def base_url_problem(url: str) -> str | None:
+    """Why `url` cannot be a model server's base URL (None when it can)."""
+    if any(char.isspace() or not char.isprintable() for char in url):
+        return "must not contain spaces or control characters"
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # a port that is not a number in 0-65535 raises here
+    except ValueError:
+        return "is not a valid URL"
+    if parts.scheme.lower() not in BASE_URL_SCHEMES:
+        return "must be an http:// or https:// URL"
+    if not parts.hostname:
+        return "must name a host (http://HOST[:PORT]/...)"
+    return None
 
 
 class ModelSettings(_Section):
@@ -67,29 +110,37 @@ class ModelSettings(_Section):
     "responses" (OpenAI's Responses API, which also compacts natively). Other providers
     have one API each and ignore it."""
     base_url: str | None = None
-    """Server URL; null means the provider's public default."""
+    """Server URL (http or https only); null means the provider's public default."""
     api_key_env: str = "OPENAI_API_KEY"
     """Name of the environment variable holding the API key (the key itself is never stored)."""
-    context_window: int = Field(128000, gt=0, strict=True)
+    context_window: int = Field(128000, gt=0, le=MAX_CONTEXT_WINDOW, strict=True)
     """The model's context window in tokens."""
-    max_output_tokens: int = Field(8000, gt=0, strict=True)
+    max_output_tokens: int = Field(8000, gt=0, le=MAX_CONTEXT_WINDOW, strict=True)
     """Tokens reserved for the answer."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        problem = None if value is None else base_url_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
 
 class CompactionSettings(_Section):
     """Compaction thresholds (SPEC §3 defaults)."""
 
-    auto: bool = True
+    auto: bool = Field(True, strict=True)
     """Soft triggers on; `hard_limit` and `context_overflow` ignore this."""
-    compact_on_turn_complete: bool = True
-    compact_on_milestone: bool = True
-    min_tokens_for_auto_compact: int = Field(32000, ge=0, strict=True)
-    min_reclaimable_tokens: int = Field(12000, ge=0, strict=True)
+    compact_on_turn_complete: bool = Field(True, strict=True)
+    compact_on_milestone: bool = Field(True, strict=True)
+    min_tokens_for_auto_compact: int = Field(32000, ge=0, le=MAX_CONTEXT_WINDOW, strict=True)
+    min_reclaimable_tokens: int = Field(12000, ge=0, le=MAX_CONTEXT_WINDOW, strict=True)
     min_savings_ratio: float = Field(0.25, gt=0, le=1, strict=True)
-    keep_recent_tokens: int = Field(20000, ge=0, strict=True)
-    safety_reserve_tokens: int = Field(8192, ge=0, strict=True)
+    keep_recent_tokens: int = Field(20000, ge=0, le=MAX_CONTEXT_WINDOW, strict=True)
+    safety_reserve_tokens: int = Field(8192, ge=0, le=MAX_CONTEXT_WINDOW, strict=True)
     auto_compact_threshold_ratio: float = Field(0.8, gt=0, le=1, strict=True)
-    timeout_ms: int = Field(15000, gt=0, strict=True)
+    timeout_ms: int = Field(15000, gt=0, le=MAX_TIMEOUT_MS, strict=True)
     """Deadline for the model summary; after it the deterministic capsule is used."""
 
 
@@ -153,8 +204,12 @@ class SobaConfig(_Section):
 
     @classmethod
     def from_recorded(cls, data: Mapping[str, Any], explicit: Mapping[str, str], provider_source: str) -> SobaConfig:
-        """A configuration as a session recorded it (`ConfigEntry`)."""
-        config = cls.model_validate(data)
+        """A configuration as a session recorded it (`ConfigEntry`); a `ConfigError` when
+        today's rules refuse it (a transcript is data, and may be hand-edited)."""
+        try:
+            config = cls.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(f"the recorded configuration is refused: {_one_line(exc, data)}") from None
         config._explicit = dict(explicit)
         config._provider_source = provider_source
         return config
@@ -218,35 +273,111 @@ def _apply_aliases(layer: Mapping[str, Any], source: str) -> dict[str, Any]:
     return out
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _not_a_file(path: Path, mode: int) -> ConfigError | None:
+    """The refusal for anything but a regular file (links are followed to their target)."""
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+    return ConfigError(f"{path}: cannot read config file: it is {kind}, not a JSON file")
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The file's bytes, refusing what is not a small regular file without waiting on it.
+
+    `stat` first, so a FIFO is never opened (an open for reading blocks until a writer
+    comes); the open is non-blocking all the same and checked again, as the name may be
+    replaced in between. At most `MAX_CONFIG_BYTES` are read, so a file that never ends
+    (`/dev/zero` behind a link, a growing log) ends here."""
     try:
-        text = path.read_text(encoding="utf-8")
+        refusal = _not_a_file(path, os.stat(path).st_mode)
+        if refusal is not None:
+            raise refusal
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config file ({exc.strerror})") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a JSON object")
+        raise ConfigError(f"{path}: cannot read config file ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(fd)
+        refusal = _not_a_file(path, info.st_mode)
+        if refusal is not None:
+            raise refusal
+        data = b"" if info.st_size > MAX_CONFIG_BYTES else file.read(MAX_CONFIG_BYTES + 1)
+    if info.st_size > MAX_CONFIG_BYTES or len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: config file is larger than {MAX_CONFIG_BYTES:,} bytes; not a configuration")
     return data
 
 
+def _depth(value: Any) -> int:
+    """How deeply `value` nests (0 for a scalar), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth + 1)
+            if deepest > MAX_CONFIG_DEPTH:
+                return deepest
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    data = _read_bytes(path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+    def not_a_number(name: str) -> Any:
+        # Python's json reads NaN and Infinity, which are not JSON and no figure can be.
+        raise ConfigError(f"{path}: not valid JSON ({name} is not a JSON number)")
+
+    too_deep = ConfigError(f"{path}: nested too deeply (more than {MAX_CONFIG_DEPTH} levels); not a configuration")
+    try:
+        parsed = json.loads(text, parse_constant=not_a_number)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except RecursionError:
+        raise too_deep from None
+    except ConfigError:
+        raise
+    except ValueError:  # an integer of thousands of digits: Python refuses to convert it
+        raise ConfigError(f"{path}: a number in it has too many digits to be a setting") from None
+    if _depth(parsed) > MAX_CONFIG_DEPTH:
+        raise too_deep
+    if not isinstance(parsed, dict):
+        raise ConfigError(f"{path}: the top level must be a JSON object")
+    return parsed
+
+
 def find_project_config(start: Path) -> Path | None:
-    """The `soba.json` in `start` or its nearest parent holding one."""
+    """The `soba.json` in `start` or its nearest parent holding one.
+
+    Whatever stands under that name counts (a folder, a FIFO, a link to a device): it is
+    refused when read, rather than skipped for a parent's file or the defaults (SPEC §12)."""
     start = start.resolve()
     for folder in (start, *start.parents):
         candidate = folder / PROJECT_CONFIG_NAME
-        if candidate.is_file():
+        if os.path.lexists(candidate):
             return candidate
     return None
 
 
+_SECTIONS: dict[str, type[_Section]] = {"model": ModelSettings, "compaction": CompactionSettings}
+
+
 def _env_keys() -> dict[str, tuple[str, str]]:
     """`SOBA_<SECTION>_<FIELD>` for every key, e.g. `SOBA_COMPACTION_TIMEOUT_MS`."""
-    sections: tuple[tuple[str, type[_Section]], ...] = (("model", ModelSettings), ("compaction", CompactionSettings))
     keys: dict[str, tuple[str, str]] = {}
-    for section_name, section in sections:
+    for section_name, section in _SECTIONS.items():
         for field_name, field in section.model_fields.items():
             keys[f"{ENV_PREFIX}{section_name.upper()}_{field_name.upper()}"] = (section_name, field.alias or field_name)
     return keys
@@ -269,7 +400,8 @@ def env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
     """`SOBA_MODEL_CONTEXT_WINDOW=65000`, `SOBA_COMPACTION_AUTO=false`, `SOBA_MODEL=...`.
 
     Values are parsed as JSON when they parse (numbers, booleans, null), else kept as text.
-    """
+    Each is checked against its key here, so a refusal names the variable
+    (`SOBA_COMPACTION_AUTO=yes` is not a boolean: only `true` and `false` are)."""
     layer: dict[str, Any] = {}
     for var, (section, key) in _ENV_KEYS.items():
         if var not in environ:
@@ -277,16 +409,29 @@ def env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
         raw = environ[var]
         try:
             value: Any = json.loads(raw)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON (or absurdly deep or long): text
             value = raw
+        _check_env_value(var, section, key, value)
         layer.setdefault(section, {})[key] = value
     return layer
 
 
-def _one_line(exc: ValidationError, merged: Mapping[str, Any]) -> str:
-    """The first pydantic error as `key = value: rule`."""
+def _check_env_value(var: str, section: str, key: str, value: Any) -> None:
+    """Validate one variable's value against its key alone (figures that must agree with
+    each other are checked once every layer is merged)."""
+    key = DEPRECATED_ALIASES.get(key, key)
+    if _depth(value) > MAX_CONFIG_DEPTH:
+        raise ConfigError(f"invalid configuration: {var}: nested too deeply (more than {MAX_CONFIG_DEPTH} levels)")
+    try:
+        _SECTIONS[section].model_validate({key: value})
+    except ValidationError as exc:
+        raise ConfigError(f"invalid configuration: {var}: {_one_line(exc, {section: {key: value}}, (section,))}") from None
+
+
+def _one_line(exc: ValidationError, merged: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> str:
+    """The first pydantic error as `key = value: rule` (`prefix`: where the validated model sits)."""
     err = exc.errors()[0]
-    loc = [str(part) for part in err["loc"]]
+    loc = [*prefix, *(str(part) for part in err["loc"])]
     value: Any = merged
     for part in loc:
         value = value.get(part) if isinstance(value, Mapping) else None
@@ -296,7 +441,9 @@ def _one_line(exc: ValidationError, merged: Mapping[str, Any]) -> str:
     if err["type"] == "extra_forbidden":
         return f"{key}: unknown key (value {_clip(json.dumps(value, default=str))}); {_known_keys(loc)}"
     if err["type"] == "value_error":
-        return rule.removeprefix("Value error, ")
+        rule = rule.removeprefix("Value error, ")
+        # A field's own check (baseUrl) gets the key and value; the limits check words its own.
+        return f"{key} = {_clip(json.dumps(value, default=str))}: {rule}" if loc else rule
     if err["type"] in ("model_type", "model_attributes_type", "dict_type"):
         return f"{key} = {_clip(json.dumps(value, default=str))}: must be a JSON object"
     return f"{key} = {_clip(json.dumps(value, default=str))}: {rule.lower()}"
@@ -311,9 +458,8 @@ def _clip(text: str) -> str:
 
 def _known_keys(loc: list[str]) -> str:
     """The keys that may stand where an unknown one was found."""
-    sections: dict[str, type[_Section]] = {"model": ModelSettings, "compaction": CompactionSettings}
-    if len(loc) >= 2 and loc[0] in sections:
-        names = [field.alias or name for name, field in sections[loc[0]].model_fields.items()]
+    if len(loc) >= 2 and loc[0] in _SECTIONS:
+        names = [field.alias or name for name, field in _SECTIONS[loc[0]].model_fields.items()]
         return f"known keys in {loc[0]}: {', '.join(names)}"
     return "the top level has model and compaction"
 
@@ -347,12 +493,20 @@ def build_config(layers: list[tuple[str, Mapping[str, Any]]]) -> SobaConfig:
         merged = _deep_merge(merged, PROVIDER_PROFILES[provider])
     for _name, layer in renamed:
         merged = _deep_merge(merged, layer)
+    explicit = _explicit_keys(renamed)
     try:
         config = SobaConfig.model_validate(merged)
     except ValidationError as exc:
-        raise ConfigError(f"invalid configuration: {_one_line(exc, merged)}") from None
-    config._explicit = _explicit_keys(renamed)
+        raise ConfigError(f"invalid configuration: {_one_line(exc, merged)}{_set_in(exc, explicit)}") from None
+    config._explicit = explicit
     return config
+
+
+def _set_in(exc: ValidationError, explicit: Mapping[str, str]) -> str:
+    """` (in ~/proj/soba.json)`: the layer that set the refused key, when one did."""
+    loc = exc.errors()[0]["loc"]
+    layer = explicit.get(".".join(str(part) for part in loc[:2])) if len(loc) >= 2 else None
+    return f" (in {layer})" if layer else ""
 
 
 def load_config(
@@ -366,7 +520,7 @@ def load_config(
     environ = os.environ if environ is None else environ
     layers: list[tuple[str, Mapping[str, Any]]] = []
     user_path = (user_config or USER_CONFIG_PATH).expanduser()
-    if user_path.is_file():
+    if os.path.lexists(user_path):  # a folder or FIFO there is refused, not skipped
         layers.append((shown(user_path), _read_json(user_path)))
     project = find_project_config(notebook_dir or Path.cwd())
     if project is not None:

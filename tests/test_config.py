@@ -384,3 +384,185 @@ def test_api_keys_are_not_in_the_config() -> None:
     dumped = json.dumps(SobaConfig().to_json())
     assert "apiKeyEnv" in dumped
     assert "sk-" not in dumped
+
+
+# -- a hostile environment (SPEC §12): one line naming the file or key -------------------
+
+
+def one_line_refusal(call: Any) -> str:
+    """The refusal of `call()` (within a few seconds: a FIFO must never block the read)."""
+    import threading
+
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout=5)
+    assert outcome, "the configuration read is still blocked after 5 s"
+    error = outcome[0]
+    assert isinstance(error, ConfigError), f"not refused: {error!r}"
+    message = str(error)
+    assert "\n" not in message and "Traceback" not in message and "pydantic" not in message.lower()
+    return message
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["ftp://example.com/v1", "file:///etc/passwd", "localhost:11434/v1", "http://", "http://host:99999/v1", "http://a b/v1", "//host/v1"],
+)
+def test_only_http_and_https_base_urls(url: str) -> None:
+    message = refused({"model": {"baseUrl": url}})
+    assert f"model.baseUrl = {json.dumps(url)}:" in message
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8080/v1", "https://api.example.com/v1", "HTTP://Host:11434/v1"])
+def test_http_base_urls_are_accepted(url: str) -> None:
+    assert build_config([("t", {"model": {"baseUrl": url}})]).model.base_url == url
+
+
+def test_a_window_over_one_hundred_million_tokens_is_refused() -> None:
+    from soba_nb.config import MAX_CONTEXT_WINDOW
+
+    message = refused({"model": {"contextWindow": 10**100}})
+    assert message.startswith("invalid configuration: model.contextWindow = 1000")
+    assert f"less than or equal to {MAX_CONTEXT_WINDOW}" in message
+    assert "(in test)" in message  # the layer that set it
+    assert build_config([("t", {"model": {"contextWindow": MAX_CONTEXT_WINDOW}})]).hard_limit > 0
+    refused({"model": {"contextWindow": MAX_CONTEXT_WINDOW + 1}})
+
+
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [
+        ("model", "maxOutputTokens"),
+        ("compaction", "minTokensForAutoCompact"),
+        ("compaction", "minReclaimableTokens"),
+        ("compaction", "keepRecentTokens"),
+        ("compaction", "safetyReserveTokens"),
+        ("compaction", "timeoutMs"),
+    ],
+)
+def test_every_figure_has_an_upper_bound(section: str, key: str) -> None:
+    from soba_nb.config import MAX_CONTEXT_WINDOW, MAX_TIMEOUT_MS
+
+    bound = MAX_TIMEOUT_MS if key == "timeoutMs" else MAX_CONTEXT_WINDOW
+    message = refused({section: {key: bound + 1}})
+    assert f"{section}.{key} = {bound + 1}: input should be less than or equal to {bound}" in message
+
+
+@pytest.mark.parametrize("key", ["auto", "compactOnTurnComplete", "compactOnMilestone"])
+@pytest.mark.parametrize("value", ["yes", "true", 1, 0, None])
+def test_booleans_are_json_booleans(key: str, value: Any) -> None:
+    message = refused({"compaction": {key: value}})
+    assert f"compaction.{key} = {json.dumps(value)}:" in message
+
+
+def test_an_environment_boolean_must_be_true_or_false(tmp_path: Path, isolated: dict[str, Any]) -> None:
+    isolated["environ"] = {"SOBA_COMPACTION_AUTO": "yes"}
+    message = one_line_refusal(lambda: load_config(tmp_path, **isolated))
+    assert "SOBA_COMPACTION_AUTO" in message and 'compaction.auto = "yes"' in message
+    for word, expected in (("true", True), ("false", False)):
+        isolated["environ"] = {"SOBA_COMPACTION_AUTO": word}
+        assert load_config(tmp_path, **isolated).compaction.auto is expected
+    isolated["environ"] = {"SOBA_AUTO_COMPACT": "on"}
+    assert "SOBA_AUTO_COMPACT" in one_line_refusal(lambda: load_config(tmp_path, **isolated))
+
+
+@pytest.mark.parametrize(
+    ("var", "raw", "shown"),
+    [
+        ("SOBA_BASE_URL", "ftp://example.com/v1", 'model.baseUrl = "ftp://example.com/v1"'),
+        ("SOBA_MODEL_CONTEXT_WINDOW", "1" + "0" * 100, "model.contextWindow = 1000"),
+        ("SOBA_COMPACTION_TIMEOUT_MS", "1e100", "compaction.timeoutMs = 1e+100"),
+        ("SOBA_COMPACTION_KEEP_RECENT_TOKENS", "-1", "compaction.keepRecentTokens = -1"),
+    ],
+)
+def test_a_bad_environment_value_names_the_variable(var: str, raw: str, shown: str) -> None:
+    message = one_line_refusal(lambda: env_layer({var: raw}))
+    assert message.startswith(f"invalid configuration: {var}: {shown}")
+
+
+def special_file(folder: Path, kind: str) -> Path:
+    """A `soba.json` in `folder` that is no configuration file."""
+    import os
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "soba.json"
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "/dev/zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "broken link":
+        path.symlink_to(folder / "nowhere.json")
+    elif kind == "nested 100,000 deep":
+        path.write_text('{"model": ' + "[" * 100_000 + "]" * 100_000 + "}", encoding="utf-8")
+    elif kind == "nested 17 deep":
+        path.write_text('{"model": ' + "[" * 16 + "]" * 16 + "}", encoding="utf-8")
+    elif kind == "over 1 MiB":
+        from soba_nb.config import MAX_CONFIG_BYTES
+
+        with path.open("wb") as handle:
+            handle.truncate(MAX_CONFIG_BYTES + 1)
+    elif kind == "NaN":
+        path.write_text('{"compaction": {"minSavingsRatio": NaN}}', encoding="utf-8")
+    elif kind == "5,000 digits":
+        path.write_text('{"model": {"contextWindow": 1' + "0" * 5000 + "}}", encoding="utf-8")
+    elif kind == "not UTF-8":
+        path.write_bytes(b'{"model": {"name": "\xff"}}')
+    return path
+
+
+SPECIAL_FILES = {
+    "folder": "it is a folder",
+    "fifo": "it is a FIFO",
+    "/dev/zero": "it is a device",
+    "broken link": "cannot read config file (No such file or directory)",
+    "nested 100,000 deep": "nested too deeply",
+    "nested 17 deep": "nested too deeply",
+    "over 1 MiB": "larger than 1,048,576 bytes",
+    "NaN": "NaN is not a JSON number",
+    "5,000 digits": "too many digits",
+    "not UTF-8": "not UTF-8 text",
+}
+
+
+@pytest.mark.parametrize("kind", SPECIAL_FILES)
+def test_a_soba_json_that_is_no_config_file_is_one_line_of_error(tmp_path: Path, isolated: dict[str, Any], kind: str) -> None:
+    # A parent's soba.json must not be used instead, nor the defaults (the embedded model).
+    write_json(tmp_path / "soba.json", {"model": {"name": "from-the-parent"}})
+    path = special_file(tmp_path / "project", kind)
+    message = one_line_refusal(lambda: load_config(tmp_path / "project", **isolated))
+    assert message.startswith(f"{path}: ") and SPECIAL_FILES[kind] in message
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo", "/dev/zero", "nested 100,000 deep"])
+def test_a_user_config_that_is_no_config_file_is_one_line_of_error(tmp_path: Path, kind: str) -> None:
+    user = tmp_path / "home" / ".soba"
+    path = special_file(user, kind).rename(user / "config.json")
+    message = one_line_refusal(lambda: load_config(tmp_path, environ={}, user_config=path))
+    assert message.startswith(f"{path}: ") and SPECIAL_FILES[kind] in message
+
+
+def test_a_config_file_behind_a_link_is_read(tmp_path: Path, isolated: dict[str, Any]) -> None:
+    """Dotfile managers link config files: a link to a regular file is fine."""
+    target = write_json(tmp_path / "dotfiles" / "soba.json", {"model": {"name": "linked"}})
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "soba.json").symlink_to(target)
+    assert load_config(tmp_path / "project", **isolated).model.name == "linked"
+
+
+def test_a_recorded_configuration_refused_today_is_a_config_error() -> None:
+    recorded = SobaConfig().to_json()
+    recorded["model"]["baseUrl"] = "file:///etc/passwd"
+    message = one_line_refusal(lambda: SobaConfig.from_recorded(recorded, {}, "recorded"))
+    assert 'model.baseUrl = "file:///etc/passwd": must be an http:// or https:// URL' in message
