@@ -307,6 +307,40 @@ def test_stream_error_events() -> None:
     assert isinstance(error, ContextOverflowError) and error.limit == 4
 
 
+@pytest.mark.parametrize(
+    "stated",
+    ["0", "-5", "100000001", "1" + "0" * 30, "9" * 5000],
+    ids=["zero", "negative", "over 100,000,000", "10^30", "5,000 digits"],
+)
+def test_an_absurd_stated_limit_is_no_limit(stated: str) -> None:
+    """A server's words are data (SPEC §12): the overflow stays an overflow, without a limit."""
+    body = openai_error(
+        f"This model's maximum context length is {stated} tokens. However, your messages resulted in {stated} tokens.",
+        "context_length_exceeded",
+    )
+    error = classify_http_error(SOURCE, 400, body)
+    assert isinstance(error, ContextOverflowError)
+    assert (error.limit, error.requested) == (None, None)
+
+
+@pytest.mark.parametrize("n_ctx", [0, -4096, 10**12, True])
+def test_an_absurd_n_ctx_field_gives_way_to_the_message(n_ctx: object) -> None:
+    body = json.dumps(
+        {
+            "error": {
+                "code": 400,
+                "message": "the request exceeds the available context size (4096 tokens), try increasing it",
+                "type": "exceed_context_size_error",
+                "n_prompt_tokens": -1,
+                "n_ctx": n_ctx,
+            }
+        }
+    )
+    error = classify_http_error(SOURCE, 400, body)
+    assert isinstance(error, ContextOverflowError)
+    assert (error.limit, error.requested) == (4096, None)
+
+
 @pytest.mark.parametrize("body", ["{not json", "[1, 2]", '"text"'])
 def test_unparseable_200_answers_are_bad_responses(body: str) -> None:
     with pytest.raises(BadResponseError, match=SOURCE.split(" ")[0]):

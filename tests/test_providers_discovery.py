@@ -177,6 +177,9 @@ BAD_PROPS: list[Any] = [
     {"default_generation_settings": {"n_ctx": True}},
     {"default_generation_settings": "n_ctx=4096"},
     {"n_ctx": 10**12},
+    {"n_ctx": 100_000_001},
+    {"n_ctx": 8192.0},
+    {"n_ctx": None},
 ]
 BAD_SHOW: list[Any] = [
     "",
@@ -187,6 +190,9 @@ BAD_SHOW: list[Any] = [
     {"model_info": {"llama.context_length": "131072"}},
     {"model_info": ["llama.context_length", 131072]},
     {"parameters": ["num_ctx", 8192]},
+    {"parameters": "num_ctx " + "9" * 5000},
+    {"model_info": {"llama.context_length": 0}},
+    {"model_info": {"llama.context_length": 10**30}},
 ]
 BAD_MODELS: list[Any] = [
     "",
@@ -215,6 +221,13 @@ def test_a_malformed_answer_is_no_answer(
     llm_server.route(method, path, body=body)
     assert discover_window(llm_server.url, "m") is None
     assert len(llm_server.requests) == 3
+
+
+def test_a_num_ctx_of_thousands_of_digits_falls_back_to_model_info(llm_server: LLMServer) -> None:
+    """Python refuses to convert an integer of 4,300 digits or more: no crash, no skipped probe."""
+    body = {"parameters": "num_ctx " + "9" * 5000, "model_info": {"llama.context_length": 8192}}
+    llm_server.route("POST", "/api/show", body=body)
+    assert discover_window(llm_server.url, "m") == ServerWindow(8192, "Ollama POST /api/show llama.context_length")
 
 
 def test_malformed_answers_everywhere_are_none(llm_server: LLMServer) -> None:

@@ -42,6 +42,10 @@ TRUNCATION_MIN_TOKENS = 1024
 """Below this size, tokenizers may disagree too much for the comparison to mean anything."""
 TRUNCATION_MIN_GROWTH = 256
 """The request must have grown by this much since the previous figure to compare growths."""
+MAX_COUNT_RATIO = 4.0
+"""Tokenizers differ by tens of percent, not by multiples: a server's count of a refused
+request more than this many times ours is not a count of that request, and sizing the retry
+on it would refuse every retry."""
 DEFAULT_MAX_STEPS = 25
 """Inference requests per turn before the loop stops with a clear message."""
 DEFAULT_TURN_TIMEOUT_S = 600.0
@@ -226,6 +230,17 @@ class TurnRunner:
         usage = response.usage
         if usage is None or sent < TRUNCATION_MIN_TOKENS or usage.input_tokens >= self._expected_count(sent):
             return False
+        if not self.session.plausible_window(usage.input_tokens):
+            # Less than the system prompt and tools: not a cut prompt's size, just a figure
+            # not to trust (a window learned from it would refuse every request).
+            self.emit(
+                Notice(
+                    f"the server counted {usage.input_tokens:,} input tokens where about {sent:,} were sent: "
+                    "not a count to trust; the budget keeps its own",
+                    "warning",
+                )
+            )
+            return True
         self.session.learn_window(
             usage.input_tokens, "truncation", f"the server counted {usage.input_tokens:,} of about {sent:,} tokens sent"
         )
@@ -271,7 +286,17 @@ class TurnRunner:
         session = self.session
         # The server's count of the refused request against ours: the retry is sized on its scale.
         ratio = max(1.0, exc.requested / refused_tokens) if exc.requested and refused_tokens > 0 else 1.0
-        if exc.limit is not None:
+        if ratio > MAX_COUNT_RATIO:
+            ratio = 1.0  # not a count of this request: sized on our own count
+        if exc.limit is not None and not session.plausible_window(exc.limit):
+            self.emit(
+                Notice(
+                    f"the server stated a limit of {exc.limit:,} tokens, less than the system prompt and tools "
+                    f"alone take ({session.compactor.tracker.fixed:,}): not taken as the window",
+                    "warning",
+                )
+            )
+        elif exc.limit is not None:
             session.learn_window(exc.limit, "overflow", f"the server's stated limit is {exc.limit:,} tokens")
             self._retry_ceiling = max(int((exc.limit - session.limits.max_output_tokens) / ratio), 0)
         result = session.compactor.recover_overflow(refused_tokens, self._retry_ceiling, self.cancel)

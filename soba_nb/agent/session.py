@@ -23,7 +23,7 @@ from soba_nb.catalogue import lookup
 from soba_nb.compaction import budget_state, extract_snapshots
 from soba_nb.compaction.engine import Compactor, EngineSettings
 from soba_nb.compaction.flight import FLIGHT_FILE, FlightRecorder
-from soba_nb.config import SobaConfig
+from soba_nb.config import MAX_CONTEXT_WINDOW, SobaConfig
 from soba_nb.providers import make_provider
 from soba_nb.providers.base import Provider
 from soba_nb.providers.discovery import ServerWindow, discover_window
@@ -255,6 +255,8 @@ class AgentSession:
         self._asked = asked
         key = os.environ.get(model.api_key_env, "").strip() if model.api_key_env else ""
         found = discover_window(model.base_url, model.name, api_key=key or None)
+        if found is not None and not self.plausible_window(found.context_window):
+            found = None  # a window that cannot hold the system prompt is a broken answer
         self._server_window = found
         if found is None:
             return
@@ -262,10 +264,18 @@ class AgentSession:
         if known is None or known != found:
             self._record_window(found.context_window, "server", found.source)
 
+    def plausible_window(self, context_window: int) -> bool:
+        """A server's figure can be a window: more than the system prompt and tool schemas
+        take (our count), and at most `MAX_CONTEXT_WINDOW`. A server's words are data
+        (SPEC §12): "maximum context length is 0 tokens" is no limit, and a session that
+        took it as one could never send a request again."""
+        return self.compactor.tracker.fixed < context_window <= MAX_CONTEXT_WINDOW
+
     def learn_window(self, context_window: int, source: WindowSource, detail: str) -> bool:
         """The model's window is smaller than we thought (an overflow error stated it, or the
-        server cut a prompt): record it for the session and recompute. False if not news."""
-        if context_window >= self.limits.context_window:
+        server cut a prompt): record it for the session and recompute. False if not news,
+        or not a figure a window can be (`plausible_window`)."""
+        if not self.plausible_window(context_window) or context_window >= self.limits.context_window:
             return False
         self._record_window(context_window, source, detail)
         self.refresh_limits()

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from soba_nb.config import MAX_CONTEXT_WINDOW
 from soba_nb.providers.errors import (
     BadResponseError,
     ContextOverflowError,
@@ -110,16 +111,26 @@ def one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+_MAX_DIGITS = len(str(MAX_CONTEXT_WINDOW))
+"""More digits than this is no token figure (and Python refuses to convert 4,300 or more)."""
+
+
+def _plausible(value: int | None) -> int | None:
+    """`value` when it can be a token figure: 1 to `MAX_CONTEXT_WINDOW`. A server's words are
+    data (SPEC §12): "maximum context length is 0 tokens" states no limit at all."""
+    return value if value is not None and 0 < value <= MAX_CONTEXT_WINDOW else None
+
+
 def _to_int(text: str) -> int | None:
     digits = text.replace(",", "")
-    return int(digits) if digits.isdigit() else None
+    return int(digits) if digits.isdigit() and len(digits) <= _MAX_DIGITS else None
 
 
 def _first_number(patterns: tuple[re.Pattern[str], ...], text: str) -> int | None:
     for pattern in patterns:
         match = pattern.search(text)
         if match:
-            value = _to_int(match.group(1))
+            value = _plausible(_to_int(match.group(1)))
             if value is not None:
                 return value
     return None
@@ -128,7 +139,7 @@ def _first_number(patterns: tuple[re.Pattern[str], ...], text: str) -> int | Non
 def _int_field(error: Mapping[str, Any], names: tuple[str, ...]) -> int | None:
     for name in names:
         value = error.get(name)
-        if isinstance(value, int) and not isinstance(value, bool):
+        if isinstance(value, int) and not isinstance(value, bool) and _plausible(value) is not None:
             return value
     return None
 

@@ -42,14 +42,19 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from soba_nb.config import MAX_CONTEXT_WINDOW
+
 DISCOVERY_TIMEOUT_S = 2.0
 """Default bound on the whole discovery, all probes together."""
 CONNECT_TIMEOUT_S = 0.5
 """A server that does not accept a connection this fast is not worth waiting for."""
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
 """Answers carry chat templates and licences; anything larger is not a metadata answer."""
-MAX_PLAUSIBLE_WINDOW = 100_000_000
-"""No model comes near this; a larger figure is a broken answer, not a window."""
+MAX_PLAUSIBLE_WINDOW = MAX_CONTEXT_WINDOW
+"""No model comes near this (the bound a configured window obeys too); a larger figure is a
+broken answer, not a window."""
+_MAX_DIGITS = len(str(MAX_PLAUSIBLE_WINDOW))
+"""A `num_ctx` text longer than this is no window (and Python refuses to convert 4,300 digits)."""
 PUBLIC_API_HOSTS = frozenset({"api.openai.com", "api.anthropic.com"})
 """Never probed, nor their subdomains (eu.api.openai.com): they have no such endpoints."""
 OPENAI_PATH_SUFFIX = "/v1"
@@ -118,7 +123,7 @@ def _window(value: Any) -> int:
 def _num_ctx(parameters: Any) -> int | None:
     """The `num_ctx` of Ollama's `parameters` text, when it holds a usable one."""
     match = _NUM_CTX_LINE.search(parameters) if isinstance(parameters, str) else None
-    if match is None or not match.group(1).isdigit():
+    if match is None or not match.group(1).isdigit() or len(match.group(1)) > _MAX_DIGITS:
         return None
     try:
         return _window(int(match.group(1)))

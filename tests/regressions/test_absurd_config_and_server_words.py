@@ -16,6 +16,10 @@ import time
 import pytest
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
+from llm_server import text
+
+from soba_nb.transcript.entries import WindowEntry
+from soba_nb.transcript.store import Transcript
 
 NESTED_DEEP = 100_000
 """As deep as the issue's file: far past Python's recursion limit."""
@@ -86,3 +90,70 @@ def test_an_environment_boolean_that_is_no_boolean_names_the_variable(ip, monkey
     with capture_output():
         ip.run_line_magic("budget", "")
     assert ip.magics_manager.registry["SobaMagics"].agent.limits.auto is False
+
+
+# -- a server's words are data ------------------------------------------------------------
+
+LONG_ANSWER = "The data has many columns worth describing. " * 45
+"""About 400 tokens."""
+
+
+def overflow_stating(limit: str) -> object:
+    from llm_server import overflow
+
+    message = f"This model's maximum context length is {limit} tokens. However, your messages resulted in 9000 tokens."
+    return overflow(body={"error": {"message": message, "type": "invalid_request_error", "code": "context_length_exceeded"}})
+
+
+def windows(ip) -> list[WindowEntry]:
+    agent = ip.magics_manager.registry["SobaMagics"].agent
+    return [e for e in Transcript.load(agent.file).entries if isinstance(e, WindowEntry)]
+
+
+@pytest.mark.parametrize("limit", ["0", "-5", "3", "100", "1" + "0" * 30, "9" * 5000])
+def test_an_absurd_stated_limit_is_ignored_and_the_turn_goes_on(ip, nb_dir, scripted, limit):
+    """0, negative, smaller than the system prompt and tool schemas, past 100,000,000 or
+    thousands of digits: none is a window, so none is learned, and the retry is answered."""
+    for index in range(3):
+        scripted.script(text(f"Answer {index}. {LONG_ANSWER}"))
+        with capture_output():
+            ip.run_line_magic("soba", f"question {index}")
+    window = ip.magics_manager.registry["SobaMagics"].agent.limits.context_window
+    scripted.script(overflow_stating(limit), text("Answered after the recovery."))
+    with capture_output() as out:
+        ip.run_line_magic("soba", "one more question")
+    assert "Traceback" not in out.stdout and "TranscriptError" not in out.stdout
+    assert "Answered after the recovery." in out.stdout
+    assert windows(ip) == []
+    assert ip.magics_manager.registry["SobaMagics"].agent.limits.context_window == window
+    if limit in ("3", "100"):  # read as a figure, and refused as a window
+        assert f"the server stated a limit of {limit} tokens" in out.stdout and "not taken as the window" in out.stdout
+
+
+def test_a_usage_count_of_zero_is_no_cut_prompt_and_no_window(ip, nb_dir, scripted):
+    """The truncation check would have learned a window of 0 tokens from it."""
+    scripted.script(text("Hi.", input_tokens=0))
+    with capture_output() as out:
+        ip.run_line_magic("soba", "hello " + "with some context " * 200)
+    assert "Hi." in out.stdout and "Traceback" not in out.stdout
+    assert "not a count to trust" in out.stdout
+    assert windows(ip) == []
+    scripted.script(text("Still here."))
+    with capture_output() as out:
+        ip.run_line_magic("soba", "and now?")
+    assert "Still here." in out.stdout
+
+
+@pytest.mark.parametrize("n_ctx", [0, -1, 3, 10**12, 8192.5, "8192"])
+def test_an_absurd_server_window_is_not_the_window(ip, nb_dir, llm_server, scripted, n_ctx):
+    """llama.cpp `/props` saying 0, negative, less than the system prompt, a trillion, or not
+    an integer: the configured window stays, and the turn is answered."""
+    llm_server.route("GET", "/props", body={"default_generation_settings": {"n_ctx": n_ctx}})
+    scripted.script(text("Hi."))
+    with capture_output() as out:
+        ip.run_line_magic("soba", "hello")
+    assert "Hi." in out.stdout
+    with capture_output() as out:
+        ip.run_line_magic("budget", "")
+    assert "Window: 6,000 tokens (model.contextWindow from soba.json)" in out.stdout
+    assert windows(ip) == []
