@@ -338,11 +338,11 @@ def test_second_writer_in_another_process(store: Transcript, session_file: Path)
 
 
 def test_the_lock_belongs_to_the_file_not_to_a_path(store: Transcript, session_file: Path, tmp_path: Path) -> None:
-    """No lock file anyone could delete, and a symlink or another spelling of the path is
-    the same file: the second writer is refused either way."""
+    """No lock file anyone could delete, and a hard link or another spelling of the path is
+    the same file: the second writer is refused either way (a symlink is refused as a link)."""
     assert [p.name for p in session_file.parent.iterdir()] == [session_file.name]
     link = tmp_path / "elsewhere.jsonl"
-    link.symlink_to(session_file)
+    os.link(session_file, link)
     with pytest.raises(TranscriptLockedError):
         Transcript.open(link)
     with pytest.raises(TranscriptLockedError):
@@ -477,7 +477,7 @@ def test_two_crashes_in_a_row_leave_the_session_openable(store: Transcript, sess
     with session_file.open("ab") as raw:
         raw.write(big[: len(big) // 3])  # crash 1
     with pytest.warns(TornLineWarning), Transcript.open(session_file) as opened:
-        opened._write(b"\n" + big[: len(big) // 2], durable=False)  # crash 2, during the next append
+        opened._write(b"\n" + big[: len(big) // 2], durable=False, entry_id="torn")  # crash 2, during the next append
     with (
         pytest.warns(TornLineWarning, match=":3: ignoring 2 torn lines at the end"),
         Transcript.open(session_file) as reopened,

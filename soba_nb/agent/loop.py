@@ -33,6 +33,7 @@ from soba_nb.transcript.entries import (
     ToolResultEntry,
     UsageEntry,
 )
+from soba_nb.transcript.store import TranscriptWriteError
 
 TRUNCATION_SHARE = 0.5
 """The server cut the prompt (Ollama does, silently, when its num_ctx is smaller) when its
@@ -105,8 +106,7 @@ class TurnRunner:
         session = self.session
         session.ensure_summarizer()
         session.refresh_limits(ask_server=True)
-        for note in session.limits.notes:
-            self.emit(Notice(note, "warning"))
+        self._show_new_notes()
         listener = self.emit
         session.compactor.listeners.append(listener)
         try:
@@ -117,8 +117,16 @@ class TurnRunner:
         except KeyboardInterrupt:
             self.cancel.set()
             return self._end("cancelled", "cancelled: interrupted; the transcript is consistent and the next %soba works")
+        except TranscriptWriteError as exc:  # a full disk, a deleted transcript: one line, nothing lost
+            return self._end("failed", str(exc).splitlines()[0])
         finally:
             session.compactor.listeners.remove(listener)
+
+    def _show_new_notes(self) -> None:
+        """The limits' notes this session has not shown yet (a window learned mid-turn may
+        bring one); each is shown once per session."""
+        for note in self.session.notes_to_show():
+            self.emit(Notice(note, "warning"))
 
     def _loop(self) -> TurnResult:
         while self.result.steps < self.max_steps:
@@ -253,6 +261,7 @@ class TurnRunner:
                 "warning",
             )
         )
+        self._show_new_notes()
         return True
 
     def _expected_count(self, sent: int) -> float:
@@ -298,6 +307,7 @@ class TurnRunner:
             )
         elif exc.limit is not None:
             session.learn_window(exc.limit, "overflow", f"the server's stated limit is {exc.limit:,} tokens")
+            self._show_new_notes()
             self._retry_ceiling = max(int((exc.limit - session.limits.max_output_tokens) / ratio), 0)
         result = session.compactor.recover_overflow(refused_tokens, self._retry_ceiling, self.cancel)
         self.result.compactions.append(result)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import stat
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -84,11 +85,19 @@ def new_session_id() -> str:
 
 
 def session_files(folder: Path) -> list[Path]:
-    """Session transcripts in a folder, oldest first (flight records excluded)."""
+    """Session transcripts in a folder, oldest first (flight records excluded). A link is
+    no transcript of ours (one planted there must not be resumed, nor written through)."""
     if not folder.is_dir():
         return []
-    files = [p for p in folder.glob(f"*{SESSION_SUFFIX}") if p.name != FLIGHT_FILE]
-    return sorted(files, key=lambda p: (p.stat().st_mtime, p.name))
+    found = []
+    for path in folder.glob(f"*{SESSION_SUFFIX}"):
+        try:
+            info = path.lstat()
+        except OSError:
+            continue
+        if path.name != FLIGHT_FILE and stat.S_ISREG(info.st_mode):
+            found.append((info.st_mtime, path.name, path))
+    return [path for _, _, path in sorted(found)]
 
 
 def latest_session(folder: Path) -> Path | None:
@@ -175,6 +184,8 @@ class AgentSession:
         self._asked: tuple[str, str] | None = None
         """(baseUrl, model) the server was last asked about, so it is asked once."""
         self.limits = session_limits(config, self.transcript)
+        self._shown_notes: set[str] = set()
+        """The limits' notes shown in this session so far (`notes_to_show`)."""
         self._provenance: tuple[tuple[int, str], Provenance] | None = None
         self.compactor = Compactor(
             self.transcript,
@@ -263,6 +274,13 @@ class AgentSession:
         known = recorded_server_window(self.transcript.windows, model_key(self.config))
         if known is None or known != found:
             self._record_window(found.context_window, "server", found.source)
+
+    def notes_to_show(self) -> list[str]:
+        """The limits' notes not shown yet in this session: each once, not at every turn
+        (SPEC §12). A note whose figures change (a new window) is a new note."""
+        fresh = [note for note in self.limits.notes if note not in self._shown_notes]
+        self._shown_notes.update(fresh)
+        return fresh
 
     def plausible_window(self, context_window: int) -> bool:
         """A server's figure can be a window: more than the system prompt and tool schemas

@@ -7,8 +7,11 @@ provider's error body). Every line still passes through `redact_data` on its way
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,8 +65,20 @@ class FlightRecord:
         return json.dumps(redact_data(self.to_dict()), separators=(",", ":"))
 
 
+_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class FlightRecordWarning(UserWarning):
+    """A flight record could not be written (metrics only: the operation itself stands)."""
+
+
 class FlightRecorder:
-    """Appends flight records to `<notebook-stem>.soba/flight.jsonl`."""
+    """Appends flight records to `<notebook-stem>.soba/flight.jsonl`.
+
+    Metrics, not receipts: a record that cannot be written (a full disk, a link or a FIFO
+    planted in its place, which is never followed or waited on) is a warning, never a failed
+    compaction. A record cut short is terminated before the next one, as the transcript's are.
+    """
 
     def __init__(self, path: Path | None):
         self.path = path
@@ -71,10 +86,24 @@ class FlightRecorder:
     def record(self, record: FlightRecord) -> None:
         if self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         data = (record.to_json() + "\n").encode("utf-8")
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, data)
+            self._append(self.path, data)
+        except OSError as error:
+            warnings.warn(f"{self.path}: flight record not written ({error.strerror or error})", FlightRecordWarning, stacklevel=2)
+
+    @staticmethod
+    def _append(path: Path, data: bytes) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, _FLAGS, 0o644)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
+            if info.st_size and os.pread(fd, 1, info.st_size - 1) != b"\n":
+                data = b"\n" + data  # the last record was cut short
+            written = os.write(fd, data)
+            if written != len(data):
+                raise OSError(errno.ENOSPC, f"short write ({written} of {len(data)} bytes)")
         finally:
             os.close(fd)

@@ -20,6 +20,7 @@ The sidebar's other buttons arrive over the `soba_nb.control` comm (`controls`).
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -59,7 +60,7 @@ from soba_nb.paths import shown
 from soba_nb.providers.errors import ProviderError
 from soba_nb.providers.http import DEFAULT_IDLE_TIMEOUT_S
 from soba_nb.transcript.entries import CapsuleEntry
-from soba_nb.transcript.store import TranscriptError, TranscriptLockedError
+from soba_nb.transcript.store import TranscriptError, TranscriptLockedError, TranscriptWriteError
 
 REGISTRY_KEY = "SobaMagics"
 SLASH_COMMANDS = {
@@ -125,7 +126,7 @@ class SobaMagics(Magics, Configurable):
     def get_session(self, *, new: bool = False, session_file: str | None = None) -> AgentSession:
         """The session, opened on first use; configuration re-read (soba.json, traits) each call."""
         chosen = session_file or (None if new else self.session)
-        requested = (Path.cwd() / Path(chosen).expanduser()).resolve() if chosen else None
+        requested = _session_path(chosen) if chosen else None
         if requested is not None and self.agent is not None and requested == self.agent.file.resolve():
             requested = None
         if session_file and requested is not None and not new and not requested.exists():
@@ -237,7 +238,8 @@ class SobaMagics(Magics, Configurable):
         agent = self.get_session(new=args.new, session_file=args.session)
         for name in args.skill:
             try:
-                skill = agent.activate_skill(name)
+                with one_line_errors("%soba --skill"):
+                    skill = agent.activate_skill(name)
             except SkillError as exc:
                 raise UsageError(one_line(exc)) from None
             print(f"skill {skill.name} active")
@@ -306,7 +308,7 @@ class SobaMagics(Magics, Configurable):
         renderer = self._renderer()
         agent.compactor.listeners.append(renderer.on_event)
         try:
-            with self.cancellable() as cancel:
+            with self.cancellable() as cancel, one_line_errors("%compact"):
                 result = agent.compactor.compact(focus=line.strip() or None, cancel=cancel)
         except KeyboardInterrupt:
             renderer.show("cancelled: interrupted; no capsule was appended")
@@ -354,7 +356,8 @@ class SobaMagics(Magics, Configurable):
         args = parse(self.auto_compact_magic, line)
         if args.state is not None:
             self.auto_compact = args.state == "on"
-        agent = self.get_session()
+        with one_line_errors("%auto_compact"):
+            agent = self.get_session()
         state = "on" if agent.limits.auto else "off"
         print(
             f"auto compaction {state} (soft triggers {state}; hard_limit and context_overflow always apply; "
@@ -377,7 +380,8 @@ class SobaMagics(Magics, Configurable):
                 print("%rewind CHECKPOINT returns there (Tab completes the id)")
             return
         try:
-            leaf = agent.rewind(args.target)
+            with one_line_errors("%rewind"):
+                leaf = agent.rewind(args.target)
         except RewindError as exc:
             raise UsageError(one_line(exc)) from None
         print(f"rewound to {args.target} (entry {leaf.target_id}); the next turn continues from there")
@@ -398,7 +402,8 @@ class SobaMagics(Magics, Configurable):
         if not note:
             raise UsageError("%checkpoint: give a note, e.g. %checkpoint before feature work")
         agent = self.get_session()
-        entry = agent.compactor.record_checkpoint(kind, note)
+        with one_line_errors("%checkpoint"):
+            entry = agent.compactor.record_checkpoint(kind, note)
         after = " (the next turn compacts first)" if entry.intent and agent.limits.auto else ""
         print(f"checkpoint {entry.checkpoint_id} ({kind}) · {note}{after}")
         self.refresh_monitor()
@@ -410,7 +415,7 @@ class SobaMagics(Magics, Configurable):
             raise UsageError("%soba /rebuild takes no arguments")
         agent = self.get_session()
         renderer = self._renderer()
-        with self.cancellable() as cancel:
+        with self.cancellable() as cancel, one_line_errors("%soba /rebuild"):
             try:
                 result = rebuild_variables(agent, renderer.on_event, cancel)
             except KeyboardInterrupt:
@@ -457,6 +462,42 @@ class SobaMagics(Magics, Configurable):
             handlers[command](self, agent, rest)
         except CAPSULE_ERRORS as exc:
             raise UsageError(f"%capsule {command}: {one_line(exc)}") from None
+
+
+NAME_MAX_BYTES = 255
+"""The longest file name most file systems take (ext4, xfs, tmpfs, APFS), when the folder
+cannot say (`pathconf`)."""
+
+
+def _session_path(text: str) -> Path:
+    """`%soba --session PATH` as an absolute path, its folder resolved but not the file itself
+    (a link there is refused when opened, never followed); a name too long for the file
+    system is one line of error (it ended in a raw `OSError [Errno 36]`)."""
+    path = Path.cwd() / Path(text).expanduser()
+    try:
+        longest = os.pathconf(path.parent if path.parent.is_dir() else Path.cwd(), "PC_NAME_MAX")
+    except (OSError, ValueError):
+        longest = NAME_MAX_BYTES
+    for part in path.parts:
+        if len(os.fsencode(part)) > longest:
+            raise UsageError(
+                f"%soba --session: a name in the path is {len(os.fsencode(part)):,} bytes long; "
+                f"the file system takes at most {longest}"
+            )
+    try:
+        return path.parent.resolve() / path.name
+    except OSError as exc:
+        raise UsageError(f"%soba --session: {text[:80]!r}: {exc.strerror or exc}") from None
+
+
+@contextmanager
+def one_line_errors(what: str) -> Iterator[None]:
+    """A transcript that cannot be written (a full disk, a deleted file) or read is one line
+    in the cell, never a traceback."""
+    try:
+        yield
+    except (TranscriptError, TranscriptWriteError) as exc:
+        raise UsageError(f"{what}: {one_line(exc)}") from None
 
 
 def register(shell: Any) -> SobaMagics:

@@ -12,10 +12,21 @@ a run of torn lines at the end of the file (with a warning), and the next append
 fresh line and carries `followsTornLine`; so a torn run followed by such an entry is
 tolerated anywhere in the file, however many crashes came in a row. Any other bad line is an
 error naming its line number; `soba_nb.transcript.repair` writes a repaired copy.
+
+A hostile place (SPEC §12): only a soba transcript is opened (its first line a `session`
+entry), or a new one created at a path ending in `.jsonl`: any other file is refused
+untouched. The file is opened without following a link (a link planted where a transcript
+would be is refused, never written through). A full disk cuts an append short like a crash
+does: the torn bytes are treated exactly as a crash's (the next append starts a fresh line,
+marked), so every entry acknowledged before or after the space comes back is kept. A
+transcript deleted or replaced while a kernel writes to it is noticed at the next append
+(its link count, or another file at its path), which is refused instead of writing into a
+file nobody will read.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -53,6 +64,14 @@ from soba_nb.transcript.entries import (
 # The first entry appended after torn lines carries this flag, so a later load can tell the
 # (tolerated, already-warned) torn lines apart from corruption.
 TORN_MARKER = "followsTornLine"
+SUFFIX = ".jsonl"
+"""A new transcript is created only at a path ending in this."""
+HEADER_PROBE_BYTES = 64 * 1024
+"""How much of a file is read to see whether its first line is a `session` entry."""
+HEADER_START = b'{"type":"session"'
+"""How every header line starts (the store writes `type` first): a file holding only a torn
+header (a crash during its first append) starts with part of it."""
+_OPEN_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
 READ_CHUNK_BYTES = 1 << 20
 DECODE_BLOCK_BYTES = 4 << 20
 """Raw text decoded at a time on load (peak memory is the entries plus about this)."""
@@ -72,6 +91,18 @@ class TranscriptError(ValueError):
 
 class TranscriptLockedError(RuntimeError):
     """Another writer (for example a second kernel on the same notebook) holds the file."""
+
+
+class TranscriptWriteError(OSError):
+    """An append did not reach the file (a full disk, a deleted transcript): the entry is not
+    acknowledged, and the file stays as openable as after a crash."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.errno = code
+
+    def __str__(self) -> str:  # the message alone, without OSError's "[Errno 28]"
+        return str(self.args[0])
 
 
 class TornLineWarning(UserWarning):
@@ -199,6 +230,11 @@ class Transcript:
         self._needs_marker = parsed.trailing_torn
         self._fd = fd
         """The locked, append-only descriptor of a writer; None for a read-only view."""
+        self._identity = _identity(os.fstat(fd)) if fd is not None else None
+        """(device, inode) of the file opened: another file at the path means it was replaced."""
+        self._burned: set[str] = set()
+        """Ids of entries whose append failed after some of their bytes reached the file: a
+        retry gets a new id (a torn line that happens to be whole JSON is an entry on load)."""
         self._lines = lines
         """Lines in the file (torn ones included), so appended entries get true line numbers."""
         self.torn_lines: list[int] = list(parsed.torn_lines)
@@ -231,11 +267,12 @@ class Transcript:
     def open(cls, path: Path, *, create_header: SessionEntry | None = None) -> Transcript:
         """Open for appending, taking the writer lock; create the file if needed.
 
-        Raises `TranscriptLockedError` when another writer holds it.
+        Raises `TranscriptLockedError` when another writer holds it, `TranscriptError` for a
+        file that is not a soba transcript (or a link, or a new path not ending in `.jsonl`).
         """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = _open_for_writing(path)
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise TranscriptError(f"{path}: not a regular file")
@@ -246,6 +283,7 @@ class Transcript:
                     f"{path}: another writer (probably a second kernel on this notebook) has this "
                     "session open; start a new session with `%soba --new` or close the other kernel"
                 ) from None
+            _check_header(path, fd)
             with collector_paused():
                 parsed, lines = _read_entries(path, fd)
                 store = cls(path, parsed, fd=fd, lines=lines)
@@ -469,7 +507,7 @@ class Transcript:
             parent_id=self._leaf,
             follows_torn_line=True if self._needs_marker else msgspec.UNSET,
         )
-        while entry.id in self._by_id:
+        while entry.id in self._by_id or entry.id in self._burned:
             entry = replace(entry, id=new_entry_id())
         # The one place every entry passes on its way to disk: no secret gets written.
         data = redact_data(entry_to_dict(entry))
@@ -486,7 +524,7 @@ class Transcript:
                 f"{self.file}: not appended, bad {entry.type} entry ({describe_error(exc)})"
             ) from None
         encoded = (b"\n" if self._needs_newline else b"") + encoded + b"\n"
-        self._write(encoded, durable=isinstance(entry, DURABLE_TYPES))
+        self._write(encoded, durable=isinstance(entry, DURABLE_TYPES), entry_id=entry.id)
         # One new line; a leading "\n" only terminates the torn line, already counted.
         self._lines += 1
         self._needs_newline = self._needs_marker = False
@@ -501,13 +539,114 @@ class Transcript:
         assert isinstance(result, LeafEntry)
         return result
 
-    def _write(self, data: bytes, *, durable: bool) -> None:
+    def _write(self, data: bytes, *, durable: bool, entry_id: str) -> None:
+        """One `write` of a whole line. On failure nothing is acknowledged and the file is left
+        as a crash would leave it: torn bytes are terminated and marked by the next append."""
         assert self._fd is not None
-        written = os.write(self._fd, data)
-        if written != len(data):  # only on a full disk or a signal; never silently
-            raise OSError(f"{self.file}: short write ({written} of {len(data)} bytes)")
+        self._check_still_there()
+        try:
+            written = os.write(self._fd, data)
+        except OSError as error:  # nothing written (ENOSPC, EDQUOT, EIO, EFBIG)
+            raise TranscriptWriteError(
+                error.errno, f"{self.file}: entry not written ({error.strerror}); nothing was lost, run the cell again once that is fixed"
+            ) from None
+        if written != len(data):
+            self._torn(data[:written], entry_id)
+            raise TranscriptWriteError(
+                errno.ENOSPC,
+                f"{self.file}: entry not written (the disk took {written} of {len(data)} bytes: full?); "
+                "nothing acknowledged was lost, run the cell again once there is space",
+            )
         if durable:
-            os.fsync(self._fd)
+            try:
+                os.fsync(self._fd)
+            except OSError as error:  # written, but the disk could not confirm it
+                warnings.warn(f"{self.file}: entry written but not flushed to disk ({error.strerror})", stacklevel=3)
+
+    def _torn(self, written: bytes, entry_id: str) -> None:
+        """What a short write left: a torn line the next append must start after."""
+        prefix = 1 if self._needs_newline else 0
+        if len(written) > prefix:  # part of the entry itself is in the file: a new (torn) line
+            self._lines += 1
+            self._needs_marker = True
+            self._burned.add(entry_id)
+        if written:
+            self._needs_newline = not written.endswith(b"\n")
+
+    def _check_still_there(self) -> None:
+        """Refuse to append to a file deleted or replaced since it was opened (an `rm` of the
+        transcript would otherwise swallow every later entry into an unlinked inode)."""
+        assert self._fd is not None
+        opened = os.fstat(self._fd)
+        try:
+            current: os.stat_result | None = os.stat(self.file, follow_symlinks=False)
+        except OSError:
+            current = None
+        if opened.st_nlink == 0 or current is None or _identity(current) != self._identity:
+            replaced = current is not None and _identity(current) != self._identity
+            what = "replaced by another file" if replaced else "deleted"
+            raise TranscriptWriteError(
+                errno.ESTALE,
+                f"{self.file}: the transcript was {what} while this kernel wrote to it; nothing more "
+                "is written to it: `%soba --new` starts a new session",
+            )
+
+
+def _identity(info: os.stat_result) -> tuple[int, int]:
+    return info.st_dev, info.st_ino
+
+
+def _open_for_writing(path: Path) -> int:
+    """The transcript's descriptor: an existing file (never through a link), or a new one made
+    here (`O_EXCL`: never through a link either) at a path ending in `.jsonl`."""
+    for _ in range(2):
+        try:
+            return os.open(path, _OPEN_FLAGS)
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise TranscriptError(f"{path}: is a link; soba writes its transcripts only directly, never through a link") from None
+            raise
+        if path.suffix != SUFFIX:
+            raise TranscriptError(f"{path}: a new session transcript must end in {SUFFIX}")
+        try:
+            return os.open(path, _OPEN_FLAGS | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            continue  # made in between: open it as an existing file
+    raise TranscriptError(f"{path}: kept changing while it was opened")
+
+
+def _check_header(path: Path, fd: int) -> None:
+    """Refuse, untouched, a file that is not a soba transcript: its first line must be a
+    `session` entry, after at most the torn starts of headers that crashes cut short (a file
+    may hold only those). An empty file is a new session, if its name says transcript."""
+    head = os.pread(fd, HEADER_PROBE_BYTES, 0)
+    if not head:
+        if path.suffix != SUFFIX:
+            raise TranscriptError(f"{path}: not a soba transcript (an empty file whose name does not end in {SUFFIX}); left untouched")
+        return
+    lines = head.split(b"\n")
+    cut = lines.pop() if len(head) == HEADER_PROBE_BYTES else None  # the probe may end mid-line
+    for line in lines:
+        if _is_header(line):
+            return
+        if not HEADER_START.startswith(line[: len(HEADER_START)]):
+            break  # neither a header nor what a crash leaves of one
+    else:
+        if cut is None or cut.startswith(HEADER_START):
+            return  # only torn headers so far (loading recovers them), or a long header
+    raise TranscriptError(
+        f"{path}: not a soba transcript (its first line is not a session entry); left untouched. "
+        f"A new session needs a path that does not exist yet, ending in {SUFFIX}"
+    )
+
+
+def _is_header(line: bytes) -> bool:
+    try:
+        return isinstance(entry_from_json(line), SessionEntry)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return False
 
 
 def _read_all(fd: int) -> bytes:

@@ -89,9 +89,12 @@ class TokenIndex:
         self.counts[entry_id] = tokens
         if self._fd is None:
             return
+        line = f"{entry_id} {tokens}\n".encode()
         try:
-            os.write(self._fd, f"{entry_id} {tokens}\n".encode())
+            written = os.write(self._fd, line)
         except OSError:
+            written = -1
+        if written != len(line):  # a full disk: stop here (the torn line is never read)
             self.close()
 
     def close(self) -> None:
@@ -112,7 +115,9 @@ def _read(path: Path, header: bytes, keys_of: Callable[[list[str]], list[str]] |
         return None
     if not raw.startswith(header):
         return None
-    body = raw[len(header) :].decode("ascii", "replace")
+    # An unterminated last line is torn (a crash or a full disk cut it short): `id 12` may be
+    # what is left of `id 123`, so it is not read.
+    body = raw[len(header) : raw.rfind(b"\n") + 1].decode("ascii", "replace")
     del raw
     counts: dict[str, int] = {}
     start = 0
