@@ -16,9 +16,11 @@ and every turn relies on overflow recovery. So the window is resolved, in this o
 
 `maxOutputTokens` is the configured figure (explicit, or the default 8,000) capped at the
 model's own maximum from the catalogue. When the window ends up smaller than the configured
-one, the compaction figures the user did not set are scaled to it (`SCALED_SHARES`), and
-explicit ones that no longer fit are scaled too, with a note: a session is never stranded by
-a limit arithmetic that cannot hold.
+one, the figures the user did not set are scaled to it (their `*_SHARE` of the window or of
+the hard limit). A figure the user set is kept while it still fits (SPEC §12): the hard
+limit stays positive and keepRecentTokens below it. Only a figure that cannot hold gives
+way, to its share, with a note: a session is never stranded by a limit arithmetic that
+cannot hold, and a setting that can hold is never second-guessed.
 
 `auto`: a `setting` entry in the transcript (`%auto_compact on|off`) wins over the config.
 """
@@ -153,17 +155,38 @@ def _window(
     return window, source
 
 
-def _fit(config: SobaConfig, key: str, value: int, ceiling: int, notes: list[str], *, scale: bool) -> int:
-    """`value`, or `ceiling` when it is smaller and the figure may be scaled (or must be)."""
-    if value <= ceiling:
-        return value
-    layer = config.set_by(key)
-    if layer is None:
-        return ceiling if scale else value
-    if scale:
-        notes.append(f"{key} {value:,} (from {layer}) does not fit the window: using {ceiling:,}")
-        return ceiling
+def _follow(config: SobaConfig, key: str, value: int, share: int, smaller: bool) -> int:
+    """A figure the user did not set follows a window smaller than the configured one down
+    to its `share`; one the user set stays (it gives way only when it cannot hold)."""
+    if smaller and config.set_by(key) is None:
+        return min(value, share)
     return value
+
+
+def _give_way(config: SobaConfig, key: str, value: int, share: int, why: str, notes: list[str]) -> int:
+    """`share` for a figure that cannot hold (`why`), with a note when the user set it."""
+    layer = config.set_by(key)
+    if layer is not None:
+        notes.append(f"{key} {value:,} (from {layer}) {why}: using {share:,}")
+    return share
+
+
+def _fit_hard_limit(config: SobaConfig, window: int, max_output: int, safety: int, notes: list[str]) -> tuple[int, int]:
+    """(maxOutputTokens, safetyReserveTokens) with a positive hard limit. While it is not,
+    the figure furthest over its share of the window gives way first, then the other."""
+    figures = {
+        "model.maxOutputTokens": [max_output, max(window // MAX_OUTPUT_SHARE, 1)],
+        "compaction.safetyReserveTokens": [safety, window // SAFETY_SHARE],
+    }
+    for key in sorted(figures, key=lambda name: figures[name][1] - figures[name][0]):
+        values = [value for value, _ in figures.values()]
+        if hard_limit(window, *values) > 0:
+            break
+        value, share = figures[key]
+        if value > share:
+            why = f"leaves no hard limit in a window of {window:,}"
+            figures[key][0] = _give_way(config, key, value, share, why, notes)
+    return figures["model.maxOutputTokens"][0], figures["compaction.safetyReserveTokens"][0]
 
 
 def resolve_limits(
@@ -182,17 +205,21 @@ def resolve_limits(
     max_output = config.model.max_output_tokens
     if catalogue is not None and config.set_by("model.maxOutputTokens") is None:
         max_output = min(max_output, catalogue.max_output_tokens)
-    max_output = _fit(config, "model.maxOutputTokens", max_output, max(window // MAX_OUTPUT_SHARE, 1), notes, scale=smaller)
-    safety = _fit(config, "compaction.safetyReserveTokens", c.safety_reserve_tokens, window // SAFETY_SHARE, notes, scale=smaller)
-    if hard_limit(window, max_output, safety) <= 0:  # explicit figures that cannot hold
-        max_output = _fit(config, "model.maxOutputTokens", max_output, max(window // MAX_OUTPUT_SHARE, 1), notes, scale=True)
-        safety = _fit(config, "compaction.safetyReserveTokens", safety, window // SAFETY_SHARE, notes, scale=True)
+    max_output = _follow(config, "model.maxOutputTokens", max_output, max(window // MAX_OUTPUT_SHARE, 1), smaller)
+    safety = _follow(config, "compaction.safetyReserveTokens", c.safety_reserve_tokens, window // SAFETY_SHARE, smaller)
+    max_output, safety = _fit_hard_limit(config, window, max_output, safety, notes)
     hard = hard_limit(window, max_output, safety)
-    must = c.keep_recent_tokens >= hard
-    keep = _fit(config, "compaction.keepRecentTokens", c.keep_recent_tokens, hard // KEEP_SHARE, notes, scale=smaller or must)
-    min_auto = _fit(config, "compaction.minTokensForAutoCompact", c.min_tokens_for_auto_compact, hard // MIN_AUTO_SHARE, notes, scale=smaller)
-    min_reclaimable = _fit(
-        config, "compaction.minReclaimableTokens", c.min_reclaimable_tokens, hard // MIN_RECLAIMABLE_SHARE, notes, scale=smaller
+    keep_key, keep_share = "compaction.keepRecentTokens", hard // KEEP_SHARE
+    keep = _follow(config, keep_key, c.keep_recent_tokens, keep_share, smaller)
+    if keep >= hard:
+        keep = _give_way(config, keep_key, keep, keep_share, f"is not below the hard limit ({hard:,})", notes)
+    # The trigger floors cannot break the arithmetic (softLimit is at most hardLimit - 1 by
+    # its formula), so a figure the user set stays whatever the window.
+    min_auto = _follow(
+        config, "compaction.minTokensForAutoCompact", c.min_tokens_for_auto_compact, hard // MIN_AUTO_SHARE, smaller
+    )
+    min_reclaimable = _follow(
+        config, "compaction.minReclaimableTokens", c.min_reclaimable_tokens, hard // MIN_RECLAIMABLE_SHARE, smaller
     )
     auto, auto_source = c.auto, "config"
     if auto_setting is not None:
