@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import functools
 import heapq
+import json
 import os
 import re
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import quote
 
 REDACTED = "[redacted]"
 MIN_ENV_VALUE_CHARS = 6
@@ -84,8 +86,12 @@ _URL_PASSWORD = re.compile(r"(?P<lead>://[^\s:/@]+:)(?!\[redacted\])[^\s/@]+(?=@
 # engine cannot backtrack to a shorter word that is not followed by `(`.
 _BARE = r"[^\s\"',;(){}\[\]<>]*[^\s\"',;(){}\[\]<>.:]"
 _ASSIGNMENT = re.compile(
-    r"""(?P<lead>(?<![\w-])(?P<quote>["']?)(?P<name>[A-Za-z][\w.-]*)(?P=quote)\s*[:=]\s*)"""
-    rf"""(?:(?P<q>["'])(?P<quoted>[^"'\n]*)(?P=q)|(?=(?P<bare>{_BARE}))(?P=bare)(?P<after>[(\[]?))"""
+    # The name's closing quote and the value's quotes may be escaped (`\"DB_PASSWORD\": \"…\"`,
+    # JSON printed inside JSON), and a quoted value may hold escaped quotes (`"Pa\\ss\"w0rd"`):
+    # the whole literal is the value, never only its part before the first `\"`.
+    r"""(?P<lead>(?<![\w-])(?P<quote>["']?)(?P<name>[A-Za-z][\w.-]*)\\*(?P=quote)\s*[:=]\s*)"""
+    r"""(?:(?P<q>\\*["'])(?P<quoted>(?:\\.|(?!(?P=q))[^\\\n])*?)(?P=q)"""
+    rf"""|(?=(?P<bare>{_BARE}))(?P=bare)(?P<after>[(\[]?))"""
 )
 _SECRET_NAME_WORDS = frozenset(
     {"password", "passwd", "passphrase", "secret", "apikey", "credential", "credentials"}
@@ -99,21 +105,21 @@ _NOT_A_VALUE = frozenset(
 )
 _WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 # A hint counts only when the rest of its identifier is followed by `:` or `=`.
-_NAME_HINT = re.compile(r"(?:pass|secret|key|token|credential)(?=[\w.-]*[\"']?\s*[:=])", re.IGNORECASE)
+_NAME_HINT = re.compile(r"(?:pass|secret|key|token|credential)(?=[\w.-]*\\*[\"']?\s*[:=])", re.IGNORECASE)
 _NAME_HINTS_LOWER = (
     # "pass" only as the words that make a name secret (`password`, `passwd`, `passphrase`):
     # logs full of `passes=` or `pass_rate=` are not judged name by name.
     *(
-        re.compile(rf"{word}(?=[\w.-]*[\"']?\s*[:=])")
+        re.compile(rf"{word}(?=[\w.-]*\\*[\"']?\s*[:=])")
         for word in ("password", "passwd", "passphrase", "secret", "credential")
     ),
     # "key" makes a name secret only after api, private, access or secret (`api_key`,
     # `privateKey`, `apikey`; after "secret" the hint above finds it), not in `key_count` or
     # `monkey`: only there is it a hint.
-    *(re.compile(rf"{word}[._-]*key(?=[\w.-]*[\"']?\s*[:=])") for word in ("api", "private", "access")),
+    *(re.compile(rf"{word}[._-]*key(?=[\w.-]*\\*[\"']?\s*[:=])") for word in ("api", "private", "access")),
     # "token" makes a name secret only as its last word (`access_token`, `myToken`), never
     # with more words after it (`token_count`, `tokens`, `token_2`): only then is it a hint.
-    re.compile(r"token(?=[._-]*[\"']?\s*[:=])"),
+    re.compile(r"token(?=[._-]*\\*[\"']?\s*[:=])"),
 )
 """`_NAME_HINT` one word at a time, for lower-cased text: a pattern that starts with a literal
 is searched for at C speed; the alternation is tried at every position (5× slower)."""
@@ -154,13 +160,41 @@ class _EnvSecretNames:
 _ENV_SECRET_NAMES = _EnvSecretNames()
 
 
-def _secret_env_values(environ: Mapping[str, str]) -> list[str]:
+def _secret_env_values(environ: Mapping[str, str]) -> tuple[str, ...]:
     if environ is os.environ:
         pairs = ((name, os.environ.get(name, "")) for name in _ENV_SECRET_NAMES.names())
     else:
         pairs = ((name, value) for name, value in environ.items() if _is_secret_env_name(name))
-    values = {value for _name, value in pairs if len(value.strip()) >= MIN_ENV_VALUE_CHARS}
-    return sorted(values, key=len, reverse=True)  # longest first: a value may contain another
+    values = frozenset(value for _name, value in pairs if len(value.strip()) >= MIN_ENV_VALUE_CHARS)
+    return _written_forms(values)
+
+
+def _escapes(value: str) -> Iterator[str]:
+    """How `value` is spelled inside a string literal of JSON (`json.dumps`, ASCII or not),
+    Python (`repr`, `ascii`) or a Python bytes literal (`b'p\\xc3\\xa4ss'`)."""
+    yield json.dumps(value)[1:-1]
+    yield json.dumps(value, ensure_ascii=False)[1:-1]
+    yield repr(value)[1:-1]
+    yield repr(value + '"')[1:-2]  # quoted with ' and its ' escaped: as part of a longer string
+    yield ascii(value)[1:-1]
+    yield ascii(value + '"')[1:-2]
+    yield repr(value.encode("utf-8", "surrogatepass"))[2:-1]
+
+
+@functools.lru_cache(maxsize=8)
+def _written_forms(values: frozenset[str]) -> tuple[str, ...]:
+    """Every form a secret value takes in text: itself, escaped once (`print(json.dumps(dict(
+    os.environ)))`, a repr, a bytes literal) and escaped twice (such output quoted again in a
+    JSON or repr, as a tool result inside a log), percent-encoded in a URL. Longest first: a
+    value may contain another, and a longer form contains the shorter one's start."""
+    forms = set(values)
+    for value in values:
+        once = set(_escapes(value))
+        forms |= once
+        for escaped in once:
+            forms |= set(_escapes(escaped))
+        forms.add(quote(value, safe=""))
+    return tuple(sorted((form for form in forms if len(form.strip()) >= MIN_ENV_VALUE_CHARS), key=len, reverse=True))
 
 
 def is_secret_name(name: str) -> bool:

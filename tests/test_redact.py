@@ -402,3 +402,54 @@ def test_a_name_with_pass_is_a_secret_only_as_password_passwd_or_passphrase() ->
     assert redact(text, {}) == (
         f"dbPassword={REDACTED} PASSWD: '{REDACTED}' passphrase={REDACTED} passes=3 pass_rate=0.9 bypass=on"
     )
+
+
+# -- every written form of a secret (SPEC §12) -------------------------------------------------
+
+_SECRET_TEXT = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs", "Cc")) | st.sampled_from("\\\"'\n\t"), min_size=8, max_size=24
+).filter(lambda value: sum(c.isalnum() for c in value) >= 6)
+
+
+def _forms(value: str) -> list[str]:
+    import json
+
+    once = [value, json.dumps(value), json.dumps(value, ensure_ascii=False), repr(value), ascii(value),
+            repr(value.encode("utf-8")), repr([value, '"'])]
+    return once + [json.dumps(form) for form in once] + [repr(form) for form in once]
+
+
+@settings(max_examples=150, deadline=None)
+@given(_SECRET_TEXT)
+def test_an_environment_secret_is_redacted_however_it_is_escaped(value: str) -> None:
+    environ = {"ACME_DB_PASSWORD": value}
+    for form in _forms(value):
+        text = f"before {form} after"
+        redacted = redact(text, environ)
+        assert value not in redacted
+        assert REDACTED in redacted, form
+
+
+def test_the_forms_seen_under_attack() -> None:
+    import json
+
+    value = 'Pa\\ss"w0rd!Xy9'
+    environ = {"DB_PASSWORD": value, "MY_SECRET": "päss-wört-123"}
+    dumped = json.dumps(environ)
+    assert "w0rd" not in redact(dumped, environ) and "wört" not in redact(dumped, environ)
+    assert redact(str("päss-wört-123".encode()), environ) == f"b'{REDACTED}'"
+    assert redact(repr(environ), environ) == f"{{'DB_PASSWORD': '{REDACTED}', 'MY_SECRET': '{REDACTED}'}}"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('password = "ab\\"cd" ok', f'password = "{REDACTED}" ok'),  # an escaped quote inside
+        ("password = 'it\"s' ok", f"password = '{REDACTED}' ok"),  # the other quote inside
+        ('{\\"password\\": \\"hunter22x\\"}', f'{{\\"password\\": \\"{REDACTED}\\"}}'),  # JSON in JSON
+        ('api_key: "a\\\\b\\"c"', f'api_key: "{REDACTED}"'),
+    ],
+)
+def test_a_literal_secret_is_redacted_whole(text: str, expected: str) -> None:
+    assert redact(text, {}) == expected
+    assert redact(expected, {}) == expected  # idempotent

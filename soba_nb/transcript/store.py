@@ -97,7 +97,7 @@ class TranscriptWriteError(OSError):
     """An append did not reach the file (a full disk, a deleted transcript): the entry is not
     acknowledged, and the file stays as openable as after a crash."""
 
-    def __init__(self, code: int, message: str):
+    def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.errno = code
 
@@ -548,7 +548,8 @@ class Transcript:
             written = os.write(self._fd, data)
         except OSError as error:  # nothing written (ENOSPC, EDQUOT, EIO, EFBIG)
             raise TranscriptWriteError(
-                error.errno, f"{self.file}: entry not written ({error.strerror}); nothing was lost, run the cell again once that is fixed"
+                error.errno or errno.EIO,
+                f"{self.file}: entry not written ({error.strerror or error}); nothing was lost, run the cell again once that is fixed",
             ) from None
         if written != len(data):
             self._torn(data[:written], entry_id)
