@@ -13,7 +13,8 @@ request asks. Other routes (a llama.cpp `GET /props`, an Ollama `POST /api/show`
 `GET /v1/models`) answer what a test registered with `route`; any other path is a 404.
 Answers follow a script: a queue of `Reply` objects (build them with
 `text`, `tool_calls`, `overflow`, `rate_limited`, `server_error`, `http_error`,
-`stream_error`, `truncated`, `empty_stream`, `malformed`), or callables that receive the
+`stream_error`, `truncated`, `empty_stream`, `malformed`, `pings`, `ping_events`, `endless`),
+or callables that receive the
 `RecordedRequest` and return a `Reply`. When the queue is empty the default reply is
 used. Every request is recorded (method, path, headers, JSON body, time, whether the
 client hung up mid-answer).
@@ -96,6 +97,9 @@ class Reply:
     body: Any = None
     """Error body (dict or text); for overflows None picks the endpoint's own style."""
     headers: dict[str, str] = field(default_factory=dict)
+    stall_after: int = 0
+    """With `stall_s`: the stream stops for `stall_s` after this many pieces of text."""
+    stall_s: float = 0.0
 
 
 ScriptItem = Reply | Callable[["RecordedRequest"], Reply]
@@ -166,6 +170,18 @@ def pings(interval_s: float = 0.2) -> Reply:
     """A 200 stream that never answers: SSE comment lines (keep-alive pings) until the client
     hangs up or the server closes."""
     return Reply(kind="pings", chunk_delay_s=interval_s)
+
+
+def ping_events(interval_s: float = 0.2) -> Reply:
+    """A 200 stream that never answers, in events rather than comments: Anthropic's
+    `event: ping` after `message_start`, or OpenAI-style chunks with an empty delta."""
+    return Reply(kind="ping_events", chunk_delay_s=interval_s)
+
+
+def endless(piece: str = "more words ", interval_s: float = 0.0) -> Reply:
+    """A 200 stream of answer text that never finishes: `piece` every `interval_s`, on and on
+    past any output limit, until the client hangs up or the server closes."""
+    return Reply(kind="endless", text=piece, chunk_delay_s=interval_s)
 
 
 def malformed() -> Reply:
@@ -367,6 +383,8 @@ class _Answer:
         self.compaction: dict[str, Any] | None = None
         """A compaction block or item made for this request (native compaction)."""
         self.pause = False
+        self.pieces_sent = 0
+        """Text pieces streamed so far (`Reply.stall_after`)."""
 
     def send(self) -> None:
         reply, handler = self.reply, self.handler
@@ -407,6 +425,8 @@ class _Answer:
             elif reply.kind == "pings":
                 while not handler.server.owner._pause(reply.chunk_delay_s):
                     handler.write_chunk(b": ping\n\n")
+            elif reply.kind in ("ping_events", "endless"):
+                self._forever(reply.kind == "endless")
             elif reply.kind != "empty":
                 (self._anthropic_stream if self.anthropic else self._openai_stream)()
             handler.end_stream()
@@ -420,8 +440,35 @@ class _Answer:
         return _split(self.reply.text, self.reply.chunks)
 
     def _pause_between_chunks(self) -> None:
-        if self.reply.chunk_delay_s and self.handler.server.owner._pause(self.reply.chunk_delay_s):
+        owner = self.handler.server.owner
+        if self.reply.chunk_delay_s and owner._pause(self.reply.chunk_delay_s):
             raise _ClientGone("server closing")
+        stalls_now = self.reply.stall_s and self.pieces_sent == self.reply.stall_after > 0
+        if stalls_now and owner._pause(self.reply.stall_s):
+            raise _ClientGone("server closing")
+        self.pieces_sent += 1
+
+    def _forever(self, text: bool) -> None:
+        """`ping_events` (no content, ever) or `endless` text, until the client goes."""
+        if self.anthropic:
+            start = {"id": "msg_test", "type": "message", "role": "assistant", "model": self.model, "content": []}
+            self._event({"type": "message_start", "message": start}, "message_start")
+        else:
+            self._event(self._openai_chunk({"role": "assistant", "content": ""}))
+        if text and self.anthropic:
+            block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+            self._event(block, "content_block_start")
+        while not self.handler.server.owner._pause(self.reply.chunk_delay_s):
+            if not text:
+                if self.anthropic:
+                    self._event({"type": "ping"}, "ping")
+                else:
+                    self._event(self._openai_chunk({}))
+            elif self.anthropic:
+                delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": self.reply.text}}
+                self._event(delta, "content_block_delta")
+            else:
+                self._event(self._openai_chunk({"content": self.reply.text}))
 
     # -- OpenAI Chat Completions ----------------------------------------------------
 

@@ -26,8 +26,9 @@ from typing import Any
 from soba_nb.providers.base import ChatMessage, ModelRequest, ModelResponse, ToolCall, Usage
 from soba_nb.providers.classify import classify_stream_error
 from soba_nb.providers.errors import IncompleteResponseError
-from soba_nb.providers.http import HttpProvider, TextSink
+from soba_nb.providers.http import HttpProvider
 from soba_nb.providers.sse import ServerSentEvent
+from soba_nb.providers.waits import TextSink, content_chars
 from soba_nb.transcript.entries import NativeContinuation
 
 DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"
@@ -68,6 +69,23 @@ def input_tokens_from_wire(usage: Any) -> int | None:
         usage[name] for name in INPUT_TOKEN_FIELDS if isinstance(usage.get(name), int)
     ]
     return sum(figures)
+
+
+NOT_GROWTH = ("type", "id")
+"""Fields of a content block or delta that are bookkeeping, not content the model produced."""
+
+
+def hidden_chars(kind: str, payload: dict[str, Any]) -> int:
+    """How much an event adds to the answer besides its shown text (`text_delta`, counted as it
+    is shown): tool names and `input_json_delta` pieces, `thinking_delta`, a block's initial
+    content. `ping` and the message's own events add nothing, so a stream of pings is a stall
+    (`providers.waits`)."""
+    if kind == "content_block_start":
+        return content_chars(payload.get("content_block"), skip=NOT_GROWTH)
+    delta = payload.get("delta")
+    if kind == "content_block_delta" and isinstance(delta, dict) and delta.get("type") != "text_delta":
+        return content_chars(delta, skip=NOT_GROWTH)
+    return 0
 
 
 def tool_input(arguments: str) -> dict[str, Any]:
@@ -265,6 +283,7 @@ class AnthropicProvider(HttpProvider):
                 # A field of an unexpected type (a list where an object belongs, ...).
                 raise self.bad_answer(f"malformed {kind} event: {exc}", payload) from None
             emit(shown)
+            emit.grow(hidden_chars(kind, payload))
         if state.stop_reason is None:
             raise IncompleteResponseError(f"{self.source}: the stream ended without a stop reason")
         return self._stream_result(state)

@@ -41,10 +41,12 @@ class ServerError(ProviderError):
 
 
 class StalledError(ServerError):
-    """The server sent nothing for the idle limit (before the answer began, or mid-stream).
-    Retried once: a server that stalls twice is not going to answer."""
+    """The answer did not grow for the idle limit (before it began, or mid-stream).
 
-    retry_limit = 1
+    Not retried: the idle limit bounds the whole wait, retries included, and a stall has used
+    it up (SPEC §12: every wait on a provider ends within 90 s; see `providers.waits`)."""
+
+    retryable = False
 
 
 class IncompleteResponseError(ProviderError):

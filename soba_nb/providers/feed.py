@@ -10,8 +10,9 @@ shut down when it has one, else it ends at its own read timeout) and anything it
 later is dropped. Parsing and the text callback stay on the caller's thread (a notebook
 cell's output must come from the thread running the cell).
 
-The idle limit counts what carries the answer: for a stream, `data:` lines; SSE comments and
-keep-alive pings do not reset it, so an endless stream of pings is a stall too.
+The idle limit is the call's `Silence` (`soba_nb.providers.waits`): it runs on through the
+headers and through lines that add nothing to the answer (SSE comments, pings, empty events),
+and only the parser, finding content, resets it; so an endless stream of pings is a stall too.
 """
 
 from __future__ import annotations
@@ -20,18 +21,16 @@ import contextlib
 import queue
 import socket
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from soba_nb.providers.errors import Cancelled, ProviderError, StalledError
+from soba_nb.providers.errors import Cancelled, ProviderError
 from soba_nb.providers.retry import Deadline
+from soba_nb.providers.waits import POLL_S, Silence
 
-POLL_S = 0.1
-"""How often the caller's thread looks at cancel, the deadline and the idle clock."""
 DATA_PREFIX = "data:"
 WAITING = "waiting for the model"
 
@@ -57,7 +56,7 @@ class Feed:
         *,
         cancel: threading.Event | None,
         deadline: Deadline,
-        idle_s: float,
+        silence: Silence,
         source: str,
         on_wait: Callable[[str], None] | None = None,
     ):
@@ -65,11 +64,12 @@ class Feed:
         self.on_wait = on_wait
         """Told "waiting for the model" at every poll until the answer's first data."""
         self.deadline = deadline
-        self.idle_s = idle_s
+        self.silence = silence
+        """The call's wait clock, shared with the earlier attempts and reset by the parser."""
         self.source = source
         self.abandoned = threading.Event()
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
-        self._last = time.monotonic()
+        self._headers = False
         self._response: httpx.Response | None = None
 
     # -- the worker's side ---------------------------------------------------------------
@@ -118,21 +118,22 @@ class Feed:
         if self.deadline.expired():
             self.abandon()
             raise self.deadline.timeout_error(self.source)
-        if time.monotonic() - self._last > self.idle_s:
+        if self.silence.expired():
             self.abandon()
-            raise StalledError(f"{self.source}: no data from the server for {self.idle_s:g} s")
+            raise self.silence.stalled(self.source, headers=self._headers)
 
     def head(self) -> Head:
-        """Wait for the status line (the first-byte limit is the idle limit)."""
+        """Wait for the status line (within what is left of the call's wait)."""
         kind, value = self._take()
         if kind != "head":
             raise ProviderError(f"{self.source}: the connection ended before an answer")
-        self._last = time.monotonic()
+        self._headers = True
         assert isinstance(value, Head)
         return value
 
-    def lines(self) -> Iterator[str]:
-        """The stream's lines as they come; cancel, deadline and idle limit apply between them."""
+    def lines(self) -> Generator[str, None, None]:
+        """The stream's lines as they come; cancel, deadline and the silence clock apply
+        between them (checked at every line, so a flood of pings cannot keep it from noticing)."""
         finished = False
         try:
             while True:
@@ -141,9 +142,10 @@ class Feed:
                     finished = True
                     return
                 self._check()
+                if value.strip():
+                    self.silence.heard()
                 if value.startswith(DATA_PREFIX):
-                    self._last = time.monotonic()
-                    self.on_wait = None  # the answer has started
+                    self.on_wait = None  # the server has started answering
                 yield value
         finally:
             if not finished:  # the caller stopped early (an error, a cancel): stop the worker

@@ -5,10 +5,13 @@ Anthropic) only says how to build the body and how to read an answer or a stream
 
 - The API key is read from the environment variable that `ModelSettings.api_key_env`
   names, at each call (so a key exported after loading works), and never appears in an
-  error message: anything the server echoes back is redacted.
+  error message: anything the server echoes back is redacted (`soba_nb.providers.keys`).
 - Every request carries `X-Soba-Operation` and `X-Soba-Operation-Id` (SPEC §9), retries too.
-- Every network wait is bounded: httpx timeouts per read, never longer than what is left
-  of the overall deadline, which is also checked between stream chunks.
+- Every network wait is bounded: one `Silence` per call ends any wait for the answer to grow
+  at the idle limit, retries included (`soba_nb.providers.waits`, SPEC §12); the overall
+  deadline is checked between stream chunks; httpx's own timeouts are a backstop.
+- A stream that runs on clearly past `maxOutputTokens` is stopped there: the answer so far,
+  finish reason `length`.
 - Cancellation is checked between stream chunks and during backoff waits; leaving the
   stream closes the connection.
 """
@@ -16,9 +19,7 @@ Anthropic) only says how to build the body and how to read an answer or a stream
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import json
-import os
 import random
 import threading
 from abc import ABC, abstractmethod
@@ -48,12 +49,12 @@ from soba_nb.providers.errors import (
     ContextOverflowError,
     EmptyAnswerError,
     IncompleteResponseError,
-    MissingApiKeyError,
     ProviderError,
     ServerError,
     StalledError,
 )
 from soba_nb.providers.feed import Feed
+from soba_nb.providers.keys import is_local_url, read_api_key, redact
 from soba_nb.providers.retry import (
     DEFAULT_BACKOFF_BASE_S,
     DEFAULT_BACKOFF_MAX_S,
@@ -66,6 +67,27 @@ from soba_nb.providers.retry import (
     check_cancel,
 )
 from soba_nb.providers.sse import ServerSentEvent, iter_sse_events
+from soba_nb.providers.waits import (
+    DEFAULT_IDLE_TIMEOUT_S,
+    IDLE_SETTING,
+    LENGTH_FINISH,
+    AnswerOverrun,
+    Silence,
+    TextSink,
+)
+
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT_S",
+    "DEFAULT_IDLE_TIMEOUT_S",  # defined with the other waits; the settings read it here
+    "DEFAULT_TIMEOUT_S",
+    "OPERATION_HEADER",
+    "OPERATION_ID_HEADER",
+    "HttpProvider",
+    "TextSink",  # likewise: what a wire format's parser writes the answer to
+    "is_local_url",  # and these three with the keys, where the tests read them
+    "read_api_key",
+    "redact",
+]
 
 OPERATION_HEADER = "X-Soba-Operation"
 OPERATION_ID_HEADER = "X-Soba-Operation-Id"
@@ -73,79 +95,14 @@ OPERATION_ID_HEADER = "X-Soba-Operation-Id"
 DEFAULT_TIMEOUT_S = 600.0
 """Overall deadline of a call whose caller gives none: no wait is ever unbounded."""
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
-DEFAULT_IDLE_TIMEOUT_S = 60.0
-"""Longest silence allowed from the server: before the answer starts (a long prompt may take a
-while to process) and between two pieces of a stream. `%config SobaMagics.idle_timeout_s`."""
+"""Longest wait for a connection; well inside the idle limit, so a retry on a new connection
+still fits in the same wait."""
 READ_TIMEOUT_MARGIN_S = 5.0
 """httpx's own read timeout is the idle limit plus this: a backstop that ends an abandoned
 worker thread whose socket could not be shut down."""
 HTTP_ERROR_MIN = 300
-REDACTED = "[redacted]"
 
 _ProviderT = TypeVar("_ProviderT", bound="HttpProvider")
-
-LOCAL_HOSTNAMES = frozenset({"localhost", "host.docker.internal"})
-LOCAL_HOST_SUFFIXES = (".localhost", ".local", ".internal", ".lan")
-
-
-def is_local_url(url: str) -> bool:
-    """True for loopback and private-network servers (Ollama, llama.cpp, vLLM, LM Studio),
-    which usually need no API key."""
-    host = (urlsplit(url).hostname or "").lower()
-    if host in LOCAL_HOSTNAMES or host.endswith(LOCAL_HOST_SUFFIXES):
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return (
-        address.is_loopback or address.is_private or address.is_link_local or address.is_unspecified
-    )
-
-
-def read_api_key(env_name: str, base_url: str) -> str | None:
-    """The API key from the environment variable `env_name`.
-
-    A missing key is an error for a remote server and allowed (None) for a local one.
-    """
-    key = os.environ.get(env_name, "").strip() if env_name else ""
-    if key:
-        return key
-    if is_local_url(base_url):
-        return None
-    if not env_name:
-        raise MissingApiKeyError(
-            f"no API key for {base_url}: model.apiKeyEnv is empty; set it to the name of "
-            "the environment variable that holds the key"
-        )
-    raise MissingApiKeyError(
-        f"no API key for {base_url}: the environment variable {env_name} (model.apiKeyEnv) "
-        "is not set; export it before starting the kernel, or set os.environ in the notebook"
-    )
-
-
-def redact(error: BaseException, secret: str | None) -> None:
-    """Remove `secret` from the error's message (servers sometimes echo the key back)."""
-    if secret and any(secret in str(arg) for arg in error.args):
-        error.args = tuple(str(arg).replace(secret, REDACTED) for arg in error.args)
-
-
-class TextSink:
-    """Passes streamed text to the caller's callback and remembers that some was shown."""
-
-    def __init__(self, on_text: TextCallback | None):
-        self._on_text = on_text
-        self.delivered = False
-        """True once any text reached the callback: a failure after that is not retried,
-        or the user would see the start of the answer twice."""
-
-    def __call__(self, text: str) -> None:
-        if not text:
-            return
-        self.delivered = True
-        if self._on_text is not None:
-            self._on_text(text)
-
 
 class HttpProvider(ABC):
     """A provider that talks to a model server over HTTP with httpx (sync)."""
@@ -248,6 +205,7 @@ class HttpProvider(ABC):
     ) -> ModelResponse:
         """Send the request (with retries) and return the finished answer (see `Provider`)."""
         deadline = Deadline(timeout_s if timeout_s is not None else self.default_timeout_s)
+        silence = Silence(self.idle_timeout_s)
         api_key = read_api_key(self.settings.api_key_env, self.base_url)
         headers = {
             **self.auth_headers(api_key),
@@ -256,7 +214,7 @@ class HttpProvider(ABC):
             OPERATION_ID_HEADER: request.operation_id,
         }
         body = self.build_body(request)
-        sink = TextSink(on_text)
+        sink = TextSink(on_text, silence=silence, max_output_tokens=request.max_output_tokens)
         # Some servers (llama.cpp) answer an oversized prompt with HTTP 200 and an empty
         # stream; asked without streaming they give the real error (400, overflow). So a
         # stream that brought nothing is retried as a plain request.
@@ -266,7 +224,7 @@ class HttpProvider(ABC):
         def attempt(_index: int) -> ModelResponse:
             nonlocal streaming
             try:
-                return self._send(streaming, body if streaming else plain, headers, sink, cancel, deadline, on_wait)
+                return self._send(streaming, body if streaming else plain, headers, sink, cancel, deadline, silence, on_wait)
             except ProviderError as exc:
                 if isinstance(exc, IncompleteResponseError) and streaming and not sink.delivered:
                     streaming = False
@@ -285,6 +243,7 @@ class HttpProvider(ABC):
                 source=self.source,
                 cancel=cancel,
                 rng=self._rng,
+                silence=silence,
             )
         except ProviderError as exc:
             redact(exc, api_key)
@@ -305,6 +264,7 @@ class HttpProvider(ABC):
         cycle of `complete`: the key, `X-Soba-Operation` headers, deadline, cancel, retries and
         error classification (an overflow is never retried). Returns the answer's JSON object."""
         deadline = Deadline(timeout_s if timeout_s is not None else self.default_timeout_s)
+        silence = Silence(self.idle_timeout_s)
         api_key = read_api_key(self.settings.api_key_env, self.base_url)
         sent = {
             **self.auth_headers(api_key),
@@ -314,7 +274,7 @@ class HttpProvider(ABC):
         }
 
         def attempt(_index: int) -> dict[str, Any]:
-            feed = Feed(cancel=cancel, deadline=deadline, idle_s=self.idle_timeout_s, source=self.source)
+            feed = Feed(cancel=cancel, deadline=deadline, silence=silence, source=self.source)
             timeout, bounded_by_deadline = self._timeout(deadline)
             feed.start(lambda feed: self._io(feed, False, body, sent, timeout, url=url))
             with self._httpx_errors(deadline, bounded_by_deadline):
@@ -327,7 +287,13 @@ class HttpProvider(ABC):
 
         try:
             return call_with_retries(
-                attempt, policy=self.policy, deadline=deadline, source=self.source, cancel=cancel, rng=self._rng
+                attempt,
+                policy=self.policy,
+                deadline=deadline,
+                source=self.source,
+                cancel=cancel,
+                rng=self._rng,
+                silence=silence,
             )
         except ProviderError as exc:
             redact(exc, api_key)
@@ -356,13 +322,14 @@ class HttpProvider(ABC):
         sink: TextSink,
         cancel: threading.Event | None,
         deadline: Deadline,
+        silence: Silence,
         on_wait: WaitCallback | None = None,
     ) -> ModelResponse:
         """One attempt: POST, check the status, read the answer. httpx errors become ours.
 
-        The I/O runs in a worker (`Feed`), so a cancel, the deadline or a silence longer
-        than `idle_timeout_s` ends the wait within a fraction of a second."""
-        feed = Feed(cancel=cancel, deadline=deadline, idle_s=self.idle_timeout_s, source=self.source, on_wait=on_wait)
+        The I/O runs in a worker (`Feed`), so a cancel, the deadline or the answer not growing
+        for `idle_timeout_s` (the call's `Silence`) ends the wait within a fraction of a second."""
+        feed = Feed(cancel=cancel, deadline=deadline, silence=silence, source=self.source, on_wait=on_wait)
         timeout, bounded_by_deadline = self._timeout(deadline)
         feed.start(lambda feed: self._io(feed, stream, body, headers, timeout))
         with self._httpx_errors(deadline, bounded_by_deadline):
@@ -376,9 +343,9 @@ class HttpProvider(ABC):
                     raise classify_stream_error(self.source, data)
                 result = self.parse_answer(data)
                 if stream:
-                    sink(result.text)
+                    sink.show(result.text)  # whole and finished: nothing to stop
             else:
-                result = self._parse_lines(feed.lines(), sink)
+                result = self._parse_lines(feed, sink)
         # An answer that finished after the caller cancelled is dropped all the same.
         check_cancel(cancel, self.source)
         return result
@@ -391,7 +358,12 @@ class HttpProvider(ABC):
         except httpx.TimeoutException as exc:
             if bounded_by_deadline or deadline.expired():
                 raise deadline.timeout_error(self.source) from None
-            raise StalledError(f"{self.source}: timed out waiting for the server ({type(exc).__name__})") from None
+            if isinstance(exc, httpx.ConnectTimeout):
+                # Only the connection failed: a new one may work, within what is left of the wait.
+                raise ServerError(f"{self.source}: no connection within {self.connect_timeout_s:g} s") from None
+            raise StalledError(
+                f"{self.source}: timed out waiting for the server ({type(exc).__name__}); {IDLE_SETTING} sets the idle limit"
+            ) from None
         except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
             # A configuration mistake: retrying cannot help.
             raise ProviderError(
@@ -435,9 +407,11 @@ class HttpProvider(ABC):
                 if not feed.put_line(line):
                     return
 
-    def _parse_lines(self, lines: Iterator[str], sink: TextSink) -> ModelResponse:
-        """A streamed answer; an empty stream (no line at all) is an `EmptyAnswerError`."""
+    def _parse_lines(self, feed: Feed, sink: TextSink) -> ModelResponse:
+        """A streamed answer; an empty stream (no line at all) is an `EmptyAnswerError`, and
+        one that runs clearly past `maxOutputTokens` is stopped there (`_stopped_at_limit`)."""
         seen = [0]
+        lines = feed.lines()
 
         def counted() -> Iterator[str]:
             for line in lines:
@@ -446,10 +420,20 @@ class HttpProvider(ABC):
 
         try:
             return self.parse_stream(iter_sse_events(counted()), sink)
+        except AnswerOverrun:
+            lines.close()  # stops the worker and closes the connection now, not at garbage collection
+            return self._stopped_at_limit(sink)
         except IncompleteResponseError:
             if not seen[0]:
                 raise EmptyAnswerError(f"{self.source}: the server answered 200 with an empty stream") from None
             raise
+
+    def _stopped_at_limit(self, sink: TextSink) -> ModelResponse:
+        """The answer of a stream stopped past `maxOutputTokens`: what a server honouring the
+        limit would have sent — the text so far, finish `length` — so every caller treats it as
+        any answer cut at its limit. Tool calls still arriving are dropped (their arguments are
+        cut), and so is usage, which the server sends only at the end."""
+        return ModelResponse(text="".join(sink.shown), finish_reason=LENGTH_FINISH, model=self.model, provider=self.name)
 
     # -- resources -------------------------------------------------------------------
 

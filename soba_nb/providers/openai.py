@@ -18,8 +18,9 @@ from urllib.parse import urlsplit
 from soba_nb.providers.base import ChatMessage, ModelRequest, ModelResponse, ToolCall, Usage
 from soba_nb.providers.classify import classify_stream_error
 from soba_nb.providers.errors import IncompleteResponseError
-from soba_nb.providers.http import HttpProvider, TextSink
+from soba_nb.providers.http import HttpProvider
 from soba_nb.providers.sse import ServerSentEvent
+from soba_nb.providers.waits import TextSink, content_chars
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 OPENAI_HOST = "api.openai.com"
@@ -28,6 +29,12 @@ MAX_TOKENS_FIELD = "max_tokens"
 """What OpenAI-compatible servers (Ollama, llama.cpp, vLLM, LM Studio) read."""
 MAX_COMPLETION_TOKENS_FIELD = "max_completion_tokens"
 """What OpenAI's own API wants: its reasoning models refuse `max_tokens`."""
+
+NOT_GROWTH = ("role", "content", "type", "id", "index")
+"""Delta fields that are not content the model produced: the role, the shown text (counted as
+it is shown), and the bookkeeping of a tool call. Anything else with text in it — tool-call
+names and arguments, `reasoning_content` / `reasoning` (llama.cpp, vLLM, Ollama, LM Studio), a
+refusal — grows the answer (`providers.waits`); an empty delta does not."""
 
 FINISH_REASONS = {
     "stop": "stop",
@@ -236,11 +243,12 @@ class OpenAIProvider(HttpProvider):
         state = _StreamState()
         for _event, chunk in self.json_events(events, "stream chunk"):
             try:
-                shown = self._apply_chunk(chunk, state)
+                shown, hidden = self._apply_chunk(chunk, state)
             except (AttributeError, TypeError, ValueError) as exc:
                 # A field of an unexpected type (a list where an object belongs, ...).
                 raise self.bad_answer(f"malformed chunk: {exc}", chunk) from None
             emit(shown)
+            emit.grow(hidden)
         if state.finish_reason is None:
             raise IncompleteResponseError(
                 f"{self.source}: the stream ended without a finish reason"
@@ -254,8 +262,9 @@ class OpenAIProvider(HttpProvider):
             provider=self.name,
         )
 
-    def _apply_chunk(self, chunk: dict[str, Any], state: _StreamState) -> str:
-        """Fold one chunk into the state; returns the answer text it adds (to show)."""
+    def _apply_chunk(self, chunk: dict[str, Any], state: _StreamState) -> tuple[str, int]:
+        """Fold one chunk into the state; returns the answer text it adds (to show) and the
+        size of the other content it adds (tool calls, reasoning)."""
         if "error" in chunk:
             # vLLM and llama.cpp report failures inside a 200 stream.
             raise classify_stream_error(self.source, chunk)
@@ -265,6 +274,7 @@ class OpenAIProvider(HttpProvider):
         # The usage chunk (choices: []) comes after the finish reason; llama.cpp puts it on the last choice chunk.
         state.usage = usage_from_wire(chunk.get("usage")) or state.usage
         shown: list[str] = []
+        hidden = 0
         for choice in chunk.get("choices") or []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
@@ -276,6 +286,7 @@ class OpenAIProvider(HttpProvider):
                 state.text.append(content)
                 shown.append(content)
             state.add_tool_deltas(delta.get("tool_calls") or [])
+            hidden += content_chars(delta, skip=NOT_GROWTH)
             if isinstance(choice.get("finish_reason"), str):
                 state.finish_reason = choice["finish_reason"]
-        return "".join(shown)
+        return "".join(shown), hidden

@@ -23,9 +23,10 @@ from typing import Any
 from soba_nb.providers.base import ChatMessage, ModelRequest, ModelResponse, ToolCall, Usage
 from soba_nb.providers.classify import classify_stream_error
 from soba_nb.providers.errors import IncompleteResponseError
-from soba_nb.providers.http import HttpProvider, TextSink
+from soba_nb.providers.http import HttpProvider
 from soba_nb.providers.openai import DEFAULT_OPENAI_BASE_URL, arguments_text
 from soba_nb.providers.sse import ServerSentEvent
+from soba_nb.providers.waits import TextSink, content_chars
 from soba_nb.transcript.entries import NativeContinuation
 
 RESPONSES_PATH = "/responses"
@@ -36,6 +37,21 @@ RESPONSES_KIND = "openai.responses.compact"
 INCOMPLETE_REASONS = {"max_output_tokens": "length"}
 """`incomplete_details.reason` → our finish reason (others are kept as they are)."""
 ENDED = ("response.completed", "response.incomplete")
+TEXT_DELTA = "response.output_text.delta"
+DELTA_SUFFIX = ".delta"
+
+
+def hidden_chars(kind: str, payload: dict[str, Any]) -> int:
+    """How much an event adds to the answer besides its shown text (counted as it is shown):
+    every other `*.delta` (function-call arguments, reasoning text) and a new call's name.
+    Status events (`response.in_progress`, ...) add nothing, so a stream of them is a stall
+    (`providers.waits`)."""
+    if kind.endswith(DELTA_SUFFIX) and kind != TEXT_DELTA:
+        return content_chars(payload.get("delta"))
+    item = payload.get("item")
+    if kind == "response.output_item.added" and isinstance(item, dict):
+        return content_chars(item.get("name"))
+    return 0
 
 
 def message_items(message: ChatMessage) -> list[dict[str, Any]]:
@@ -213,6 +229,7 @@ class ResponsesProvider(HttpProvider):
             except (AttributeError, TypeError, ValueError) as exc:
                 # A field of an unexpected type (a list where an object belongs, ...).
                 raise self.bad_answer(f"malformed {kind} event: {exc}", payload) from None
+            emit.grow(hidden_chars(kind, payload))
             if kind in ENDED:
                 break
         if state.response is None:
@@ -231,7 +248,7 @@ class ResponsesProvider(HttpProvider):
             state.model = response.get("model") if isinstance(response.get("model"), str) else state.model
             if kind in ENDED:
                 state.response = response
-        elif kind == "response.output_text.delta":
+        elif kind == TEXT_DELTA:
             delta = payload.get("delta")
             if isinstance(delta, str) and delta:
                 state.text.append(delta)

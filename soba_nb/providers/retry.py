@@ -7,7 +7,9 @@ with exponential backoff plus jitter — or the server's `Retry-After`, capped. 
 overflow and rejected requests are never retried: sending the same request again cannot
 help (SPEC §6: the same oversized request is never sent again).
 
-Every wait is bounded by the caller's `Deadline` and interrupted by its cancel event.
+Every wait is bounded by the caller's `Deadline` and interrupted by its cancel event. With a
+`Silence` (the call's wait clock, `soba_nb.providers.waits`), a backoff is made only while it fits
+what is left of the idle limit: retries happen inside one wait, never after it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from soba_nb.providers.errors import Cancelled, ProviderError, ProviderTimeout
+from soba_nb.providers.waits import Silence
 
 DEFAULT_MAX_RETRIES = 3
 """Retries after the first attempt, so at most 4 requests per call."""
@@ -29,7 +32,8 @@ DEFAULT_BACKOFF_BASE_S = 0.5
 DEFAULT_BACKOFF_MAX_S = 8.0
 """Ceiling for the exponential backoff."""
 DEFAULT_RETRY_AFTER_CAP_S = 60.0
-"""A server's Retry-After is honoured up to this many seconds."""
+"""A server's Retry-After is honoured up to this many seconds (and only while it fits what is
+left of the call's idle limit)."""
 DEFAULT_JITTER_RATIO = 0.25
 """Backoff waits are stretched by a random factor in [1, 1 + ratio] so that clients that
 failed together do not retry together."""
@@ -120,11 +124,13 @@ def call_with_retries(
     source: str,
     cancel: threading.Event | None = None,
     rng: random.Random | None = None,
+    silence: Silence | None = None,
 ) -> T:
     """Run `attempt(attempt_index)` until it returns, retrying retryable errors.
 
     When the retries run out, the last error is raised with the attempt count added to
-    its message. Errors that are not retryable are raised at once.
+    its message. Errors that are not retryable are raised at once, and so is one whose
+    backoff would pass what is left of `silence` (saying so).
     """
     rng = rng or random.Random()
     attempt_index = 0
@@ -136,9 +142,12 @@ def call_with_retries(
         except ProviderError as exc:
             if not exc.retryable:
                 raise
-            if attempt_index >= min(policy.max_retries, getattr(exc, "retry_limit", policy.max_retries)):
+            if attempt_index >= policy.max_retries:
                 exc.args = (f"{exc} (gave up after {attempt_index + 1} attempts)",)
                 raise
             delay = policy.delay_s(attempt_index, exc, rng)
+            if silence is not None and delay >= silence.remaining():
+                exc.args = (silence.retry_refused(exc, delay),)
+                raise
             wait(delay, cancel=cancel, deadline=deadline, source=source, reason=str(exc))
             attempt_index += 1

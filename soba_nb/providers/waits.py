@@ -1,0 +1,202 @@
+"""How long soba waits on a model server, and what counts as the answer moving on (SPEC §12).
+
+SPEC §12: every wait on a provider ends within `WAIT_CEILING_S` with default settings — a stall
+before or after the headers, keep-alive pings with nothing else, and an answer that streams on
+past `maxOutputTokens` included — while a stream that keeps delivering tokens within
+`maxOutputTokens` is progress, not a wait (a slow local model may take minutes).
+
+One *wait* is the time the answer does not grow. `Silence` is its clock: one per call, started
+with the call, reset only when the answer grows, and bounded by the idle limit
+(`%config SobaMagics.idle_timeout_s`). It is shared by all the attempts of a call and their
+backoff waits, so a retry never restarts it:
+
+- A retry is made only while there is time left of the wait for it (a reset connection, a quick
+  5xx, a short `Retry-After`); a backoff that would pass the idle limit is not started.
+- A stall (the idle limit reached) is therefore never retried. Retrying it once, as before,
+  made two idle waits of 60 s plus a backoff — 122 s of nothing on the screen — and a server
+  that sent nothing for a whole minute is seldom saved by asking again; the user can ask again.
+- What grows the answer is content the parser folds into it: text, tool-call pieces, reasoning
+  (`TextSink`). Headers, SSE comments, Anthropic `ping` events and empty deltas do not, so a
+  stream of keep-alives is a stall like any other.
+- Everything that counts as growth also counts toward `maxOutputTokens`, so a stream cannot
+  keep a call alive by growing forever either: once it is clearly past the limit it is stopped
+  there, as a server honouring the limit would have (finish reason `length`).
+
+So the longest wait is the idle limit plus one poll of the caller's thread (`longest_wait_s`),
+whatever the retry policy; the overall deadline (`timeout_s`, the turn's `turn_timeout_s`) bounds
+the rest, a slow answer that keeps coming.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from soba_nb.providers.base import TextCallback
+from soba_nb.providers.errors import StalledError
+
+WAIT_CEILING_S = 90.0
+"""SPEC §12: every wait on a provider ends within this with default settings (a test checks
+the defaults below against it)."""
+DEFAULT_IDLE_TIMEOUT_S = 60.0
+"""Longest wait for the answer to grow: from the request to the answer's first content (a long
+prompt may take a while to process), retries and their backoff included, and between two pieces
+of a stream. `%config SobaMagics.idle_timeout_s`. A minute leaves room for a slow server to read
+a long prompt and stays well under `WAIT_CEILING_S`."""
+POLL_S = 0.1
+"""How often the caller's thread looks at cancel, the deadline and the silence clock: the most
+a wait can outlast its limit before it is noticed."""
+IDLE_SETTING = "%config SobaMagics.idle_timeout_s"
+"""How error messages tell the user to change the idle limit."""
+
+CHARS_PER_TOKEN = 4
+"""The usual characters per token of BPE tokenizers on English and code: the cheap count of how
+much of `maxOutputTokens` a stream has used (a tokenizer per chunk would cost too much)."""
+OVERRUN_FACTOR = 2.0
+"""A stream is stopped once the cheap count passes this multiple of `maxOutputTokens`: text
+averaging up to 8 characters a token (long identifiers, runs of spaces) is never cut while the
+server stays within its limit, and a stream that ignores the limit is stopped soon after it."""
+OVERRUN_SLACK_TOKENS = 64
+"""Added to the stopping point, so a small limit (a 16-token probe) is not cut by the noise of
+the cheap count on a few long words."""
+LENGTH_FINISH = "length"
+"""The finish reason of an answer stopped at its output limit (what a server says when it
+stops at `max_tokens` itself; the loop keeps such an answer, the summarizer refuses it)."""
+
+
+def longest_wait_s(idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> float:
+    """The longest one wait on a provider lasts with this idle limit: the limit (retries and
+    their backoff fit inside it or are not made) plus one poll before the caller notices."""
+    return idle_timeout_s + POLL_S
+
+
+def overrun_chars(max_output_tokens: int) -> int:
+    """How many characters of answer content a stream may bring before it is stopped."""
+    return int((max_output_tokens * OVERRUN_FACTOR + OVERRUN_SLACK_TOKENS) * CHARS_PER_TOKEN)
+
+
+def content_chars(value: Any, skip: Iterable[str] = ()) -> int:
+    """Characters of the strings in a JSON value (a delta, a content block), leaving out the
+    fields named in `skip` at every depth (its shown text, its type, its ids): how much it adds
+    to an answer. Numbers, booleans and empty strings add nothing. Walked with a stack, not
+    recursion: a server's JSON may be nested as deep as the parser allows."""
+    skipped = frozenset(skip)
+    total = 0
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, dict):
+            pending.extend(child for key, child in item.items() if key not in skipped)
+        elif isinstance(item, list):
+            pending.extend(item)
+    return total
+
+
+class Silence:
+    """The clock of one call's wait: how long since the answer last grew (see the module)."""
+
+    def __init__(self, limit_s: float, *, clock: Callable[[], float] = time.monotonic):
+        self.limit_s = limit_s
+        """The idle limit."""
+        self._clock = clock
+        self._since = clock()
+        self.grown = False
+        """True once the answer has some content: a stall after that is mid-answer."""
+        self.keepalives = 0
+        """Lines heard since the answer last grew (comments, pings, empty events): a stall
+        with some says so, since the connection itself was alive."""
+
+    def progress(self) -> None:
+        """The answer grew: a new wait starts."""
+        self._since = self._clock()
+        self.grown = True
+        self.keepalives = 0
+
+    def heard(self) -> None:
+        """A line came that may not grow the answer (its parser decides)."""
+        self.keepalives += 1
+
+    def remaining(self) -> float:
+        """Seconds left of the current wait (never negative)."""
+        return max(0.0, self.limit_s - (self._clock() - self._since))
+
+    def expired(self) -> bool:
+        """True once the answer has not grown for the idle limit."""
+        return self._clock() - self._since > self.limit_s
+
+    def stalled(self, source: str, *, headers: bool) -> StalledError:
+        """The one-line error for a wait that reached the idle limit."""
+        where = "mid-answer" if self.grown else ("after the headers" if headers else "before the headers")
+        if self.keepalives:
+            where += ", only pings or empty events"
+        return StalledError(
+            f"{source}: nothing of the answer came for {self.limit_s:g} s ({where}); "
+            f"that is the idle limit, {IDLE_SETTING} changes it"
+        )
+
+    def retry_refused(self, error: BaseException, delay_s: float) -> str:
+        """`error`'s message saying why it is not retried."""
+        return (
+            f"{error} (not retried: a {delay_s:.1f} s wait would pass the idle limit of "
+            f"{self.limit_s:g} s, {IDLE_SETTING})"
+        )
+
+
+class AnswerOverrun(Exception):
+    """A stream went clearly past `maxOutputTokens` (`overrun_chars`); raised by `TextSink` to
+    stop reading it. Internal: the provider turns it into an answer with finish `length`."""
+
+
+class TextSink:
+    """The answer as a parser reads it: shows its text and marks how far it has grown.
+
+    Parsers call the sink with each piece of answer text, and `grow` with the size of any other
+    content (tool-call pieces, reasoning): both reset the call's `Silence` and count toward
+    `maxOutputTokens`, which raises `AnswerOverrun` once clearly passed."""
+
+    def __init__(
+        self,
+        on_text: TextCallback | None,
+        *,
+        silence: Silence | None = None,
+        max_output_tokens: int | None = None,
+    ):
+        self._on_text = on_text
+        self.silence = silence
+        self.delivered = False
+        """True once any text reached the callback: a failure after that is not retried,
+        or the user would see the start of the answer twice."""
+        self.shown: list[str] = []
+        """The text shown so far: the answer kept when the stream is stopped at its limit."""
+        self.chars = 0
+        """Characters of content the answer has gained (text and the rest)."""
+        self.limit_chars = None if max_output_tokens is None else overrun_chars(max_output_tokens)
+
+    def __call__(self, text: str) -> None:
+        """A piece of answer text: shown, then counted (what was shown is kept if it stops)."""
+        if not text:
+            return
+        self.show(text)
+        self.grow(len(text))
+
+    def show(self, text: str) -> None:
+        """Show text without counting it (a whole answer that came in one piece)."""
+        if not text:
+            return
+        self.delivered = True
+        self.shown.append(text)
+        if self._on_text is not None:
+            self._on_text(text)
+
+    def grow(self, chars: int) -> None:
+        """The answer gained `chars` characters of content."""
+        if chars <= 0:
+            return
+        self.chars += chars
+        if self.silence is not None:
+            self.silence.progress()
+        if self.limit_chars is not None and self.chars > self.limit_chars:
+            raise AnswerOverrun(f"about {self.chars // CHARS_PER_TOKEN:,} tokens")
