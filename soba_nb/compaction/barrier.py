@@ -33,18 +33,25 @@ from soba_nb.compaction.capsule import (
     validate_summary,
 )
 from soba_nb.compaction.deterministic import (
-    LIST_ITEMS_MAX,
     capsule_from_scan,
     scan_for_capsule,
     with_latest_request,
 )
 from soba_nb.compaction.extract_snapshots import ExtractSnapshots
+from soba_nb.compaction.fitting import (
+    first_fitting,
+    later_cuts,
+    request_alone_reason,
+    shortest_fitting,
+)
 from soba_nb.compaction.flight import FlightRecord, FlightRecorder
 from soba_nb.compaction.model_input import (
     VISIBLE_TYPES,
     ModelInput,
     VisibleContext,
     assemble,
+    entry_tokens,
+    fixed_tokens,
     native_cost_key,
 )
 from soba_nb.compaction.native import NativeCompactor, continuation_label
@@ -292,6 +299,16 @@ def _run(plan: CompactionPlan, ctx: BarrierContext, cancel: threading.Event, sta
         if isinstance(fallback, CompactionResult):
             return fallback
         generated, verdict = fallback, _gates(plan, fallback.tokens_after, ctx)
+    if verdict is not None and verdict[2] in TOO_LARGE and plan.trigger in FORCED:
+        # Even the shortest capsule leaves the continuation too large: keep less (SPEC §12).
+        smaller = _keep_less(plan, cut, ctx, cancel, started, generated)
+        if isinstance(smaller, CompactionResult):
+            return smaller
+        generated, verdict = smaller, _gates(plan, smaller.tokens_after, ctx)
+        if verdict is not None and smaller.tokens_after > _goal(plan):
+            request = 0 if cut.request is None else entry_tokens(cut.request, ctx.counter)
+            fixed = fixed_tokens(ctx.system, ctx.tools, ctx.counter)
+            verdict = (Outcome.FAILED, request_alone_reason(generated.tokens_after, fixed, request, _goal(plan)), verdict[2])
     entry, tokens_after = generated.entry, generated.tokens_after
     if verdict is not None:
         return _result(plan, verdict[0], verdict[1], started, tokens_after=tokens_after, code=verdict[2])
@@ -334,6 +351,53 @@ class Note:
 NO_MODEL = Note("no summarizer model", Reason.FALLBACK_NO_MODEL)
 
 
+FORCED = frozenset({Trigger.HARD_LIMIT, Trigger.CONTEXT_OVERFLOW})
+"""The compactions that must make the continuation fit, or the request is not sent."""
+TOO_LARGE = frozenset({Reason.OVER_HARD_LIMIT, Reason.NOT_BELOW_REFUSED, Reason.NOT_SMALLER})
+"""Verdicts on a continuation that keeping less may still mend."""
+KEPT_LESS = Note("the continuation did not fit: less of the recent history is kept in full", Reason.FALLBACK_TOO_LARGE)
+
+
+def _goal(plan: CompactionPlan) -> int:
+    """The most the continuation may be: the hard limit, and below the refused request."""
+    return plan.hard_limit if plan.must_be_below is None else min(plan.hard_limit, plan.must_be_below - 1)
+
+
+def _keep_less(
+    plan: CompactionPlan, cut: Cut, ctx: BarrierContext, cancel: threading.Event, started: float, last: Generated
+) -> Generated | CompactionResult:
+    """The fallback capsule of the latest cut that fits (`fitting.later_cuts`), or, when none
+    does, the shortest one with a reason saying the request cannot fit even alone."""
+    tried: dict[str, Generated] = {}
+    stopped: list[CompactionResult] = []
+
+    def fits(candidate: Cut) -> bool:
+        if stopped:
+            return False
+        generated = generate_capsule(plan, candidate, ctx, cancel, started, fallback_note=KEPT_LESS)
+        if isinstance(generated, CompactionResult):
+            stopped.append(generated)
+            return False
+        tried[candidate.first_kept_entry_id or ""] = generated
+        return generated.tokens_after <= _goal(plan)
+
+    candidates = later_cuts(cut, ctx.counter)
+    found = first_fitting(candidates, fits)
+    if stopped:
+        return stopped[0]
+    if found is not None:
+        return tried[found.first_kept_entry_id or ""]
+    if not candidates:
+        return last
+    shortest = tried.get(candidates[-1].first_kept_entry_id or "")
+    if shortest is None:
+        generated = generate_capsule(plan, candidates[-1], ctx, cancel, started, fallback_note=KEPT_LESS)
+        if isinstance(generated, CompactionResult):
+            return generated
+        shortest = generated
+    return shortest
+
+
 
 @dataclass(frozen=True)
 class Generated:
@@ -368,7 +432,7 @@ def generate_capsule(
     request, quote = _request_to_quote(cut)
     scan = scan_for_capsule(cut.summarize, kept=cut.kept, scans=_scan_starts(ctx, cut))
 
-    def fallback(items_max: int | None = None) -> Capsule:
+    def fallback(items_max: int | None = None, request_chars: int | None = None) -> Capsule:
         return capsule_from_scan(
             scan,
             previous=previous,
@@ -376,6 +440,7 @@ def generate_capsule(
             kernel_state=ctx.kernel_state,
             latest_request=request if quote else None,
             items_max=items_max,
+            request_chars=request_chars,
         )
 
     capsule = deterministic = fallback()
@@ -439,20 +504,14 @@ def generate_capsule(
         return msgspec.structs.replace(entry, tokens_after=tokens_after), tokens_after
 
     entry, tokens_after = measured(capsule)
-    if quality == "degraded" and native is None and tokens_after > plan.hard_limit:
-        # The fallback over the hard limit (a long session's lists, a small window): its lists
-        # are shortened, newest kept, to the most items that fit (found by halving); a shorter
-        # capsule beats a stranded session.
-        fits, over = 0, LIST_ITEMS_MAX
-        while over - fits > 1:
-            items_max = (fits + over) // 2
-            shorter, tokens = measured(fallback(items_max))
-            if tokens <= plan.hard_limit:
-                fits, entry, tokens_after = items_max, shorter, tokens
-            else:
-                over = items_max
-                if not fits:
-                    entry, tokens_after = shorter, tokens  # the shortest tried, should none fit
+    goal = _goal(plan)
+    if quality == "degraded" and native is None and tokens_after > goal:
+        # The fallback over the limit (a long session's lists, a small window): it gives way,
+        # lists first, then its quoted requests (`fitting`); a shorter capsule beats a
+        # stranded session.
+        entry, tokens_after = shortest_fitting(
+            lambda items_max, request_chars: measured(fallback(items_max, request_chars)), goal
+        )
     return Generated(entry, tokens_after, note, native_note)
 
 

@@ -25,6 +25,7 @@ from soba_nb.compaction.extract import (
     bullet,
     first_line,
     fresh_start,
+    head_and_tail,
     one_line,
 )
 from soba_nb.transcript.entries import Entry, MessageEntry, ToolResultEntry
@@ -209,14 +210,29 @@ def _decompose_goal(body: str) -> tuple[str | None, list[str], list[str], list[s
 
 
 def _goal(
-    scan: Scan, kept_requests: list[str], previous_body: str, latest_whole: bool, current: str | None, limit: int
+    scan: Scan,
+    kept_requests: list[str],
+    previous_body: str,
+    latest_whole: bool,
+    current: str | None,
+    limit: int,
+    request_chars: int | None = None,
 ) -> str:
     old_request, opening, earlier, constraints, carried = _decompose_goal(previous_body)
+    short = request_chars is not None
+
+    def clipped(text: str, usual: int) -> str:
+        return head_and_tail(text, request_chars) if request_chars is not None else one_line(text, usual)
+
+    if short:  # a small window: what earlier capsules carried gives way too
+        opening = [bullet(clipped(_strip_marker(item), OPENING_CLIP_CHARS)) for item in opening]
+        earlier = [bullet(clipped(_strip_marker(item), REQUEST_CLIP_CHARS)) for item in earlier]
+        carried = head_and_tail(carried, 2 * request_chars) if carried and request_chars else ""
     if not previous_body and scan.user_messages:
         # No capsule before this region: its first request opened the session (its goal,
         # most often), and is kept, clipped, through every later capsule.
-        opening = [bullet(one_line(scan.user_messages[0], OPENING_CLIP_CHARS))]
-        quoted_first = bullet(one_line(scan.user_messages[0], REQUEST_CLIP_CHARS))
+        opening = [bullet(clipped(scan.user_messages[0], OPENING_CLIP_CHARS))]
+        quoted_first = bullet(clipped(scan.user_messages[0], REQUEST_CLIP_CHARS))
     else:
         quoted_first = None
     # Requests in the kept tail follow the capsule whole: only the latest is named here
@@ -226,23 +242,24 @@ def _goal(
     note = ""
     if kept_requests:
         request = kept_requests[-1]
-        if len(request) > KEPT_REQUEST_QUOTE_LIMIT_CHARS:
-            request, note = request[:KEPT_REQUEST_QUOTE_LIMIT_CHARS], CLIPPED_REQUEST_NOTE
+        quote_limit = KEPT_REQUEST_QUOTE_LIMIT_CHARS if request_chars is None else request_chars
+        if len(request) > quote_limit:
+            request, note = request[:quote_limit], CLIPPED_REQUEST_NOTE
     elif scan.user_messages and latest_whole:
         request = earlier_source.pop()
     if old_request is not None:
         if request is None and not earlier_source:
             request = old_request  # no newer request: the previous one is still the latest
         else:
-            earlier = [*earlier, bullet(one_line(old_request, REQUEST_CLIP_CHARS))]
+            earlier = [*earlier, bullet(clipped(old_request, REQUEST_CLIP_CHARS))]
     if current is not None and request != current:
         # The request being worked on lies before this region (an earlier capsule holds it).
         if request is not None:
-            earlier = [*earlier, bullet(one_line(request, REQUEST_CLIP_CHARS))]
+            earlier = [*earlier, bullet(clipped(request, REQUEST_CLIP_CHARS))]
         request, note = current, ""
     newest = earlier_source[-EARLIER_REQUESTS_KEPT:] if latest_whole else earlier_source[-EARLIER_REQUESTS_KEPT - 1 :]
     earlier = _cap(
-        _merge(earlier, [bullet(one_line(m, REQUEST_CLIP_CHARS)) for m in newest if m.strip()]),
+        _merge(earlier, [bullet(clipped(m, REQUEST_CLIP_CHARS)) for m in newest if m.strip()]),
         min(EARLIER_REQUESTS_MAX, limit),
     )
     constraints = _cap(_merge(constraints, scan.constraints), min(CONSTRAINTS_MAX, limit))
@@ -398,13 +415,20 @@ def capsule_from_scan(
     latest_request_whole: bool = True,
     latest_request: str | None = None,
     items_max: int | None = None,
+    request_chars: int | None = None,
 ) -> Capsule:
     """`build_deterministic_capsule` from a scan already run (a scan can be extended with
     more entries and read again, so an extract that grows costs one pass in all).
     `items_max`: the items of each list, newest first — runs, files and names (`LIST_ITEMS_MAX`
     when None), also after merging with the previous capsule's, so lists do not grow with every
     compaction of a long session; at most `NARRATIVE_MAX_ITEMS` of work, decisions and steps,
-    and at most the usual earlier requests and constraints."""
+    and at most the usual earlier requests and constraints. `request_chars` (a small window):
+    the first and earlier requests, and what earlier capsules carried, are clipped to their
+    head and tail at this length, and so is the quote of a latest request the kept tail
+    carries whole; the request being worked on, when only the capsule carries it, never is.
+    `request_chars=0`: the bare capsule (`BARE_NOTE`), the last thing that gives way."""
+    if request_chars == 0:
+        return _bare(latest_request)
     limit = LIST_ITEMS_MAX if items_max is None else max(min(items_max, LIST_ITEMS_MAX), 1)
     narrative = min(NARRATIVE_MAX_ITEMS, limit)
     if previous is None and scan.capsule_text is not None:
@@ -423,16 +447,23 @@ def capsule_from_scan(
     read = _noting_older(scan, "files_read", limit, [bullet(shown) for _, shown in _newest(scan.files_read, limit)])
     runs = _noting_older(scan, "runs", limit, [bullet(f"{r.display} → {r.outcome}") for _, r in _newest(scan.runs, limit)])
     work = [*_select(scan.work, WORK_DONE_NEW_LINES), *_tool_summary(scan)]
+
+    def narrative_of(items: list[str]) -> str:
+        items = _cap(items, narrative)
+        if request_chars is not None:  # a small window: each item gives way like the requests
+            items = [bullet(head_and_tail(_strip_marker(item), request_chars)) for item in items]
+        return _body(items)
+
     return Capsule(
         goal_and_constraints=_goal(
-            scan, kept_requests, prior.goal_and_constraints, latest_request_whole, latest_request, limit
+            scan, kept_requests, prior.goal_and_constraints, latest_request_whole, latest_request, limit, request_chars
         ),
-        work_done=_body(_cap(_merge(items("work_done"), work), narrative)),
-        in_progress=_body(_cap(_merge(items("in_progress"), _in_progress(scan, kept_requests)), narrative)),
-        pending=_body(_cap(_merge(items("pending"), scan.pending), narrative)),
-        decisions=_body(_cap(_merge(items("decisions"), _select(scan.decisions, DECISIONS_NEW_MAX)), narrative)),
+        work_done=narrative_of(_merge(items("work_done"), work)),
+        in_progress=narrative_of(_merge(items("in_progress"), _in_progress(scan, kept_requests))),
+        pending=narrative_of(_merge(items("pending"), scan.pending)),
+        decisions=narrative_of(_merge(items("decisions"), _select(scan.decisions, DECISIONS_NEW_MAX))),
         blockers=_body(_blockers(scan, items("blockers"), limit)),
-        next_steps=_body(_cap(_merge(items("next_steps"), _next_steps(scan)), narrative)),
+        next_steps=narrative_of(_merge(items("next_steps"), _next_steps(scan))),
         files_read=_body(_newest_listed(_merge(items("files_read"), read, _path_key), limit)),
         files_modified=_body(_newest_listed(_merge(items("files_modified"), modified, _path_key), limit)),
         verification=_body(_newest_listed(_merge(items("verification"), runs, run_key), limit)),
@@ -441,6 +472,20 @@ def capsule_from_scan(
         artifacts=_body(_newest_listed(_merge(items("artifacts"), outputs, _path_key), limit)),
         extra_sections=list(prior.extra_sections),
     )
+
+
+BARE_NOTE = (
+    "The earlier work of this session is in its transcript: the model's window is too small to "
+    "summarize it here."
+)
+
+
+def _bare(latest_request: str | None) -> Capsule:
+    """Every section empty but the goal: a note, and the request being worked on whole when
+    only the capsule carries it (SPEC §5). For a window that can take little more than the
+    request itself (SPEC §12: only a request that cannot fit even alone is refused)."""
+    goal = BARE_NOTE if latest_request is None else f"{LATEST_REQUEST_LABEL}\n\n{_fenced(latest_request)}\n\n{BARE_NOTE}"
+    return Capsule(goal_and_constraints=goal)
 
 
 def with_latest_request(capsule: Capsule, request: str, *, quote: bool) -> Capsule:

@@ -164,12 +164,14 @@ def test_a_compacted_retry_still_over_the_stated_limit_is_not_sent(ip, nb_dir, l
     write_soba_json(
         nb_dir,
         llm_server.url,
-        {"model": {"contextWindow": 16000, "maxOutputTokens": 500}, "compaction": {"keepRecentTokens": 1000, "safetyReserveTokens": 500}},
+        {"model": {"contextWindow": 16000, "maxOutputTokens": 500}, "compaction": {"keepRecentTokens": 2500, "safetyReserveTokens": 500}},
     )
     # The server counts 1.3× what we do, reports no usage (so nothing calibrates us before
-    # its error), and really has 4,500; the summary comes back far longer than asked for.
+    # its error), and really has 4,500; the summary comes back longer than asked for (but
+    # within what a stream may run to: twice its maxOutputTokens, or it is cut and rejected)
+    # and the kept tail is as large as the recovery allows.
     model = DisagreeingModel(llm_server, factor=1.3, window=4500)
-    model.summary = text(good_summary(words(1000)))
+    model.summary = text(good_summary(words(600)))
     ip.run_line_magic("auto_compact", "off")
     for index in range(20):
         model.script(text(f"Answer {index}. {LONG_ANSWER}", usage=False))

@@ -1,0 +1,150 @@
+"""A forced compaction fits a small window (`soba_nb.compaction.fitting`, SPEC §12): the capsule
+gives way first (lists, then its quoted requests), then less is kept in full; only a request
+that cannot fit even alone is refused, in those words."""
+
+from __future__ import annotations
+
+from compaction_support import FakeSummarizer, make_compactor, open_transcript, thresholds, words
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from soba_nb.compaction.barrier import Outcome
+from soba_nb.compaction.deterministic import BARE_NOTE
+from soba_nb.compaction.fitting import first_fitting, later_cuts, shortest_fitting
+from soba_nb.compaction.planner import Cut, plan_cut
+from soba_nb.compaction.triggers import Trigger, TurnState
+from soba_nb.tokens import TokenCounter
+from soba_nb.transcript.entries import CapsuleEntry, MessageEntry, ToolCallEntry, ToolResultEntry
+
+COUNTER = TokenCounter.for_model("openai", "gpt-4o")
+
+
+def capsule_of(transcript) -> CapsuleEntry:
+    return [e for e in transcript.path() if isinstance(e, CapsuleEntry)][-1]
+
+
+def test_long_requests_are_clipped_to_head_and_tail_before_a_request_is_refused(tmp_path):
+    """The session's first request and the earlier ones are long; the fallback capsule that
+    quotes them whole would not fit: they are clipped, head and tail, and the request being
+    worked on is carried whole."""
+    t = open_transcript(tmp_path)
+    for index in range(6):
+        t.append(MessageEntry(role="user", content=f"START{index} " + words(300) + f" END{index}"))
+        t.append(MessageEntry(role="assistant", content=words(150)))
+    t.append(MessageEntry(role="user", content="Summarise what you know in one line."))
+    engine = make_compactor(t, thresholds(hard=900, keep=850, min_tokens=100, min_reclaimable=50))
+    result = engine.preflight(TurnState(soft_attempted=True))
+    assert result is not None and result.trigger == Trigger.HARD_LIMIT.value
+    assert result.outcome is Outcome.COMPLETED, result.reason
+    content = capsule_of(t).content
+    assert "START0" in content and "END0" in content and " … " in content  # head and tail
+    assert engine.request_for_sending().tokens <= 900
+    last = engine.request_for_sending().messages[-1]
+    assert last.content == "Summarise what you know in one line."
+
+
+def test_at_last_the_capsule_is_bare(tmp_path):
+    """A window that takes little more than the request: the capsule keeps only its headings,
+    a note that the earlier work is in the transcript, and the request goes whole."""
+    t = open_transcript(tmp_path)
+    t.append(MessageEntry(role="user", content="Load the data. " + words(100)))
+    t.append(MessageEntry(role="assistant", content=words(200)))
+    for index in range(5):
+        t.append(MessageEntry(role="user", content=f"unanswered {index} " + words(60)))
+    request = "What now? " + words(190)
+    t.append(MessageEntry(role="user", content=request))
+    engine = make_compactor(t, thresholds(hard=450, keep=400, min_tokens=100, min_reclaimable=50))
+    result = engine.preflight(TurnState(soft_attempted=True))
+    assert result is not None and result.outcome is Outcome.COMPLETED, result.reason
+    assert BARE_NOTE in capsule_of(t).content
+    model_input = engine.request_for_sending()
+    assert model_input.tokens <= 450
+    assert model_input.messages[-1].content == request
+
+
+def test_a_request_that_cannot_fit_even_alone_is_refused_in_those_words(tmp_path):
+    t = open_transcript(tmp_path)
+    t.append(MessageEntry(role="user", content="Load the data."))
+    t.append(MessageEntry(role="assistant", content=words(300)))
+    t.append(MessageEntry(role="user", content=words(700)))
+    engine = make_compactor(t, thresholds(hard=600, keep=500, min_tokens=100, min_reclaimable=50), summarizer=FakeSummarizer())
+    result = engine.preflight(TurnState(soft_attempted=True))
+    assert result is not None and result.outcome is Outcome.FAILED
+    assert "cannot fit even alone" in result.reason and "the request 7" in result.reason
+
+
+def exchange_path(shape: list[tuple[str, int]]):
+    """Entries from a shape: ("user"|"assistant", tokens) or ("tools", calls)."""
+    entries = []
+    for kind, size in shape:
+        if kind == "tools":
+            entries.append(MessageEntry(role="assistant", content="calling"))
+            ids = [f"c{len(entries)}_{n}" for n in range(size)]
+            entries += [ToolCallEntry(call_id=i, name="python", arguments="{}") for i in ids]
+            entries += [ToolResultEntry(call_id=i, name="python", content=words(20)) for i in ids]
+        else:
+            entries.append(MessageEntry(role=kind, content=words(size)))
+    previous = None
+    linked = []
+    for entry in entries:
+        entry = entry.__class__(**{f: getattr(entry, f) for f in entry.__struct_fields__ if f not in ("parent_id",)}, parent_id=previous)  # type: ignore[attr-defined]
+        previous = entry.id
+        linked.append(entry)
+    return linked
+
+
+SHAPES = st.lists(
+    st.one_of(st.tuples(st.sampled_from(["user", "assistant"]), st.integers(1, 60)), st.tuples(st.just("tools"), st.integers(1, 3))),
+    min_size=3,
+    max_size=25,
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(SHAPES)
+def test_later_cuts_never_separate_a_call_from_its_result(shape):
+    path = exchange_path([("user", 10), *shape])
+    try:
+        cut = plan_cut(path, COUNTER, keep_recent_tokens=10**6)
+    except Exception:
+        return  # nothing to compact in this shape
+    total = cut.kept_tokens + cut.summarized_tokens
+    kept_sizes = []
+    for later in later_cuts(cut, COUNTER):
+        assert later.kept_tokens + later.summarized_tokens == total
+        assert (*later.summarize, *later.kept) == (*cut.summarize, *cut.kept)
+        calls = {e.call_id for e in later.kept if isinstance(e, ToolCallEntry)}
+        results = {e.call_id for e in later.kept if isinstance(e, ToolResultEntry)}
+        assert results <= calls  # every result kept has its call kept
+        assert isinstance(later.kept[0], MessageEntry)
+        kept_sizes.append(later.kept_tokens)
+    assert kept_sizes == sorted(kept_sizes, reverse=True)
+
+
+def test_first_fitting_finds_the_most_kept_that_fits():
+    cuts = [Cut(summarize=(), kept=(), first_kept_entry_id=str(n), kept_tokens=100 - n, summarized_tokens=n, previous=None) for n in range(10)]
+    asked = []
+
+    def fits(cut):
+        asked.append(cut.first_kept_entry_id)
+        return cut.kept_tokens <= 93
+
+    assert first_fitting(cuts, fits).first_kept_entry_id == "7"
+    assert len(asked) <= 4  # halving, not one by one
+    assert first_fitting(cuts, lambda cut: False) is None
+
+
+def test_shortest_fitting_tries_one_item_first_then_the_request_steps():
+    calls = []
+
+    def render(items_max, request_chars):
+        calls.append((items_max, request_chars))
+        size = (items_max or 400) + (request_chars or 300)
+        return (items_max, request_chars), size
+
+    assert shortest_fitting(render, 100)[0] == (1, 80)  # 1 + 80 fits, 1 + 160 does not
+    assert calls[0] == (1, None)
+    calls.clear()
+    assert shortest_fitting(render, 360)[0] == (60, None)  # lists alone are enough: halving
+    assert all(request_chars is None for _, request_chars in calls)
+    assert shortest_fitting(render, 10)[0] == (1, 0)  # none fits: the shortest of all (bare)
