@@ -38,6 +38,7 @@ from soba_nb.notebook.checkpoints import local_time
 from soba_nb.notebook.monitor import capsule_line
 from soba_nb.notebook.render import TextView, ipython_display
 from soba_nb.paths import shown
+from soba_nb.printable import note_line, printable
 from soba_nb.redact import redact
 from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry, Entry, MessageEntry
 
@@ -48,7 +49,6 @@ SLUG_CHARS = 60
 DEFAULT_SLUG = "capsule"
 LIST_LIMIT = 20
 """`%capsule list` shows the last this many checkpoints; earlier ones are counted."""
-NOTE_CHARS = 70
 
 
 def slug(title: str) -> str:
@@ -135,8 +135,10 @@ def capsule_list(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
             print(f"project memory is empty ({shown(memory_dir(agent.project_root))})")
         for item in found:
             meta = item.metadata
-            described = f"{meta.title} · {meta.quality} · {meta.created}" if meta else f"unreadable: {item.error}"
-            print(f"{item.path.name}  {described}")
+            described = (
+                f"{note_line(meta.title)} · {meta.quality} · {note_line(meta.created)}" if meta else f"unreadable: {note_line(str(item.error))}"
+            )
+            print(f"{printable(item.path.name)}  {described}")
         return
     lines = path_checkpoint_lines(agent.transcript.path_view(), limit=None if args.all else LIST_LIMIT)
     print("\n".join(lines) if lines else "no checkpoints or capsules on the current path yet")
@@ -164,18 +166,15 @@ def path_checkpoint_lines(path: Sequence[Entry], *, limit: int | None = LIST_LIM
 def _kind_and_note(entry: CheckpointEntry | CapsuleEntry, request: str) -> list[str]:
     if isinstance(entry, CheckpointEntry):
         if entry.note:
-            return [entry.kind, _clip(entry.note)]
-        return [entry.kind, f'"{_clip(request)}"' if entry.kind == "turn" and request else ""]
-    title = repr(_clip(entry.title)) if entry.title else ""
+            return [entry.kind, note_line(entry.note)]
+        return [entry.kind, f'"{note_line(request)}"' if entry.kind == "turn" and request else ""]
+    title = repr(note_line(entry.title)) if entry.title else ""
     if entry.source is not None:
         return ["loaded", title, f"from {Path(entry.source).name}", entry.quality]
     figures = f"{entry.tokens_before:,} → {entry.tokens_after:,} tokens"
     return [f"capsule ({entry.trigger})", title, figures, entry.quality]
 
 
-def _clip(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= NOTE_CHARS else line[: NOTE_CHARS - 1] + "…"
 
 
 def capsule_show(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
@@ -194,7 +193,7 @@ def capsule_show(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
 
 def _show_markdown(magics: SobaMagics, text: str) -> None:
     if not magics.rich:
-        print(text)
+        print(printable(text, lines=True))
         return
     ipython_display(TextView(text))
 

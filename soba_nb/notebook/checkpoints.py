@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from soba_nb.printable import note_line
 from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry, Entry, MessageEntry
 from soba_nb.transcript.store import Transcript
 
 LISTED = 20
 """Checkpoints `%rewind` lists; earlier ones are counted."""
-NOTE_CHARS = 70
 KINDS = ("milestone", "plan_pivot")
 """Kinds `%checkpoint` accepts before the note (otherwise the kind is `user`)."""
 
@@ -62,12 +62,12 @@ def local_time(timestamp: str) -> str:
 
 def _note(transcript: Transcript, entry: Marked) -> str:
     if isinstance(entry, CapsuleEntry):
-        return _clip(entry.title or "")
+        return note_line(entry.title or "")
     if entry.note:
-        return _clip(entry.note)
+        return note_line(entry.note)
     if entry.kind == "turn":
         request = _request_of(transcript, entry)
-        return f'"{_clip(request)}"' if request else ""
+        return f'"{note_line(request)}"' if request else ""
     return ""
 
 
@@ -83,6 +83,3 @@ def _request_of(transcript: Transcript, entry: Entry) -> str | None:
     return None
 
 
-def _clip(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= NOTE_CHARS else line[: NOTE_CHARS - 1] + "…"

@@ -224,7 +224,7 @@ class HttpProvider(ABC):
         def attempt(_index: int) -> ModelResponse:
             nonlocal streaming
             try:
-                return self._send(streaming, body if streaming else plain, headers, sink, cancel, deadline, silence, on_wait)
+                response = self._send(streaming, body if streaming else plain, headers, sink, cancel, deadline, silence, on_wait)
             except ProviderError as exc:
                 if isinstance(exc, IncompleteResponseError) and streaming and not sink.delivered:
                     streaming = False
@@ -234,6 +234,11 @@ class HttpProvider(ABC):
                     exc.retryable = False
                     exc.args = (f"{exc} (not retried: part of the answer was already shown)",)
                 raise
+            if request.stream and not streaming and not sink.delivered:
+                # The plain answer that replaced an empty stream is shown as a streamed one
+                # would have been: it reached only the transcript, never the cell.
+                sink.show(response.text)
+            return response
 
         try:
             return call_with_retries(
