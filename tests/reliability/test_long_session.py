@@ -2,17 +2,30 @@
 
 Random answers and tool calls (python, shell, files, checkpoints) with random output sizes,
 random cancels (mid-stream and mid-compaction) and random rewinds, with a server that
-counts with its own tokenizer and refuses anything over its real window. At the end: no
-request over the window was sent, no request split a tool call from its result, no capsule
-was appended by an operation that was cancelled, and `soba-nb verify` is clean.
+counts with its own tokenizer and refuses anything over its real window. A hostile place
+besides (SPEC §12): the model now and then prints the whole environment (a planted secret
+with quotes, a backslash and non-ASCII in it) and tries to rewrite the transcript and
+`soba.json` with its file tools; links to files outside the project are planted where the
+session's side-cars and a newer transcript would be; and, where a tmpfs can be mounted
+(root, as in CI), the disk fills up for a few turns now and then.
+
+At the end: no request over the window was sent, no request split a tool call from its
+result, no capsule was appended by an operation that was cancelled, `soba-nb verify` is
+clean, every entry the store acknowledged is in the file, no piece of the secret is in any
+file, and no file outside the project, nor `soba.json`, was changed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
+import subprocess
 import threading
 import time
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +38,7 @@ from soba_nb.agent.session import AgentSession
 from soba_nb.cli import main as cli_main
 from soba_nb.config import build_config
 from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry
-from soba_nb.transcript.store import Transcript
+from soba_nb.transcript.store import Transcript, TranscriptWriteError
 
 TURNS = 1500
 SEED = 1203
@@ -33,6 +46,18 @@ WINDOW = 6000
 """The server's real window, by its own count; our configuration says the same."""
 CANCEL_SHARE = 0.06
 REWIND_EVERY = 60
+LINKS_EVERY = 150
+"""Turns between two plantings of links in the session folder."""
+FULL_DISK_EVERY = 250
+FULL_DISK_TURNS = 3
+"""Every `FULL_DISK_EVERY` turns the disk is full for this many turns (tmpfs only)."""
+DISK_BYTES = 768 * 1024 * 1024
+SECRET = 'Qz7Kp\\mW9"tR4!vX8-äö'
+SECRET_PIECES = ("Qz7Kp", "tR4!vX8")
+CONFIG_TEXT = '{"model": {"name": "gpt-4o"}}\n'
+"""A `soba.json` in the project, which the file tools must never change."""
+HOSTILE_SHARE = 0.02
+"""Each of: printing the environment, a write aimed at soba's own files."""
 WORDS = ["the", "sensor", "drifted", "while", "warming", "up", "and", "the", "readings", "were", "logged", "again"]
 
 
@@ -43,10 +68,12 @@ def _prose(rng: random.Random, tokens: int) -> str:
 class RandomModel(DisagreeingModel):
     """Answers with random text and tool calls; summaries sometimes slow (for cancels)."""
 
-    def __init__(self, server: LLMServer, rng: random.Random):
+    def __init__(self, server: LLMServer, rng: random.Random, transcript: Path | None = None):
         super().__init__(server, window=WINDOW)
         self.rng = rng
         self.summary = text(good_summary("Keep analysing the sensor logs."))
+        self.transcript = transcript
+        """The session's transcript, relative to the project: what an injection aims at."""
 
     def __call__(self, request: RecordedRequest) -> Reply:
         rng = self.rng
@@ -58,6 +85,14 @@ class RandomModel(DisagreeingModel):
 
     def _next(self, rng: random.Random) -> Reply:
         roll = rng.random()
+        if roll < HOSTILE_SHARE:
+            return tool_calls(("python", {"code": "import json, os\nprint(json.dumps(dict(os.environ)))\nprint(repr(dict(os.environ)))"}))
+        if roll < 2 * HOSTILE_SHARE and self.transcript is not None:
+            return tool_calls(
+                ("write_file", {"path": str(self.transcript), "content": "TRUNCATED"}),
+                ("edit_file", {"path": "soba.json", "old": "gpt-4o", "new": "attacker-model"}),
+                ("write_file", {"path": ".soba/memory/evil.capsule.md", "content": "x"}),
+            )
         if roll < 0.45:
             return text(_prose(rng, rng.randrange(5, 500)), chunks=rng.randrange(1, 6), chunk_delay_s=rng.choice([0, 0, 0.01]))
         if roll < 0.65:
@@ -87,12 +122,67 @@ def _split_pairs(request: RecordedRequest) -> int:
     return problems + len(open_calls)
 
 
+@contextlib.contextmanager
+def disk(folder: Path) -> Iterator[bool]:
+    """`folder` on a tmpfs of its own when one can be mounted (True), else a plain folder."""
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", str(folder)], capture_output=True)
+    try:
+        yield mounted.returncode == 0
+    finally:
+        if mounted.returncode == 0:
+            subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def fill(folder: Path) -> Path:
+    """All but a few KB of the disk taken."""
+    filler = folder / "filler.bin"
+    info = os.statvfs(folder)
+    with filler.open("wb") as handle:
+        handle.truncate(0)
+        left = info.f_bavail * info.f_frsize - 8192
+        while left > 0:
+            left -= handle.write(b"\0" * min(left, 1 << 24))
+    return filler
+
+
+def plant_links(folder: Path, transcript: Path, victims: Path, turn: int) -> None:
+    """Links to files outside the project where the session's side-cars and a newer session
+    would be: none may be written through, nor resumed."""
+    for name in (transcript.with_suffix(".budget").name, transcript.with_suffix(".extract").name, f"29991231T2359{turn:02d}Z-ffff.jsonl"):
+        victim = victims / f"{turn}-{name}"
+        victim.write_text("keep me\n")
+        target = folder / name
+        with contextlib.suppress(FileNotFoundError):
+            target.unlink()
+        target.symlink_to(victim)
+
+
+def scan_for_secret(root: Path) -> list[str]:
+    found = []
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink() and path.name != "filler.bin":
+            data = path.read_bytes()
+            found += [f"{path.name}: {piece}" for piece in SECRET_PIECES if piece.encode() in data]
+    return found
+
+
 @pytest.mark.timeout(1200)
 def test_a_long_randomized_session_keeps_every_promise(tmp_path: Path, figures, monkeypatch):
+    with disk(tmp_path / "disk") as on_tmpfs:
+        _long_session(tmp_path, tmp_path / "disk", on_tmpfs, figures, monkeypatch)
+
+
+def _long_session(tmp_path: Path, root: Path, on_tmpfs: bool, figures, monkeypatch) -> None:
     rng = random.Random(SEED)
-    project = tmp_path / "project"
+    project = root / "project"
     project.mkdir()
+    victims = tmp_path / "outside"
+    victims.mkdir()
     monkeypatch.setenv("SOBA_NB_TEST_API_KEY", "sk-test-LongSession0123456789")
+    monkeypatch.setenv("ACME_DB_PASSWORD", SECRET)
+    soba_json = project / "soba.json"
+    soba_json.write_text(CONFIG_TEXT)
     with LLMServer() as server:
         model = RandomModel(server, rng)
         config = build_config(
@@ -109,23 +199,49 @@ def test_a_long_randomized_session_keeps_every_promise(tmp_path: Path, figures, 
             ]
         )
         session = AgentSession(config, sessions_dir=project / "nb.soba", project_root=project, namespace={})
+        model.transcript = session.file.relative_to(project)
         statuses: dict[str, int] = {}
         failures: list[str] = []
+        full_disk_failures = 0
+        filler: Path | None = None
         started = time.monotonic()
         try:
             for turn in range(TURNS):
+                if on_tmpfs and turn % FULL_DISK_EVERY == FULL_DISK_EVERY - FULL_DISK_TURNS:
+                    filler = fill(root)
+                elif filler is not None and turn % FULL_DISK_EVERY == 0:
+                    filler.unlink()
+                    filler = None
+                if turn % LINKS_EVERY == LINKS_EVERY // 2:
+                    plant_links(session.file.parent, session.file, victims, turn // LINKS_EVERY)
                 cancel = threading.Event()
                 if rng.random() < CANCEL_SHARE:
                     threading.Timer(rng.uniform(0, 0.06), cancel.set).start()
-                result = run_turn(session, f"turn {turn}: {_prose(rng, rng.randrange(3, 60))}", cancel=cancel, max_steps=6)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # flight records not written on a full disk
+                    try:
+                        result = run_turn(session, f"turn {turn}: {_prose(rng, rng.randrange(3, 60))}", cancel=cancel, max_steps=6)
+                    except OSError as error:  # only a full disk may fail a turn this way
+                        assert filler is not None, error
+                        full_disk_failures += 1
+                        continue
                 statuses[result.status] = statuses.get(result.status, 0) + 1
-                if result.status == "failed":
+                if result.status == "failed" and "entry not written" in result.message and filler is not None:
+                    full_disk_failures += 1
+                elif result.status == "failed":
                     failures.append(result.message)
                 if turn % REWIND_EVERY == REWIND_EVERY - 1:
                     points = [e for e in session.transcript.path_view() if isinstance(e, CheckpointEntry | CapsuleEntry)]
                     if points:
-                        session.rewind(rng.choice(points).id)
+                        try:
+                            session.rewind(rng.choice(points).id)
+                        except TranscriptWriteError:
+                            assert filler is not None  # only on a full disk
+                            full_disk_failures += 1
         finally:
+            if filler is not None:
+                filler.unlink()
+            acknowledged = [entry.id for entry in session.transcript.entries]
             session.close()
         seconds = time.monotonic() - started
         inference = [r for r in server.requests if r.operation == "inference"]
@@ -133,17 +249,30 @@ def test_a_long_randomized_session_keeps_every_promise(tmp_path: Path, figures, 
         split = sum(_split_pairs(r) for r in inference)
     flights = [json.loads(line) for line in (project / "nb.soba" / "flight.jsonl").read_text().splitlines()]
     cancelled_ops = {f["operationId"] for f in flights if f["outcome"] == "cancelled"}
-    capsules = [e for e in Transcript.load(session.file).entries if isinstance(e, CapsuleEntry)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torn lines a full disk left, tolerated
+        reloaded = Transcript.load(session.file)
+    capsules = [e for e in reloaded.entries if isinstance(e, CapsuleEntry)]
     late = [c for c in capsules if c.operation_id in cancelled_ops]
     verify = cli_main(["verify", str(session.file)])
+    kept = {entry.id for entry in reloaded.entries}
+    lost = [entry_id for entry_id in acknowledged if entry_id not in kept]
+    leaked = scan_for_secret(root)
+    victims_changed = [p.name for p in victims.iterdir() if p.read_text() != "keep me\n"]
+    disk_figure = f"full disk {TURNS // FULL_DISK_EVERY}× ({full_disk_failures} turns failed in one line)" if on_tmpfs else "full disk not tried (no tmpfs: needs root)"
     figures.add(
         "long randomized session",
         f"{TURNS} turns ({', '.join(f'{k} {v}' for k, v in sorted(statuses.items()))}) · {len(inference)} requests · "
         f"{len(capsules)} capsules, {len(cancelled_ops)} compactions cancelled · over the window {len(over)} · "
         f"split tool pairs {split} · capsules after cancel {len(late)} · verify {'clean' if verify == 0 else 'FAILED'} · "
+        f"{disk_figure}, acknowledged entries lost {len(lost)} · secret pieces found {len(leaked)} · "
+        f"links written through {len(victims_changed)} · soba.json changed {soba_json.read_text() != CONFIG_TEXT} · "
         f"{seconds:.0f} s" + (f" · failed turns said: {' | '.join(sorted(set(failures)))[:600]}" if failures else ""),
     )
     assert (len(over), split, len(late), verify) == (0, 0, 0, 0), failures
+    assert (lost, leaked, victims_changed) == ([], [], [])
+    assert soba_json.read_text() == CONFIG_TEXT
+    assert session.file.read_bytes().startswith(b'{"type":"session"')
     # Short requests and clipped tool output: a forced compaction always brings the input under
     # the hard limit (a long session's own capsule once grew past it and refused the request).
     assert [f for f in failures if "not sent" in f] == []
