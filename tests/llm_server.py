@@ -100,6 +100,10 @@ class Reply:
     stall_after: int = 0
     """With `stall_s`: the stream stops for `stall_s` after this many pieces of text."""
     stall_s: float = 0.0
+    prompt_progress: tuple[int, ...] = ()
+    """OpenAI streams: before the answer, one chunk per figure, `prompt_progress_delay_s`
+    apart, saying how much of the prompt is computed (llama.cpp's `prompt_progress`)."""
+    prompt_progress_delay_s: float = 0.0
 
 
 ScriptItem = Reply | Callable[["RecordedRequest"], Reply]
@@ -491,6 +495,13 @@ class _Answer:
 
     def _openai_stream(self) -> None:
         self._event(self._openai_chunk({"role": "assistant", "content": ""}))
+        owner = self.handler.server.owner
+        for processed in self.reply.prompt_progress:
+            if owner._pause(self.reply.prompt_progress_delay_s):
+                raise _ClientGone("server closing")
+            chunk = self._openai_chunk({})
+            chunk["prompt_progress"] = {"processed": processed, "total": max(self.reply.prompt_progress)}
+            self._event(chunk)
         for piece in self._pieces():
             self._pause_between_chunks()
             self._event(self._openai_chunk({"content": piece}))

@@ -212,6 +212,29 @@ def test_cancel_mid_answer_and_during_a_long_prompt(provider: LocalProvider) -> 
 
 
 @needs_model
+def test_a_long_prompt_streams_its_progress_so_the_usual_idle_limit_holds(provider: LocalProvider) -> None:
+    """The engine computes a long prompt chunk by chunk and says how far it is (llama.cpp's
+    `prompt_progress`): the usual idle limit (60 s, under SPEC §12's 90) applies to the engine
+    too, where it once needed 300 s of silence allowed."""
+    import httpx
+
+    assert provider.idle_timeout_s <= 60
+    provider.complete(request(max_output_tokens=1), timeout_s=120)  # the engine is up
+    long_prompt = "the sensor drifted again and again " * 250 + "\nSummarize."
+    body = {"model": provider.model, "stream": True, "max_tokens": 1, "messages": [{"role": "user", "content": long_prompt}]}
+    progress = []
+    with httpx.stream("POST", f"{provider.base_url}/chat/completions", json=body, timeout=120) as answer:
+        for line in answer.iter_lines():
+            if line.startswith("data: {"):
+                chunk = json.loads(line[len("data: "):])
+                if "prompt_progress" in chunk:
+                    progress.append(chunk["prompt_progress"])
+    assert len(progress) >= 3
+    done = [item["processed"] for item in progress]
+    assert done == sorted(done) and done[-1] == progress[-1]["total"]
+
+
+@needs_model
 def test_concurrent_requests_are_answered_one_at_a_time(provider: LocalProvider) -> None:
     results: list[str] = []
     errors: list[BaseException] = []

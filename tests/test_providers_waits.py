@@ -210,6 +210,29 @@ def test_a_slow_answer_that_keeps_coming_is_progress_not_a_wait(server, kind):
     assert took > 2 * IDLE_S
 
 
+def test_a_long_prompt_computed_chunk_by_chunk_is_progress_not_a_wait(server):
+    """A server that says how far it has computed the prompt (llama.cpp's `prompt_progress`,
+    and the embedded engine's) is working: three idle limits of prompt before the first word."""
+    server.script(text("done", prompt_progress=tuple(range(512, 4608, 512)), prompt_progress_delay_s=0.35))
+    with provider(server) as p:
+        started = time.monotonic()
+        answer = p.complete(request())
+        took = time.monotonic() - started
+    assert answer.text == "done" and took > 2 * IDLE_S
+
+
+def test_a_prompt_progress_that_does_not_move_is_a_stall(server):
+    """A figure repeated (or going back) is a keep-alive, not progress."""
+    server.script(text("never", prompt_progress=(512,) * 12, prompt_progress_delay_s=0.25))
+    with provider(server) as p:
+        started = time.monotonic()
+        with pytest.raises(StalledError) as caught:
+            p.complete(request())
+        took = time.monotonic() - started
+    assert "nothing of the answer came" in str(caught.value)
+    assert IDLE_S <= took < IDLE_S + SLACK_S
+
+
 # -- (d) an answer that streams on past maxOutputTokens -------------------------------------
 
 

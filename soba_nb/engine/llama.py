@@ -176,9 +176,11 @@ class LlamaModel:
         tokens: Sequence[int],
         *,
         should_stop: Callable[[], bool] | None = None,
+        on_chunk: Callable[[int, int], None] | None = None,
     ) -> np.ndarray | None:
         """Bring `cache` to exactly `tokens` (reusing the prefix it already holds) and return
-        the logits after the last token; None if `should_stop` said so between chunks."""
+        the logits after the last token; None if `should_stop` said so between chunks.
+        `on_chunk(done, total)` after each chunk: prompt tokens in the cache so far, of all."""
         keep = 0
         limit = min(cache.length, len(tokens) - 1)  # always compute at least the last token
         while keep < limit and cache.tokens[keep] == tokens[keep]:
@@ -189,6 +191,8 @@ class LlamaModel:
             if should_stop is not None and should_stop():
                 return None
             logits = self.forward(cache, tokens[start : start + PREFILL_CHUNK])
+            if on_chunk is not None:
+                on_chunk(cache.length, len(tokens))
         assert logits is not None
         return logits
 

@@ -68,13 +68,15 @@ def generate(
     max_tokens: int,
     on_text: Callable[[str], None],
     should_stop: Callable[[], bool],
+    on_prompt_progress: Callable[[int, int], None] | None = None,
 ) -> Generation | None:
-    """Sample up to `max_tokens` after `prompt`; None when `should_stop` (the client left)."""
+    """Sample up to `max_tokens` after `prompt`; None when `should_stop` (the client left).
+    `on_prompt_progress(processed, total)` while the prompt is computed, chunk by chunk."""
     model, tokenizer = engine.model, engine.tokenizer
     budget = min(max_tokens, engine.n_ctx - len(prompt))
     sampler = Sampler()
     decoder = tokenizer.stream()
-    logits = model.prefill(engine.cache, prompt, should_stop=should_stop)
+    logits = model.prefill(engine.cache, prompt, should_stop=should_stop, on_chunk=on_prompt_progress)
     if logits is None:
         return None
     pieces: list[str] = []
@@ -186,7 +188,7 @@ class Handler(BaseHTTPRequestHandler):
         usage_wanted = bool((body.get("stream_options") or {}).get("include_usage"))
         answer = _Answer(self, engine.name, stream, usage_wanted, tools_offered=bool(tools))
         with engine.lock:
-            result = generate(engine, prompt, max_tokens, answer.text, answer.client_gone)
+            result = generate(engine, prompt, max_tokens, answer.text, answer.client_gone, answer.prompt_progress)
         if result is not None:
             answer.finish(result)
 
@@ -239,6 +241,14 @@ class _Answer:
 
     def _event(self, delta: dict[str, Any], finish: str | None = None) -> None:
         self._write(self._chunk(delta, finish))
+
+    def prompt_progress(self, processed: int, total: int) -> None:
+        """How far the prompt is computed, as llama.cpp's server says it (`prompt_progress`):
+        a long prompt takes a while on a slow machine, and this is progress, not silence."""
+        if self.stream:
+            chunk = self._chunk({})
+            chunk["prompt_progress"] = {"processed": processed, "total": total}
+            self._write(chunk)
 
     def text(self, piece: str) -> None:
         if not self.stream:

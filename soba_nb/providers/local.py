@@ -36,17 +36,15 @@ ENGINE_RETRIES = 0
 EXIT_SETTLE_S = 1.0
 """After a broken connection, how long to wait for the engine's exit status before deciding
 it still runs (a crashed engine's socket closes just before its status exists)."""
-ENGINE_IDLE_S = 300.0
-"""The engine says nothing while it computes a long prompt (a minute on a busy 2-core
-machine is possible); a crash is seen at once anyway (the connection drops), and the turn's
-own deadline bounds the rest."""
 
 
 class LocalProvider(OpenAIProvider):
     """Provider `local`: the embedded GGUF, served by a child process on 127.0.0.1.
 
     `LocalProvider(settings)` as `make_provider` builds it; `model_path` points at another
-    llama-architecture GGUF with a chat template. The engine starts on first use.
+    llama-architecture GGUF with a chat template. The engine starts on first use. It streams
+    how far it has computed a long prompt (`prompt_progress`, as llama.cpp's server does), so
+    the usual idle limit holds for it too (SPEC §12: every wait ends within 90 s by default).
     """
 
     name = PROVIDER_NAME
@@ -56,7 +54,6 @@ class LocalProvider(OpenAIProvider):
         self.engine: EngineProcess = engine_for(path)
         wire = ModelSettings(provider="openai", name=path.stem.split(".")[0], base_url="http://127.0.0.1:9/v1", api_key_env="")
         http_options.setdefault("max_retries", ENGINE_RETRIES)
-        http_options["idle_timeout_s"] = max(http_options.get("idle_timeout_s", 0), ENGINE_IDLE_S)
         super().__init__(wire, **http_options)
         self.settings = settings or wire
         self.model_path = path

@@ -134,6 +134,20 @@ class _StreamState:
     finish_reason: str | None = None
     usage: Usage | None = None
     model: str | None = None
+    prompt_processed: int = 0
+    """How much of the prompt the server says it has computed (llama.cpp's `prompt_progress`)."""
+
+    def prompt_advanced(self, progress: Any) -> bool:
+        """Whether a chunk's `prompt_progress` says the prompt computation moved on: real
+        progress (a repeated or a made-up figure is not, so a server cannot stay alive on it)."""
+        processed = progress.get("processed") if isinstance(progress, dict) else None
+        if not isinstance(processed, int) or isinstance(processed, bool) or processed <= self.prompt_processed:
+            return False
+        total = progress.get("total")
+        if isinstance(total, int) and not isinstance(total, bool) and processed > total:
+            return False
+        self.prompt_processed = processed
+        return True
 
     def add_tool_deltas(self, deltas: list[Any]) -> None:
         for position, delta in enumerate(deltas):
@@ -249,6 +263,8 @@ class OpenAIProvider(HttpProvider):
                 raise self.bad_answer(f"malformed chunk: {exc}", chunk) from None
             emit(shown)
             emit.grow(hidden)
+            if state.prompt_advanced(chunk.get("prompt_progress")):
+                emit.working()
         if state.finish_reason is None:
             raise IncompleteResponseError(
                 f"{self.source}: the stream ended without a finish reason"

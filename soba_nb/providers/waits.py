@@ -191,6 +191,12 @@ class TextSink:
         if self._on_text is not None:
             self._on_text(text)
 
+    def working(self) -> None:
+        """The server says how far it is (a long prompt computed chunk by chunk): progress, so
+        the silence starts again, but no content toward `maxOutputTokens`."""
+        if self.silence is not None:
+            self.silence.progress()
+
     def grow(self, chars: int) -> None:
         """The answer gained `chars` characters of content."""
         if chars <= 0:
