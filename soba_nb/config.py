@@ -27,7 +27,15 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from soba_nb.compaction.limits import hard_limit, soft_limit
+from soba_nb.compaction.limits import (
+    KEEP_SHARE,
+    MAX_OUTPUT_SHARE,
+    MIN_AUTO_SHARE,
+    MIN_RECLAIMABLE_SHARE,
+    SAFETY_SHARE,
+    hard_limit,
+    soft_limit,
+)
 from soba_nb.paths import shown
 from soba_nb.resolution import resolve_provider
 
@@ -494,12 +502,57 @@ def build_config(layers: list[tuple[str, Mapping[str, Any]]]) -> SobaConfig:
     for _name, layer in renamed:
         merged = _deep_merge(merged, layer)
     explicit = _explicit_keys(renamed)
+    merged = _fit_unset(merged, explicit)
     try:
         config = SobaConfig.model_validate(merged)
     except ValidationError as exc:
         raise ConfigError(f"invalid configuration: {_one_line(exc, merged)}{_set_in(exc, explicit)}") from None
     config._explicit = explicit
     return config
+
+
+def _fit_unset(merged: dict[str, Any], explicit: Mapping[str, str]) -> dict[str, Any]:
+    """Figures the user did not set give way when they cannot hold in the window the user did
+    set: `{"model": {"contextWindow": 8192}}` alone met the default safetyReserveTokens of
+    8,192 (hardLimit -8,000) and keepRecentTokens of 20,000, and was refused. Only the figures
+    that cannot hold are scaled (to their share of the window, as `soba_nb.window` does for a
+    window learned later), never one a user layer gave: those are refused with the rule."""
+    model = merged.get("model") if isinstance(merged.get("model"), Mapping) else {}
+    compaction = merged.get("compaction") if isinstance(merged.get("compaction"), Mapping) else {}
+    assert isinstance(model, Mapping) and isinstance(compaction, Mapping)
+
+    def figure(section: Mapping[str, Any], fields: Mapping[str, Any], key: str, name: str) -> int | None:
+        value = section.get(key, fields[name].default)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    m_fields, c_fields = ModelSettings.model_fields, CompactionSettings.model_fields
+    window = figure(model, m_fields, "contextWindow", "context_window")
+    output = figure(model, m_fields, "maxOutputTokens", "max_output_tokens")
+    safety = figure(compaction, c_fields, "safetyReserveTokens", "safety_reserve_tokens")
+    keep = figure(compaction, c_fields, "keepRecentTokens", "keep_recent_tokens")
+    if window is None or output is None or safety is None or keep is None or window <= 0:
+        return merged  # validation names what is wrong
+    new_model, new_compaction = dict(model), dict(compaction)
+    if hard_limit(window, output, safety) <= 0:
+        if "model.maxOutputTokens" not in explicit:
+            output = new_model["maxOutputTokens"] = min(output, max(window // MAX_OUTPUT_SHARE, 1))
+        if "compaction.safetyReserveTokens" not in explicit:
+            safety = new_compaction["safetyReserveTokens"] = min(safety, window // SAFETY_SHARE)
+    hard = hard_limit(window, output, safety)
+    if hard <= 0:
+        return merged  # the user's own figures cannot hold: refused in their terms
+    if hard > 0:
+        for key, name, share, value in (
+            ("keepRecentTokens", "keep_recent_tokens", KEEP_SHARE, keep),
+            ("minTokensForAutoCompact", "min_tokens_for_auto_compact", MIN_AUTO_SHARE, None),
+            ("minReclaimableTokens", "min_reclaimable_tokens", MIN_RECLAIMABLE_SHARE, None),
+        ):
+            value = figure(compaction, c_fields, key, name) if value is None else value
+            if value is not None and value >= hard and f"compaction.{key}" not in explicit:
+                new_compaction[key] = hard // share
+    if new_model == model and new_compaction == compaction:
+        return merged
+    return {**merged, "model": new_model, "compaction": new_compaction}
 
 
 def _set_in(exc: ValidationError, explicit: Mapping[str, str]) -> str:

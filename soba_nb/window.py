@@ -32,23 +32,21 @@ from dataclasses import dataclass
 from typing import Literal
 
 from soba_nb.catalogue import CatalogueEntry
-from soba_nb.compaction.limits import hard_limit, soft_limit
+from soba_nb.compaction.limits import (
+    KEEP_SHARE,
+    MAX_OUTPUT_SHARE,
+    MIN_AUTO_SHARE,
+    MIN_RECLAIMABLE_SHARE,
+    SAFETY_SHARE,
+    hard_limit,
+    soft_limit,
+)
 from soba_nb.compaction.triggers import Thresholds
 from soba_nb.config import SobaConfig
 from soba_nb.providers.discovery import ServerWindow
 from soba_nb.transcript.entries import SettingEntry, WindowEntry
 
 AUTO_KEY: Literal["compaction.auto"] = "compaction.auto"
-MAX_OUTPUT_SHARE = 4
-"""A scaled maxOutputTokens is at most a quarter of the window."""
-SAFETY_SHARE = 16
-"""A scaled safetyReserveTokens is at most a sixteenth of the window."""
-KEEP_SHARE = 4
-"""A scaled keepRecentTokens is at most a quarter of the hard limit."""
-MIN_AUTO_SHARE = 2
-"""A scaled minTokensForAutoCompact is at most half the hard limit."""
-MIN_RECLAIMABLE_SHARE = 8
-"""A scaled minReclaimableTokens is at most an eighth of the hard limit."""
 LEARNED_SOURCES = {"overflow": "overflow error", "truncation": "truncated prompt", "server": "server"}
 
 

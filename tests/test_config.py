@@ -262,16 +262,35 @@ def test_out_of_range_values(layer: dict[str, Any], key: str, value: str, rule: 
 
 
 def test_hard_limit_must_be_positive() -> None:
-    message = refused({"model": {"contextWindow": 16000, "maxOutputTokens": 8000}})
+    message = refused({"model": {"contextWindow": 16000, "maxOutputTokens": 8000}, "compaction": {"safetyReserveTokens": 8192}})
     assert "hardLimit" in message
     assert "-192" in message  # 16000 - 8000 - 8192
     assert "> 0" in message
 
 
 def test_hard_limit_of_exactly_zero_is_refused() -> None:
-    message = refused({"model": {"contextWindow": 16192, "maxOutputTokens": 8000}})
+    message = refused({"model": {"contextWindow": 16192, "maxOutputTokens": 8000}, "compaction": {"safetyReserveTokens": 8192}})
     assert "hardLimit" in message
     assert "= 0;" in message
+
+
+def test_defaults_that_cannot_hold_in_the_users_window_give_way() -> None:
+    """`contextWindow: 8192` alone met the default safety reserve (8,192) and kept tail (20,000)
+    and was refused; the user set none of those, so they give way to their share (SPEC §12)."""
+    config = build_config([("soba.json", {"model": {"contextWindow": 8192}})])
+    assert config.hard_limit > 0 and config.compaction.keep_recent_tokens < config.hard_limit
+    assert config.compaction.safety_reserve_tokens == 8192 // 16 and config.model.max_output_tokens == 8192 // 4
+    assert config.explicit_keys == {"model.contextWindow": "soba.json"}
+    # A figure the user gave is kept while it fits, and refused in their terms when it cannot.
+    kept = build_config([("soba.json", {"model": {"contextWindow": 8192}, "compaction": {"safetyReserveTokens": 1000}})])
+    assert kept.compaction.safety_reserve_tokens == 1000
+    message = refused({"model": {"contextWindow": 8192}, "compaction": {"safetyReserveTokens": 8192}})
+    assert "hardLimit" in message and "= -8000;" in message  # 8192 - 8000 - 8192: the figures as set
+    message = refused({"model": {"contextWindow": 8192}, "compaction": {"keepRecentTokens": 9000}})
+    assert "compaction.keepRecentTokens = 9000" in message
+    # The spec's worked example is untouched (nothing needs to give way there).
+    example = build_config([("soba.json", {"model": {"contextWindow": 65000, "maxOutputTokens": 8000}})])
+    assert (example.hard_limit, example.soft_limit) == (48808, 39046)
 
 
 def test_keep_recent_tokens_must_be_below_hard_limit() -> None:

@@ -5,6 +5,17 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+MAX_OUTPUT_SHARE = 4
+"""A scaled maxOutputTokens is at most a quarter of the window."""
+SAFETY_SHARE = 16
+"""A scaled safetyReserveTokens is at most a sixteenth of the window."""
+KEEP_SHARE = 4
+"""A scaled keepRecentTokens is at most a quarter of the hard limit."""
+MIN_AUTO_SHARE = 2
+"""A scaled minTokensForAutoCompact is at most half the hard limit."""
+MIN_RECLAIMABLE_SHARE = 8
+"""A scaled minReclaimableTokens is at most an eighth of the hard limit."""
+
 
 def hard_limit(context_window: int, max_output_tokens: int, safety_reserve_tokens: int) -> int:
     """hardLimit = contextWindow - maxOutputTokens - safetyReserveTokens."""
