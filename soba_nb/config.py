@@ -37,6 +37,7 @@ from soba_nb.compaction.limits import (
     soft_limit,
 )
 from soba_nb.paths import shown
+from soba_nb.printable import printable
 from soba_nb.resolution import resolve_provider
 
 ProviderName = Literal["openai", "anthropic", "local"]
@@ -559,7 +560,7 @@ def _set_in(exc: ValidationError, explicit: Mapping[str, str]) -> str:
     """` (in ~/proj/soba.json)`: the layer that set the refused key, when one did."""
     loc = exc.errors()[0]["loc"]
     layer = explicit.get(".".join(str(part) for part in loc[:2])) if len(loc) >= 2 else None
-    return f" (in {layer})" if layer else ""
+    return f" (in {printable(layer)})" if layer else ""  # a file name may hold a newline
 
 
 def load_config(
