@@ -91,7 +91,8 @@ _ASSIGNMENT = re.compile(
     # the whole literal is the value, never only its part before the first `\"`.
     r"""(?P<lead>(?<![\w-])(?P<quote>["']?)(?P<name>[A-Za-z][\w.-]*)\\*(?P=quote)\s*[:=]\s*)"""
     r"""(?:(?P<q>\\*["'])(?P<quoted>(?:\\.|(?!(?P=q))[^\\\n])*?)(?P=q)"""
-    rf"""|(?=(?P<bare>{_BARE}))(?P=bare)(?P<after>[(\[]?))"""
+    rf"""|(?=(?P<bare>{_BARE}))(?P=bare)(?P<after>[(\[]?))""",
+    re.ASCII,  # names are ASCII identifiers, as the hints and the name scan take them
 )
 _SECRET_NAME_WORDS = frozenset(
     {"password", "passwd", "passphrase", "secret", "apikey", "credential", "credentials"}
@@ -105,25 +106,25 @@ _NOT_A_VALUE = frozenset(
 )
 _WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 # A hint counts only when the rest of its identifier is followed by `:` or `=`.
-_NAME_HINT = re.compile(r"(?:pass|secret|key|token|credential)(?=[\w.-]*\\*[\"']?\s*[:=])", re.IGNORECASE)
+_NAME_HINT = re.compile(r"(?:pass|secret|key|token|credential)(?=[\w.-]*\\*[\"']?\s*[:=])", re.IGNORECASE | re.ASCII)
 _NAME_HINTS_LOWER = (
     # "pass" only as the words that make a name secret (`password`, `passwd`, `passphrase`):
     # logs full of `passes=` or `pass_rate=` are not judged name by name.
     *(
-        re.compile(rf"{word}(?=[\w.-]*\\*[\"']?\s*[:=])")
+        re.compile(rf"{word}(?=[\w.-]*\\*[\"']?\s*[:=])", re.ASCII)
         for word in ("password", "passwd", "passphrase", "secret", "credential")
     ),
     # "key" makes a name secret only after api, private, access or secret (`api_key`,
     # `privateKey`, `apikey`; after "secret" the hint above finds it), not in `key_count` or
     # `monkey`: only there is it a hint.
-    *(re.compile(rf"{word}[._-]*key(?=[\w.-]*\\*[\"']?\s*[:=])") for word in ("api", "private", "access")),
+    *(re.compile(rf"{word}[._-]*key(?=[\w.-]*\\*[\"']?\s*[:=])", re.ASCII) for word in ("api", "private", "access")),
     # "token" makes a name secret only as its last word (`access_token`, `myToken`), never
     # with more words after it (`token_count`, `tokens`, `token_2`): only then is it a hint.
-    re.compile(r"token(?=[._-]*\\*[\"']?\s*[:=])"),
+    re.compile(r"token(?=[._-]*\\*[\"']?\s*[:=])", re.ASCII),
 )
 """`_NAME_HINT` one word at a time, for lower-cased text: a pattern that starts with a literal
 is searched for at C speed; the alternation is tried at every position (5× slower)."""
-_NAME_TAIL = re.compile(r"[\w.-]*")
+_NAME_TAIL = re.compile(r"[\w.-]*", re.ASCII)
 """Every secret name (`is_secret_name`) contains one of these: assignments are looked for
 only around them, not at every position of a megabyte of tool output."""
 NAME_MAX_CHARS = 128
@@ -273,13 +274,13 @@ def _assignments(text: str, lowered: str | None = None) -> str:
     for at in _hints(text, lowered):
         if at < done:
             continue
-        start, floor = at, max(done, at - NAME_MAX_CHARS)
+        start, floor = at, max(done, at - NAME_MAX_CHARS - 1)
         while start > floor and text[start - 1] in _NAME_CHARS:
             start -= 1
-        if start == floor and floor > done:
-            continue  # an identifier longer than any name
         tail = _NAME_TAIL.match(text, at)
         end = tail.end() if tail else at
+        if end - start > NAME_MAX_CHARS:
+            continue  # an identifier longer than any name (judged whole: whichever hint in it was found)
         if not _names_a_secret(text[start:end]):
             continue
         if start > done and text[start - 1] in "\"'":
