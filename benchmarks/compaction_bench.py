@@ -22,10 +22,10 @@ try:
 except ImportError:  # run as a script: benchmarks/ itself is on sys.path
     from generate import MODEL, PROVIDER  # type: ignore[no-redef]
 
-from soba_nb.agent.session import SYSTEM_PROMPT
+from soba_nb.agent.prompt import SYSTEM_PROMPT
 from soba_nb.agent.tools import TOOL_SCHEMAS
+from soba_nb.compaction.compactor import Compactor, CompactorSettings
 from soba_nb.compaction.deterministic import build_deterministic_capsule
-from soba_nb.compaction.engine import Compactor, EngineSettings
 from soba_nb.compaction.limits import soft_limit
 from soba_nb.compaction.model_input import entry_tokens
 from soba_nb.compaction.triggers import Thresholds, TurnState
@@ -53,7 +53,7 @@ def _quiet_thresholds() -> Thresholds:
 def quiet_compactor(store: Transcript) -> Compactor:
     """The engine of the benchmark model on `store`, with thresholds no trigger reaches."""
     counter = TokenCounter.for_model(PROVIDER, MODEL)
-    settings = EngineSettings(_quiet_thresholds(), timeout_ms=15_000, max_output_tokens=8000, session_id="bench")
+    settings = CompactorSettings(_quiet_thresholds(), timeout_ms=15_000, max_output_tokens=8000, session_id="bench")
     return Compactor(store, counter, settings, system=SYSTEM_PROMPT, tools=TOOL_SCHEMAS)
 
 

@@ -29,8 +29,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from soba_nb.agent import assembly
 from soba_nb.agent.session import AgentSession
 from soba_nb.config import SobaConfig, build_config
+from soba_nb.layout import SessionLayout
 from soba_nb.transcript.entries import entry_from_dict
 from soba_nb.transcript.store import Transcript
 
@@ -56,7 +58,7 @@ def bench_config() -> SobaConfig:
 
 def open_session(path: Path) -> AgentSession:
     """Open (or resume) the session in `path` exactly as `%soba` does."""
-    return AgentSession(bench_config(), sessions_dir=path.parent, project_root=path.parent, session_file=path)
+    return assembly.open_session(bench_config(), SessionLayout(path), project_root=path.parent)
 
 
 # -- content ------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 For each size, on an `analysis` session with no capsule and on the same session ending in a
 capsule (benchmarks/generate.py), every run is a fresh process, as a restarted kernel is:
 
-- resume: `AgentSession(...)` on the transcript (open: the store, the token index, the
+- resume: `assembly.open_session(...)` on the transcript (open: the store, the token index, the
   compactor), then `Compactor.measure()`, then `Compactor.model_input()`, each timed; peak RSS
   (`ru_maxrss`) read right after, and after the imports alone;
 - no capsule: then the compaction plan (`plan_cut` on the path, as `Compactor` plans a

@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.retention_sessions import EngineLoop, SyntheticSession, write_session
-from soba_nb.agent.session import SYSTEM_PROMPT, AgentSession
+from soba_nb.agent import assembly
+from soba_nb.agent.prompt import SYSTEM_PROMPT
+from soba_nb.agent.session import AgentSession
 from soba_nb.agent.tools import TOOL_SCHEMAS
 from soba_nb.compaction.barrier import CompactionResult, Outcome
 from soba_nb.compaction.model_input import (
@@ -38,9 +40,10 @@ from soba_nb.compaction.model_input import (
 from soba_nb.compaction.planner import valid_cuts
 from soba_nb.compaction.triggers import TurnState
 from soba_nb.config import SobaConfig, build_config
+from soba_nb.engine.tool_text import render_message
+from soba_nb.layout import SessionLayout
 from soba_nb.providers.base import Provider
 from soba_nb.providers.errors import ProviderError
-from soba_nb.providers.local_tools import render_message
 from soba_nb.transcript.entries import Entry
 
 ProviderFactory = Callable[[SobaConfig], Provider]
@@ -107,13 +110,8 @@ def open_session(
     path: Path, config: SobaConfig, namespace: dict[str, Any], provider_factory: ProviderFactory = no_model
 ) -> AgentSession:
     """A session opened as `%soba` opens one (the transcript is created when missing)."""
-    return AgentSession(
-        config,
-        sessions_dir=path.parent,
-        project_root=path.parent,
-        namespace=namespace,
-        session_file=path,
-        provider_factory=provider_factory,
+    return assembly.open_session(
+        config, SessionLayout(path), project_root=path.parent, namespace=namespace, provider_factory=provider_factory
     )
 
 

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.retention_methods import Run, compact_once, copy_of, model_input_text, open_session
-from soba_nb.agent.session import SYSTEM_PROMPT, AgentSession
+from soba_nb.agent.prompt import SYSTEM_PROMPT
+from soba_nb.agent.session import AgentSession
 from soba_nb.agent.summarizer import ProviderSummarizer
 from soba_nb.agent.tools import TOOL_SCHEMAS
-from soba_nb.compaction.engine import summary_output_tokens
+from soba_nb.compaction.compactor import SummaryModels, summary_output_tokens
 from soba_nb.compaction.model_input import VISIBLE_TYPES, VisibleContext, assemble
 from soba_nb.compaction.planner import plan_cut
 from soba_nb.compaction.summarizer import ProgressCallback, Summarizer, SummaryOutput
@@ -106,7 +107,7 @@ def model_capsule(path: Path, config: SobaConfig, namespace: dict[str, Any], pro
     def record(agent: AgentSession) -> None:
         assert agent.compactor.summarizer is not None, "the embedded model did not connect"
         recorders.append(RecordingSummarizer(agent.compactor.summarizer))
-        agent.compactor.summarizer = recorders[-1]
+        agent.compactor.bind(SummaryModels(recorders[-1], agent.compactor.native))
 
     timeout = config.compaction.timeout_ms
     run = compact_once(path, f"model-{timeout}ms", config, namespace, lambda _: provider, prepare=record)

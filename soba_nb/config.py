@@ -36,6 +36,7 @@ from soba_nb.compaction.limits import (
     hard_limit,
     soft_limit,
 )
+from soba_nb.layout import PROJECT_CONFIG_NAME, USER_CONFIG_PATH
 from soba_nb.paths import shown
 from soba_nb.printable import printable
 from soba_nb.resolution import resolve_provider
@@ -43,8 +44,6 @@ from soba_nb.resolution import resolve_provider
 ProviderName = Literal["openai", "anthropic", "local"]
 ApiName = Literal["chat", "responses"]
 
-USER_CONFIG_PATH = Path("~/.soba/config.json")
-PROJECT_CONFIG_NAME = "soba.json"
 ENV_PREFIX = "SOBA_"
 DEPRECATED_ALIASES = {"backgroundTimeoutMs": "timeoutMs"}
 

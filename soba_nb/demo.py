@@ -20,12 +20,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from soba_nb.agent.assembly import choose_layout, open_session
 from soba_nb.agent.events import AgentEvent, Notice, TextDelta, ToolFinished
 from soba_nb.agent.loop import run_turn
-from soba_nb.agent.session import AgentSession, sessions_dir_for
 from soba_nb.capsules.export import export_capsule
 from soba_nb.compaction.barrier import CompactionEvent, Outcome
 from soba_nb.config import load_config
+from soba_nb.layout import sessions_folder_for
 
 DEMO_PROMPTS = (
     "Here is sales.csv:\n```\n{sales}```\nWhich region appears most often? Answer in one sentence.",
@@ -92,13 +93,12 @@ def run_demo(folder: Path | None = None, *, write: Callable[[str], None] | None 
     notebook = folder / NOTEBOOK_NAME
     data = write_data(folder)
     config = load_config(folder, DEMO_OVERRIDES)
-    session = AgentSession(
+    session = open_session(
         config,
-        sessions_dir=sessions_dir_for(notebook),
+        choose_layout(sessions_folder_for(notebook), new=True),
         project_root=folder,
         namespace={},
         notebook=str(notebook),
-        new=True,
     )
     try:
         out(f"soba-nb demo · model {config.model.provider}/{config.model.name} (embedded, offline)\n")
@@ -140,7 +140,7 @@ def run_demo(folder: Path | None = None, *, write: Callable[[str], None] | None 
             )
         else:
             out("capsule    none exported: the compaction did not complete (see the line above)\n")
-        out(f"flight     {session.sessions_dir / 'flight.jsonl'}\n")
+        out(f"flight     {session.layout.flight}\n")
         return 0
     finally:
         session.close()

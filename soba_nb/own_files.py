@@ -23,11 +23,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from pathlib import Path
 
-SOBA_FOLDER_SUFFIX = ".soba"
-"""`<notebook-stem>.soba/` (sessions) and the project's `.soba/` (memory, skills)."""
-PROJECT_CONFIG_NAME = "soba.json"
-USER_FOLDER = Path("~/.soba")
-"""The user's configuration (`~/.soba/config.json`)."""
+from soba_nb.layout import PROJECT_CONFIG_NAME, SESSIONS_FOLDER_SUFFIX, USER_FOLDER
 
 
 def _user_folder() -> Path | None:
@@ -51,6 +47,6 @@ def soba_file_rule(path: Path, root: Path, session_files: Collection[Path] = ())
     if path.name.casefold() == PROJECT_CONFIG_NAME:
         return "the project configuration soba.json"
     relative = path.relative_to(root) if path.is_relative_to(root) else path
-    if any(part.casefold().endswith(SOBA_FOLDER_SUFFIX) for part in relative.parts):
+    if any(part.casefold().endswith(SESSIONS_FOLDER_SUFFIX) for part in relative.parts):
         return "session folders *.soba/ and the project's .soba/"
     return None

@@ -29,7 +29,7 @@ from soba_nb.transcript.entries import (
 from soba_nb.transcript.store import Transcript
 
 if TYPE_CHECKING:
-    from soba_nb.compaction.engine import Compactor
+    from soba_nb.compaction.compactor import Compactor
 
 WORD = " word"
 """One o200k token."""
@@ -119,12 +119,12 @@ def make_compactor(
     timeout_ms: int = 2000,
     flight: Path | None = None,
 ) -> Compactor:
-    from soba_nb.compaction.engine import Compactor, EngineSettings
+    from soba_nb.compaction.compactor import Compactor, CompactorSettings
 
     return Compactor(
         transcript,
         TokenCounter.for_model("openai", "gpt-4o"),
-        EngineSettings(thresholds=t or thresholds(), timeout_ms=timeout_ms, max_output_tokens=500, session_id="s"),
+        CompactorSettings(thresholds=t or thresholds(), timeout_ms=timeout_ms, max_output_tokens=500, session_id="s"),
         system="You are a test agent.",
         tools=TOOLS,
         summarizer=summarizer,

@@ -11,6 +11,7 @@ import pytest
 from compaction_support import add_exchange, good_summary
 from llm_server import LLMServer, Reply, empty_stream, overflow, rate_limited, text, tool_calls
 
+from soba_nb.agent.assembly import choose_layout, open_session
 from soba_nb.agent.events import TextDelta
 from soba_nb.agent.loop import run_turn
 from soba_nb.agent.session import AgentSession
@@ -77,9 +78,9 @@ def make_session(tmp_path, server, monkeypatch):
                 "compaction": settings,
             },
         )])
-        session = AgentSession(
+        session = open_session(
             config,
-            sessions_dir=tmp_path / "analysis.soba",
+            choose_layout(tmp_path / "analysis.soba"),
             project_root=tmp_path,
             namespace={},
             notebook=str(tmp_path / "analysis.ipynb"),
@@ -278,8 +279,8 @@ def test_an_anthropic_session_with_tools_and_a_compaction_sends_valid_requests(t
             },
         },
     )])
-    session = AgentSession(
-        config, sessions_dir=tmp_path / "nb.soba", project_root=tmp_path,
+    session = open_session(
+        config, choose_layout(tmp_path / "nb.soba"), project_root=tmp_path,
         provider_factory=lambda cfg: AnthropicProvider(cfg.model, backoff_base_s=0.01),
     )
     try:
@@ -310,7 +311,7 @@ def test_closing_the_session_closes_the_providers_it_made(make_session, server, 
     second = session.provider
     assert second is not first
     with OpenAIProvider(session.config.model) as given:
-        other = AgentSession(session.config, sessions_dir=tmp_path / "other.soba", project_root=tmp_path, provider=given)
+        other = open_session(session.config, choose_layout(tmp_path / "other.soba"), project_root=tmp_path, provider=given)
         session.close()
         other.close()
         assert first._client.is_closed and second._client.is_closed  # type: ignore[attr-defined]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from soba_nb import cli
-from soba_nb.agent.session import SYSTEM_PROMPT
+from soba_nb.agent.prompt import SYSTEM_PROMPT
 from soba_nb.agent.tools import TOOL_SCHEMAS
 from soba_nb.cli import SUBCOMMANDS, main, subcommand
 from soba_nb.compaction.model_input import assemble, entry_tokens, visible_context

@@ -16,7 +16,7 @@ from compaction_support import (
 )
 
 from soba_nb.compaction.barrier import CompactionEvent, Outcome
-from soba_nb.compaction.engine import HardLimitExceeded
+from soba_nb.compaction.compactor import HardLimitExceeded
 from soba_nb.compaction.triggers import Trigger, TurnState, pending_intents
 from soba_nb.transcript.entries import (
     CapsuleEntry,

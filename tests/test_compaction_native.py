@@ -17,7 +17,7 @@ from llm_server import LLMServer, RecordedRequest, Reply, server_error, text
 
 from soba_nb.agent.summarizer import ProviderSummarizer
 from soba_nb.compaction.barrier import Outcome
-from soba_nb.compaction.engine import Compactor
+from soba_nb.compaction.compactor import Compactor, SummaryModels
 from soba_nb.compaction.model_input import capsule_text, visible_context
 from soba_nb.compaction.native import REQUEST_FRAME, NativeTarget, continuation_label
 from soba_nb.config import ModelSettings
@@ -74,8 +74,7 @@ def responses_engine(
         ResponsesProvider(ModelSettings(base_url=server.url, api_key_env=KEY_ENV, name="gpt-test", api="responses"), **FAST)
     )
     compactor = make_compactor(transcript, summarizer=None, flight=flight, **engine)
-    compactor.summarizer = ProviderSummarizer(provider)
-    compactor.native = ResponsesNative(provider)
+    compactor.bind(SummaryModels(ProviderSummarizer(provider), ResponsesNative(provider)))
     return compactor
 
 
@@ -147,9 +146,8 @@ def test_another_model_gets_the_portable_capsule(tmp_path: Path, server: LLMServ
     assert capsule.native is not None
     native_cost = engine.measure().effective
 
-    engine.native = ResponsesNative(
-        made(ResponsesProvider(ModelSettings(base_url=server.url, api_key_env=KEY_ENV, name="gpt-other", api="responses")))
-    )
+    other = made(ResponsesProvider(ModelSettings(base_url=server.url, api_key_env=KEY_ENV, name="gpt-other", api="responses")))
+    engine.bind(SummaryModels(engine.summarizer, ResponsesNative(other)))
     built = engine.model_input()
     assert built.native is None
     assert built.messages[0].content == capsule_text(capsule)
@@ -293,8 +291,7 @@ def test_anthropic_below_its_minimum_is_refused_and_the_model_capsule_used(tmp_p
         )
     )
     engine = make_compactor(t)
-    engine.summarizer = ProviderSummarizer(provider)
-    engine.native = AnthropicNative(provider)
+    engine.bind(SummaryModels(ProviderSummarizer(provider), AnthropicNative(provider)))
 
     result = engine.compact()
 

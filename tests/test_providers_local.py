@@ -23,6 +23,7 @@ import pytest
 
 from soba_nb.config import ModelSettings
 from soba_nb.engine.chat import ChatTemplate, parse_messages
+from soba_nb.engine.tool_text import ToolBlockFilter
 from soba_nb.providers import local_model as local_module
 from soba_nb.providers.base import ChatMessage, ModelRequest, ToolCall, ToolSchema
 from soba_nb.providers.discovery import discover_window
@@ -34,7 +35,6 @@ from soba_nb.providers.local import (
     parse_tool_calls,
     render_tool_call,
 )
-from soba_nb.providers.local_tools import ToolBlockFilter
 from soba_nb.providers.openai import message_to_wire
 
 needs_model = pytest.mark.skipif(not local_model_available(), reason="the `local` extra is not installed")

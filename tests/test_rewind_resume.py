@@ -5,10 +5,13 @@ from __future__ import annotations
 import pytest
 from compaction_support import FakeSummarizer, add_exchange
 
+from soba_nb.agent import assembly
 from soba_nb.agent.session import AgentSession, RewindError
 from soba_nb.compaction.barrier import Outcome
+from soba_nb.compaction.compactor import SummaryModels
 from soba_nb.compaction.triggers import TurnState
 from soba_nb.config import build_config
+from soba_nb.layout import SessionLayout
 from soba_nb.transcript.entries import CapsuleEntry, MessageEntry
 
 CONFIG = build_config([(
@@ -23,11 +26,11 @@ CONFIG = build_config([(
 )])
 
 
-def open_session(tmp_path, **kw) -> AgentSession:
-    session = AgentSession(
-        CONFIG, sessions_dir=tmp_path / "nb.soba", project_root=tmp_path, notebook=str(tmp_path / "nb.ipynb"), **kw
+def open_session(tmp_path, *, new: bool = False) -> AgentSession:
+    session = assembly.open_session(
+        CONFIG, assembly.choose_layout(tmp_path / "nb.soba", new=new), project_root=tmp_path, notebook=str(tmp_path / "nb.ipynb")
     )
-    session.compactor.summarizer = FakeSummarizer()
+    session.compactor.bind(SummaryModels(FakeSummarizer()))
     return session
 
 
@@ -118,5 +121,5 @@ def test_a_second_kernel_on_the_same_session_gets_a_clear_error(tmp_path):
 
     first = open_session(tmp_path)
     with pytest.raises(TranscriptLockedError, match="another writer"):
-        AgentSession(CONFIG, sessions_dir=tmp_path / "nb.soba", project_root=tmp_path, session_file=first.file)
+        assembly.open_session(CONFIG, SessionLayout(first.file), project_root=tmp_path)
     first.close()

@@ -302,7 +302,7 @@ def test_the_embedded_model_counts_with_its_own_tokenizer() -> None:
 
     if not local_model_available():
         pytest.skip("the `local` extra is not installed")
-    from soba_nb.agent.session import counter_for
+    from soba_nb.agent.session import session_counter as counter_for
     from soba_nb.config import build_config
     from soba_nb.providers.local_model import count_tokens
 

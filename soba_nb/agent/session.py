@@ -1,38 +1,35 @@
-"""One agent session: its transcript, provider, token counter and compaction engine.
+"""One agent session: its transcript, the model it is bound to, its token counter and its
+compactor — the state behind `%soba`.
 
-Sessions live next to the notebook in `<notebook-stem>.soba/<session-id>.jsonl`. Opening
-a folder resumes its latest session (leaf, capsule and budget come back from the file)
-unless a new one is asked for.
+Sessions are opened by `soba_nb.agent.assembly` (the one place that builds them); this
+module holds what an open session does: follow its configuration and limits, bind its
+model, navigate its path.
 """
 
 from __future__ import annotations
 
 import os
-import secrets
-import stat
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from soba_nb.agent.binding import ModelBinding
 from soba_nb.agent.kernel_state import kernel_state
+from soba_nb.agent.prompt import SYSTEM_PROMPT
 from soba_nb.agent.provenance import Provenance, trace
 from soba_nb.agent.skills import load_skill
-from soba_nb.agent.summarizer import ProviderSummarizer
 from soba_nb.agent.tools import TOOL_SCHEMAS
 from soba_nb.catalogue import lookup
-from soba_nb.compaction import budget_state, extract_snapshots
-from soba_nb.compaction.engine import Compactor, EngineSettings
-from soba_nb.compaction.flight import FLIGHT_FILE, FlightRecorder
+from soba_nb.compaction.compactor import NO_MODELS, Compactor, CompactorSettings
+from soba_nb.compaction.flight import FlightRecorder
 from soba_nb.config import MAX_CONTEXT_WINDOW, SobaConfig
+from soba_nb.layout import SessionLayout
 from soba_nb.providers import make_provider
 from soba_nb.providers.base import Provider
 from soba_nb.providers.discovery import ServerWindow, discover_window
 from soba_nb.providers.errors import ProviderError
 from soba_nb.providers.http import DEFAULT_IDLE_TIMEOUT_S
-from soba_nb.providers.native import native_compactor_for
 from soba_nb.tokens import TokenCounter
-from soba_nb.transcript import token_index
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     CheckpointEntry,
@@ -56,54 +53,6 @@ from soba_nb.window import (
     usage_ceiling,
 )
 
-SESSION_SUFFIX = ".jsonl"
-SESSIONS_FOLDER_SUFFIX = ".soba"
-
-SYSTEM_PROMPT = """\
-You are soba, a coding agent working inside the user's Jupyter notebook.
-You run Python in the notebook's own kernel with the `python` tool: variables you create \
-stay in the user's namespace, and the user's variables (dataframes, models, paths) are \
-there for you to inspect. You can read, write, edit and list files in the project folder \
-and run shell commands with a time limit. Every call you make is recorded as a receipt.
-
-Work in small verified steps: inspect before you change, run what you wrote, and report \
-what you did and what you found. Prefer the `python` tool for data work (pandas, plots). \
-Never print secrets. Use the `checkpoint` tool when you reach a milestone or change plan. \
-When the work is done, answer in concise Markdown.\
-"""
-
-
-def sessions_dir_for(notebook: Path) -> Path:
-    """`<notebook-stem>.soba/` next to the notebook."""
-    return notebook.parent / f"{notebook.stem}{SESSIONS_FOLDER_SUFFIX}"
-
-
-def new_session_id() -> str:
-    """Sortable by creation time: `20261202T143700Z-1a2b`."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return f"{stamp}-{secrets.token_hex(2)}"
-
-
-def session_files(folder: Path) -> list[Path]:
-    """Session transcripts in a folder, oldest first (flight records excluded). A link is
-    no transcript of ours (one planted there must not be resumed, nor written through)."""
-    if not folder.is_dir():
-        return []
-    found = []
-    for path in folder.glob(f"*{SESSION_SUFFIX}"):
-        try:
-            info = path.lstat()
-        except OSError:
-            continue
-        if path.name != FLIGHT_FILE and stat.S_ISREG(info.st_mode):
-            found.append((info.st_mtime, path.name, path))
-    return [path for _, _, path in sorted(found)]
-
-
-def latest_session(folder: Path) -> Path | None:
-    files = session_files(folder)
-    return files[-1] if files else None
-
 
 def session_limits(
     config: SobaConfig, transcript: Transcript, server: ServerWindow | None = None
@@ -121,7 +70,7 @@ def session_limits(
     )
 
 
-def counter_for(config: SobaConfig) -> TokenCounter:
+def session_counter(config: SobaConfig) -> TokenCounter:
     """The embedded model counts with its own tokenizer; other models by family (tokens.py)."""
     if config.model.provider == "local":
         from soba_nb.resolution import embedded_model_installed
@@ -138,45 +87,41 @@ class RewindError(ValueError):
 
 
 class AgentSession:
-    """The state behind `%soba`: transcript, provider, counter, compactor, namespace."""
+    """The state behind `%soba`: transcript, model binding, counter, compactor, namespace.
+    Made by `soba_nb.agent.assembly.open_session`."""
 
     def __init__(
         self,
         config: SobaConfig,
         *,
-        sessions_dir: Path,
+        layout: SessionLayout,
         project_root: Path,
         namespace: dict[str, Any] | None = None,
         notebook: str | None = None,
-        session_file: Path | None = None,
-        new: bool = False,
         provider: Provider | None = None,
         provider_factory: Callable[[SobaConfig], Provider] | None = None,
     ):
         self.config = config
-        self.sessions_dir = sessions_dir
+        self.layout = layout
         self.project_root = project_root
         self.namespace: dict[str, Any] = {} if namespace is None else namespace
         self.notebook = notebook
         self._provider_factory = provider_factory
-        self._provider = provider
+        self._given_provider = provider
+        """A provider handed in (tests, benchmarks): bound as it is, never closed here."""
+        self._binding: ModelBinding | None = None
         self._made_providers: list[Provider] = []
         """Providers this session made (not one passed in): closed with the session, so their
         pooled connections do not outlive it."""
-        path = session_file
-        if path is None and not new:
-            path = latest_session(sessions_dir)
-        if path is None:
-            path = sessions_dir / f"{new_session_id()}{SESSION_SUFFIX}"
         header = SessionEntry(notebook=notebook, model=f"{config.model.provider}/{config.model.name}")
-        self.transcript = Transcript.open(path, create_header=header)
-        self.session_id = path.stem
+        self.transcript = Transcript.open(layout.transcript, create_header=header)
+        self.session_id = layout.session_id
         self.resumed = any(not isinstance(e, SessionEntry) for e in self.transcript.entries)
         """The session has work from before this kernel process opened it (a restart)."""
         self.noted_missing: frozenset[str] = frozenset()
         """Missing variables already reported to the user and the model (`rebuild.note_missing`)."""
         self._record_config()
-        self.counter = counter_for(config)
+        self.counter = session_counter(config)
         self._token_index = self._attach_token_index()
         self.idle_timeout_s = DEFAULT_IDLE_TIMEOUT_S
         """Longest silence from the server (`%config SobaMagics.idle_timeout_s`)."""
@@ -190,18 +135,22 @@ class AgentSession:
         self.compactor = Compactor(
             self.transcript,
             self.counter,
-            self._engine_settings(),
+            self._compactor_settings(),
             system=SYSTEM_PROMPT,
             tools=TOOL_SCHEMAS,
-            summarizer=None,
-            flight=FlightRecorder(sessions_dir / FLIGHT_FILE),
+            flight=FlightRecorder(layout.flight),
             kernel_state=lambda: kernel_state(self.namespace, self.provenance()),
         )
 
+    @property
+    def sessions_dir(self) -> Path:
+        """The folder of the session's transcript (`<notebook-stem>.soba/`)."""
+        return self.layout.folder
+
     # -- configuration -------------------------------------------------------------------
 
-    def _engine_settings(self) -> EngineSettings:
-        return EngineSettings(
+    def _compactor_settings(self) -> CompactorSettings:
+        return CompactorSettings(
             thresholds=self.limits.thresholds(self.config),
             timeout_ms=self.config.compaction.timeout_ms,
             max_output_tokens=self.limits.max_output_tokens,
@@ -211,7 +160,7 @@ class AgentSession:
     def _attach_token_index(self) -> TokenIndex:
         """Counts from earlier kernels (never re-tokenise a resumed path), read when a count is
         first missing; new ones are kept."""
-        index = TokenIndex.open(self.transcript.file, self.counter.key, keys_of=self.transcript.own_ids)
+        index = TokenIndex.open(self.layout.transcript, self.counter.key, keys_of=self.transcript.own_ids)
         self.counter.backfill = index.read_counts
         self.counter.persist = index.add
         return index
@@ -220,9 +169,7 @@ class AgentSession:
         """A new idle limit applies from the next provider (made on next use)."""
         if seconds != self.idle_timeout_s:
             self.idle_timeout_s = seconds
-            self._provider = None
-            self.compactor.summarizer = None
-            self.compactor.native = None
+            self.unbind()
 
     def apply_config(self, config: SobaConfig) -> None:
         """New settings (e.g. soba.json edited); a model change also changes the provider."""
@@ -232,10 +179,8 @@ class AgentSession:
         if model_changed:
             # A new model gets the portable capsule: native items are replayed only to the
             # provider and model that made them (the compactor's target changes with it).
-            self._provider = None
+            self.unbind()
             self._server_window = None
-            self.compactor.summarizer = None
-            self.compactor.native = None
         self.refresh_limits()
 
     def _record_config(self) -> None:
@@ -250,7 +195,7 @@ class AgentSession:
         if ask_server:
             self._ask_server()
         self.limits = session_limits(self.config, self.transcript, self._server_window)
-        self.compactor.update_settings(self._engine_settings())
+        self.compactor.update_settings(self._compactor_settings())
         self.compactor.tracker.distrust_usage_from(usage_ceiling(self.transcript.windows, model_key(self.config)))
         return self.limits
 
@@ -311,33 +256,50 @@ class AgentSession:
             self.transcript.append(SettingEntry(key=AUTO_KEY, value=on))
         self.refresh_limits()
 
+    # -- the model ----------------------------------------------------------------------
+
     @property
     def provider(self) -> Provider:
-        """Created on first use, so `%budget` works without a configured key."""
-        if self._provider is None:
-            if self._provider_factory is not None:
-                self._provider = self._provider_factory(self.config)
-                self._made_providers.append(self._provider)
-            elif self.config.provider_source.startswith("no model"):
-                raise ProviderError(self.config.provider_source)
-            else:
-                self._provider = make_provider(self.config.model, idle_timeout_s=self.idle_timeout_s)
-                self._made_providers.append(self._provider)
-                warm_up = getattr(self._provider, "warm_up", None)
-                if callable(warm_up):  # the embedded model: load it while the user reads
-                    warm_up()
-        if self.compactor.summarizer is None:
-            self.compactor.summarizer = ProviderSummarizer(self._provider)
-            self.compactor.native = native_compactor_for(self._provider)
-        return self._provider
+        """The bound provider, made on first use (so `%budget` works without a configured key)."""
+        return self.bind().provider
+
+    def bind(self) -> ModelBinding:
+        """The session's model binding, made on first use and given to the compactor whole:
+        the provider, its summarizer and its native compaction (`agent.binding`)."""
+        if self._binding is None:
+            binding = ModelBinding.of(self._make_provider())
+            self.compactor.bind(binding.models)
+            self._binding = binding
+        return self._binding
+
+    def unbind(self) -> None:
+        """Drop the binding (a new model or idle limit): the next use makes a new one. The
+        providers made so far are closed with the session."""
+        self._binding = None
+        self.compactor.bind(NO_MODELS)
+
+    def _make_provider(self) -> Provider:
+        if self._given_provider is not None:
+            return self._given_provider
+        if self._provider_factory is not None:
+            provider = self._provider_factory(self.config)
+        elif self.config.provider_source.startswith("no model"):
+            raise ProviderError(self.config.provider_source)
+        else:
+            provider = make_provider(self.config.model, idle_timeout_s=self.idle_timeout_s)
+            warm_up = getattr(provider, "warm_up", None)
+            if callable(warm_up):  # the embedded model: load it while the user reads
+                warm_up()
+        self._made_providers.append(provider)
+        return provider
 
     def ensure_summarizer(self) -> None:
-        """Connect the summarizer (the session's model); fall back silently if none is available."""
+        """Bind the session's model for compaction; without one (no key, no model) compaction
+        uses the deterministic capsule."""
         try:
-            _ = self.provider
-        except Exception:  # no key / no model: compaction uses the deterministic capsule
-            self.compactor.summarizer = None
-            self.compactor.native = None
+            self.bind()
+        except Exception:
+            self.unbind()
 
     # -- navigation ----------------------------------------------------------------------
 
@@ -348,11 +310,7 @@ class AgentSession:
     def session_files(self) -> frozenset[Path]:
         """The files this session writes (its transcript, the side-cars beside it and the
         flight records), resolved: the agent's file tools never write them."""
-        transcript = self.file.resolve()
-        sidecars = (token_index.SUFFIX, budget_state.SUFFIX, extract_snapshots.SUFFIX)
-        return frozenset(
-            {transcript, *(transcript.with_suffix(suffix) for suffix in sidecars), transcript.with_name(FLIGHT_FILE)}
-        )
+        return self.layout.files()
 
     def resolve_target(self, target: str) -> str:
         """An entry id for a checkpoint id (`ck_…`) or an entry id."""

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-SKILLS_FOLDER = Path(".soba") / "skills"
-"""Relative to the project root."""
+from soba_nb.layout import SKILLS_FOLDER
+
 SKILL_FILE = "SKILL.md"
 SKILL_NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
 

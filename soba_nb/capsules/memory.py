@@ -23,11 +23,11 @@ from soba_nb.capsules.file import (
     write_capsule_file,
 )
 from soba_nb.compaction.capsule import CapsuleFormatError, parse_capsule
+from soba_nb.layout import MEMORY_FOLDER, PROJECT_CONFIG_NAME
 from soba_nb.transcript.entries import CapsuleEntry
 
-PROJECT_MARKERS = ("soba.json", ".git")
+PROJECT_MARKERS = (PROJECT_CONFIG_NAME, ".git")
 """A folder holding one of these is a project root."""
-MEMORY_FOLDER = Path(".soba") / "memory"
 
 
 def project_root_for(notebook_dir: str | os.PathLike[str]) -> Path:

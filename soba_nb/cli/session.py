@@ -11,14 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from soba_nb.cli import EXIT_USAGE, PROG, CommandError
+from soba_nb.layout import SESSIONS_FOLDER_SUFFIX
 from soba_nb.transcript.entries import UsageEntry
 from soba_nb.transcript.store import TornLineWarning, Transcript, TranscriptError
 
 if TYPE_CHECKING:
     from soba_nb.config import SobaConfig
 
-SESSION_FOLDER_SUFFIX = ".soba"
-"""Transcripts live in `<notebook-stem>.soba/`, next to the notebook (SPEC §7)."""
 
 
 def session_argument(parser: argparse.ArgumentParser) -> None:
@@ -85,19 +84,13 @@ def session_config(transcript: Transcript) -> SobaConfig:
 def token_figures(transcript: Transcript, config: SobaConfig | None = None) -> dict[str, Any]:
     """Estimated tokens (whole path and effective model input) and the provider figure,
     measured exactly as the agent's preflight measures them, with the session's tokenizer."""
-    from soba_nb.agent.session import SYSTEM_PROMPT, counter_for
-    from soba_nb.agent.tools import TOOL_SCHEMAS
-    from soba_nb.compaction.budget import BudgetTracker
-    from soba_nb.compaction.model_input import entry_tokens, fixed_tokens
+    from soba_nb.agent.assembly import measure_recorded
+    from soba_nb.compaction.model_input import entry_tokens
     from soba_nb.tokens import TokenCounter  # loads the BPE ranks: only when counting
 
-    if config is not None:
-        counter = counter_for(config)
-    else:
-        provider, name = model_of(transcript)
-        counter = TokenCounter.for_model(provider, name)
+    provider, name = model_of(transcript)
+    counter, measurement = measure_recorded(transcript, config, None if config is not None else TokenCounter.for_model(provider, name))
     path = transcript.path_view()
-    measurement = BudgetTracker(counter, fixed_tokens(SYSTEM_PROMPT, TOOL_SCHEMAS, counter)).measure(path)
     last_usage = next((e for e in reversed(path) if isinstance(e, UsageEntry)), None)
     return {
         "encoding": counter.choice.encoding,
@@ -122,10 +115,10 @@ def notebook_folder(transcript: Transcript) -> Path:
     session_folder = transcript.file.resolve().parent
     if header is not None and header.notebook:
         notebook = Path(header.notebook).expanduser()
-        if not notebook.is_absolute() and session_folder.name.endswith(SESSION_FOLDER_SUFFIX):
+        if not notebook.is_absolute() and session_folder.name.endswith(SESSIONS_FOLDER_SUFFIX):
             notebook = session_folder.parent / notebook
         if notebook.is_absolute():
             return notebook.parent
-    if session_folder.name.endswith(SESSION_FOLDER_SUFFIX):
+    if session_folder.name.endswith(SESSIONS_FOLDER_SUFFIX):
         return session_folder.parent
     return session_folder

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import msgspec
 
+from soba_nb.layout import SessionLayout
 from soba_nb.redact import redact
 from soba_nb.transcript.sidecar import read_regular
 
-SUFFIX = ".budget"
 VERSION = 1
 """Bump when what the tracker keeps changes: an older file is then not used."""
 MAX_BYTES = 1 << 20
@@ -74,7 +74,7 @@ _DECODER = msgspec.json.Decoder(TrackerState)
 
 
 def state_path(transcript: Path) -> Path:
-    return transcript.with_suffix(SUFFIX)
+    return SessionLayout(transcript).budget
 
 
 class BudgetStateFile:

@@ -41,11 +41,11 @@ from soba_nb.compaction.deterministic import (
 )
 from soba_nb.compaction.extract import Run, Scan, Start, fresh_start
 from soba_nb.compaction.planner import region_start
+from soba_nb.layout import SessionLayout
 from soba_nb.redact import redact_data
 from soba_nb.transcript.entries import Entry, ToolCallEntry, ToolResultEntry
 from soba_nb.transcript.sidecar import open_for_append, read_regular, replace_with
 
-SUFFIX = ".extract"
 SPACING = 1024
 """Region entries between snapshots (at least; more when snapshots are big)."""
 BYTES_PER_ENTRY = 128
@@ -199,7 +199,7 @@ _decode = msgspec.json.Decoder(Snapshot).decode
 
 
 def snapshots_path(transcript: Path) -> Path:
-    return transcript.with_suffix(SUFFIX)
+    return SessionLayout(transcript).extract
 
 
 class ExtractSnapshots:

@@ -18,8 +18,6 @@ from pathlib import Path
 from soba_nb.redact import redact_data
 from soba_nb.transcript.entries import utc_now
 
-FLIGHT_FILE = "flight.jsonl"
-
 
 @dataclass(frozen=True)
 class FlightRecord:

@@ -1,7 +1,7 @@
 """From a Chat Completions request to the model's prompt, and from its text back to calls.
 
 The model has no native tool calling: the tools are described in the system message and
-calls travel as ```tool blocks (`soba_nb.providers.local_tools`, the protocol's one home).
+calls travel as ```tool blocks (`soba_nb.engine.tool_text`, the protocol's one home).
 Messages arrive in the Chat Completions wire shape; they become plain role/content
 messages and are rendered with the GGUF's own chat template (Jinja2, sandboxed), exactly
 as llama.cpp's server does, so prompt token counts are exact.
@@ -15,8 +15,8 @@ from typing import Any
 
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from soba_nb.engine.tool_text import render_message, tools_prompt
 from soba_nb.messages import ChatMessage, ToolCall, ToolSchema
-from soba_nb.providers.local_tools import render_message, tools_prompt
 
 TEMPLATE_KEY = "tokenizer.chat_template"
 

@@ -27,7 +27,7 @@ from soba_nb.engine.chat import ChatTemplate, RequestError, parse_messages
 from soba_nb.engine.llama import LlamaModel
 from soba_nb.engine.sampling import Sampler
 from soba_nb.engine.tokenizer import GGUFTokenizer
-from soba_nb.providers.local_tools import ToolBlockFilter, parse_tool_calls
+from soba_nb.engine.tool_text import ToolBlockFilter, parse_tool_calls
 
 DEFAULT_MAX_TOKENS = 512
 MAX_BODY_BYTES = 64 * 1024 * 1024

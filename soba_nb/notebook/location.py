@@ -29,16 +29,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from soba_nb.agent.session import sessions_dir_for
 from soba_nb.capsules.memory import project_root_for
+from soba_nb.layout import UNTITLED_NOTEBOOK, sessions_folder_for
 
 NAMESPACE_KEYS = ("__session__",)
 """User-namespace names holding the notebook path, tried before the environment."""
 ENVIRONMENT_KEYS = ("JPY_SESSION_NAME",)
 LATE_NAMESPACE_KEYS = ("__vsc_ipynb_file__",)
 """Tried after the environment (VS Code sets it; JPY_SESSION_NAME may be inherited)."""
-UNTITLED_NOTEBOOK = "untitled.ipynb"
-"""The notebook name assumed when the kernel does not know its notebook."""
 
 
 class NotebookLocation(NamedTuple):
@@ -101,7 +99,7 @@ def locate(
     """
     cwd = (cwd or Path.cwd()).resolve()
     notebook = notebook_path(namespace, environ=environ, cwd=cwd)
-    sessions_dir = sessions_dir_for(notebook or cwd / UNTITLED_NOTEBOOK)
+    sessions_dir = sessions_folder_for(notebook or cwd / UNTITLED_NOTEBOOK)
     if session_file is not None:
         sessions_dir = (cwd / session_file.expanduser()).resolve().parent
     folder = notebook.parent if notebook is not None else cwd

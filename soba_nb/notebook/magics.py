@@ -34,6 +34,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
 from traitlets.config import Configurable
 
+from soba_nb.agent.assembly import choose_layout, open_session, reconfigure
 from soba_nb.agent.loop import DEFAULT_MAX_STEPS, DEFAULT_TURN_TIMEOUT_S, TurnResult, run_turn
 from soba_nb.agent.rebuild import rebuild as rebuild_variables
 from soba_nb.agent.session import AgentSession, RewindError
@@ -136,24 +137,18 @@ class SobaMagics(Magics, Configurable):
             location = locate(self.user_ns, session_file=requested)
             folder = location.notebook.parent if location.notebook else Path.cwd()
             config = load_config(folder, self._overrides())
-            if self.agent is not None and not new and requested is None:
-                self.agent.apply_config(config)
-            else:
+            if self.agent is None or new or requested is not None:
                 self.close()
-                self.agent = AgentSession(
+                self.agent = open_session(
                     config,
-                    sessions_dir=location.sessions_dir,
+                    choose_layout(location.sessions_dir, session_file=requested, new=new),
                     project_root=location.project_root,
                     namespace=self.user_ns,
                     notebook=str(location.notebook) if location.notebook else None,
-                    session_file=requested,
-                    new=new,
                 )
             # `%auto_compact` / `%config SobaMagics.auto_compact`: kept in the transcript, so
             # the session keeps it after a restart (when the trait is None again).
-            if self.auto_compact is not None:
-                self.agent.set_auto(self.auto_compact)
-            self.agent.set_idle_timeout(self.idle_timeout_s)
+            reconfigure(self.agent, config, auto=self.auto_compact, idle_timeout_s=self.idle_timeout_s)
         except SESSION_ERRORS as exc:
             raise UsageError(one_line(exc)) from None
         return self.agent

@@ -7,7 +7,7 @@ the same way, and a crash, an out-of-memory kill or a hang of the model is a cle
 the cell while the kernel and its variables live on (the next request starts a fresh
 engine). It is a *tiny* model: good enough to exercise a whole session offline (a turn, the
 budget, a real compaction), not to do serious work. Tool calls travel as text
-(`soba_nb.providers.local_tools`), translated by the engine.
+(`soba_nb.engine.tool_text`), translated by the engine.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from soba_nb.config import ModelSettings
+from soba_nb.engine.tool_text import parse_tool_calls, render_tool_call, tools_prompt
 from soba_nb.providers.base import ModelRequest, ModelResponse, TextCallback, WaitCallback
 from soba_nb.providers.errors import ProviderError, ServerError
 from soba_nb.providers.local_model import (
@@ -26,7 +27,6 @@ from soba_nb.providers.local_model import (
     model_facts,
 )
 from soba_nb.providers.local_process import EngineProcess, engine_for
-from soba_nb.providers.local_tools import parse_tool_calls, render_tool_call, tools_prompt
 from soba_nb.providers.openai import OpenAIProvider
 
 PROVIDER_NAME = "local"

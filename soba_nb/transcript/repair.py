@@ -17,6 +17,7 @@ from pathlib import Path
 
 import msgspec
 
+from soba_nb.layout import SessionLayout
 from soba_nb.redact import redact_data
 from soba_nb.transcript.entries import (
     Entry,
@@ -29,8 +30,6 @@ from soba_nb.transcript.entries import (
     is_json_error,
 )
 from soba_nb.transcript.store import TORN_MARKER
-
-REPAIRED_SUFFIX = ".repaired.jsonl"
 
 
 class RepairError(OSError):
@@ -49,7 +48,7 @@ class RepairReport:
 
 
 def repaired_path(path: Path) -> Path:
-    return path.with_name(path.name.removesuffix(".jsonl") + REPAIRED_SUFFIX)
+    return SessionLayout(path).repaired
 
 
 def _why_not(entry: Entry, kept: dict[str, Entry]) -> str | None:

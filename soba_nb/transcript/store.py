@@ -42,6 +42,7 @@ from typing import cast
 import msgspec
 
 from soba_nb.collector import collector_paused
+from soba_nb.layout import TRANSCRIPT_SUFFIX
 from soba_nb.redact import redact_data
 from soba_nb.transcript.entries import (
     CapsuleEntry,
@@ -64,8 +65,6 @@ from soba_nb.transcript.entries import (
 # The first entry appended after torn lines carries this flag, so a later load can tell the
 # (tolerated, already-warned) torn lines apart from corruption.
 TORN_MARKER = "followsTornLine"
-SUFFIX = ".jsonl"
-"""A new transcript is created only at a path ending in this."""
 HEADER_PROBE_BYTES = 64 * 1024
 """How much of a file is read to see whether its first line is a `session` entry."""
 HEADER_START = b'{"type":"session"'
@@ -609,8 +608,8 @@ def _open_for_writing(path: Path) -> int:
             if error.errno == errno.ELOOP:
                 raise TranscriptError(f"{path}: is a link; soba writes its transcripts only directly, never through a link") from None
             raise
-        if path.suffix != SUFFIX:
-            raise TranscriptError(f"{path}: a new session transcript must end in {SUFFIX}")
+        if path.suffix != TRANSCRIPT_SUFFIX:
+            raise TranscriptError(f"{path}: a new session transcript must end in {TRANSCRIPT_SUFFIX}")
         try:
             return os.open(path, _OPEN_FLAGS | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
@@ -624,8 +623,8 @@ def _check_header(path: Path, fd: int) -> None:
     may hold only those). An empty file is a new session, if its name says transcript."""
     head = os.pread(fd, HEADER_PROBE_BYTES, 0)
     if not head:
-        if path.suffix != SUFFIX:
-            raise TranscriptError(f"{path}: not a soba transcript (an empty file whose name does not end in {SUFFIX}); left untouched")
+        if path.suffix != TRANSCRIPT_SUFFIX:
+            raise TranscriptError(f"{path}: not a soba transcript (an empty file whose name does not end in {TRANSCRIPT_SUFFIX}); left untouched")
         return
     lines = head.split(b"\n")
     cut = lines.pop() if len(head) == HEADER_PROBE_BYTES else None  # the probe may end mid-line
@@ -639,7 +638,7 @@ def _check_header(path: Path, fd: int) -> None:
             return  # only torn headers so far (loading recovers them), or a long header
     raise TranscriptError(
         f"{path}: not a soba transcript (its first line is not a session entry); left untouched. "
-        f"A new session needs a path that does not exist yet, ending in {SUFFIX}"
+        f"A new session needs a path that does not exist yet, ending in {TRANSCRIPT_SUFFIX}"
     )
 
 

@@ -24,9 +24,9 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from soba_nb.layout import SessionLayout
 from soba_nb.transcript.sidecar import open_for_append, read_regular
 
-SUFFIX = ".tokens"
 RULES_VERSION = 1
 """Bump when what an entry costs changes (message framing, clipping): old files are replaced."""
 MAX_INDEX_BYTES = 256 * 1024 * 1024
@@ -36,7 +36,7 @@ READ_BLOCK_CHARS = 1 << 20
 
 
 def index_path(transcript: Path) -> Path:
-    return transcript.with_suffix(SUFFIX)
+    return SessionLayout(transcript).tokens
 
 
 class TokenIndex:

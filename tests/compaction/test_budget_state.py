@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from test_budget_tracker import STEP, play, state
 
 from soba_nb.compaction.budget_state import BudgetStateFile, state_path
-from soba_nb.compaction.engine import Compactor
+from soba_nb.compaction.compactor import Compactor
 from soba_nb.transcript.entries import MessageEntry, ToolCallEntry, ToolResultEntry, UsageEntry
 from soba_nb.transcript.store import Transcript
 

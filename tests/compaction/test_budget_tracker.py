@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from soba_nb.compaction.budget import BudgetTracker
 from soba_nb.compaction.budget_state import state_path
-from soba_nb.compaction.engine import Compactor
+from soba_nb.compaction.compactor import Compactor
 from soba_nb.compaction.model_input import (
     SKILLS_HEADING,
     VISIBLE_TYPES,

@@ -20,11 +20,13 @@ from conftest import SMALL_LIMITS, write_soba_json
 from IPython.utils.capture import capture_output
 from llm_server import LLMServer, RecordedRequest, Reply, text, tool_calls
 
+from soba_nb.agent.assembly import choose_layout, open_session
 from soba_nb.agent.loop import run_turn
 from soba_nb.agent.session import AgentSession
 from soba_nb.capsules.export import export_capsule
 from soba_nb.cli.inspect import describe, render_inspect
 from soba_nb.config import build_config
+from soba_nb.layout import SessionLayout
 from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry, MessageEntry
 from soba_nb.transcript.store import Transcript
 
@@ -160,7 +162,7 @@ class Router:
 @pytest.fixture
 def anthropic_session(tmp_path: Path, llm_server: LLMServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[AgentSession]:
     monkeypatch.setenv(KEY_ENV, "sk-ant-test-regression")
-    session = AgentSession(anthropic_config(llm_server, "claude-a"), sessions_dir=tmp_path / "nb.soba", project_root=tmp_path)
+    session = open_session(anthropic_config(llm_server, "claude-a"), choose_layout(tmp_path / "nb.soba"), project_root=tmp_path)
     yield session
     session.close()
 
@@ -249,8 +251,7 @@ def test_the_native_item_survives_a_kernel_restart(
     file = session.file
     session.close()
 
-    resumed = AgentSession(anthropic_config(llm_server, "claude-a"), sessions_dir=tmp_path / "nb.soba",
-                           project_root=tmp_path, session_file=file)
+    resumed = open_session(anthropic_config(llm_server, "claude-a"), SessionLayout(file), project_root=tmp_path)
     try:
         assert run_turn(resumed, "go on").status == "completed"
         sent = anthropic_inference(llm_server)[-1]

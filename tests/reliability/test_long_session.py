@@ -33,8 +33,8 @@ from compaction_support import good_summary
 from disagreeing import DisagreeingModel
 from llm_server import LLMServer, RecordedRequest, Reply, text, tool_calls
 
+from soba_nb.agent.assembly import choose_layout, open_session
 from soba_nb.agent.loop import run_turn
-from soba_nb.agent.session import AgentSession
 from soba_nb.cli import main as cli_main
 from soba_nb.config import build_config
 from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry
@@ -198,7 +198,7 @@ def _long_session(tmp_path: Path, root: Path, on_tmpfs: bool, figures, monkeypat
                 )
             ]
         )
-        session = AgentSession(config, sessions_dir=project / "nb.soba", project_root=project, namespace={})
+        session = open_session(config, choose_layout(project / "nb.soba"), project_root=project, namespace={})
         model.transcript = session.file.relative_to(project)
         statuses: dict[str, int] = {}
         failures: list[str] = []

@@ -1,4 +1,6 @@
-"""The text tool-call protocol of the `local` provider (`soba_nb.providers.local`).
+"""The text tool-call protocol of the embedded model (`soba_nb.engine`; the `local`
+provider, `soba_nb.providers.local`, speaks it too). It lives in the engine, the lowest
+layer: the engine imports nothing from the providers above it.
 
 The embedded model has no native tool calling, so tools are described in the system
 prompt and calls travel as text. The protocol (also what the model is told):
@@ -25,7 +27,7 @@ import re
 import uuid
 from typing import Any
 
-from soba_nb.providers.base import ChatMessage, ToolCall, ToolSchema
+from soba_nb.messages import ChatMessage, ToolCall, ToolSchema
 
 TOOL_BLOCK_OPEN = "```tool"
 TOOL_BLOCK_CLOSE = "```"

@@ -88,13 +88,27 @@ def summary_output_tokens(hard_limit: int) -> int:
 
 
 @dataclass
-class EngineSettings:
+class CompactorSettings:
     """Everything the engine needs that is not the transcript."""
 
     thresholds: Thresholds
     timeout_ms: int
     max_output_tokens: int
     session_id: str
+
+
+@dataclass(frozen=True)
+class SummaryModels:
+    """What a compaction may ask a model for: a summary (`summarizer`) and the provider's
+    native compaction (`native`, when it offers one). Given to the compactor together and
+    swapped together (`Compactor.bind`): both come from one provider."""
+
+    summarizer: Summarizer | None = None
+    native: NativeCompactor | None = None
+
+
+NO_MODELS = SummaryModels()
+"""No model to ask: every capsule is the deterministic one."""
 
 
 class Compactor:
@@ -104,7 +118,7 @@ class Compactor:
         self,
         transcript: Transcript,
         counter: TokenCounter,
-        settings: EngineSettings,
+        settings: CompactorSettings,
         *,
         system: str,
         tools: Sequence[ToolSchema],
@@ -118,9 +132,8 @@ class Compactor:
         self.settings = settings
         self.system = system
         self.tools = tuple(tools)
-        self.summarizer = summarizer
-        self.native = native
-        """The provider's native compaction, when it offers one."""
+        self.models = SummaryModels(summarizer, native)
+        """The models compactions ask (`bind` replaces them whole)."""
         self.flight = flight
         self.kernel_state = kernel_state
         self.last_result: CompactionResult | None = None
@@ -144,7 +157,21 @@ class Compactor:
     def thresholds(self) -> Thresholds:
         return self.settings.thresholds
 
-    def update_settings(self, settings: EngineSettings) -> None:
+    def bind(self, models: SummaryModels) -> None:
+        """The models compactions ask from now on (the summarizer and the native compaction
+        of one provider), replacing the previous ones whole."""
+        self.models = models
+
+    @property
+    def summarizer(self) -> Summarizer | None:
+        return self.models.summarizer
+
+    @property
+    def native(self) -> NativeCompactor | None:
+        """The provider's native compaction, when it offers one."""
+        return self.models.native
+
+    def update_settings(self, settings: CompactorSettings) -> None:
         self.settings = settings
 
     @property

@@ -1,0 +1,124 @@
+"""Where everything soba keeps lives, named once (SPEC §7, §8, §11).
+
+A notebook's sessions live next to it in `<notebook-stem>.soba/`: one transcript per session
+(`<session-id>.jsonl`), the caches beside each transcript (`<session-id>.tokens`,
+`.budget`, `.extract`) and the folder's flight records (`flight.jsonl`). The project keeps
+`.soba/` (memory, skills) and `soba.json`; the user keeps `~/.soba/config.json`. Every
+module that needs one of these paths asks this one; nothing else spells them.
+
+This module imports nothing of soba's: every layer may use it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+SESSIONS_FOLDER_SUFFIX = ".soba"
+"""`<notebook-stem>.soba/`: a notebook's sessions."""
+TRANSCRIPT_SUFFIX = ".jsonl"
+"""A session transcript is created only at a path ending in this."""
+TOKENS_SUFFIX = ".tokens"
+"""Token counts of the transcript's entries (`transcript.token_index`)."""
+BUDGET_SUFFIX = ".budget"
+"""The budget tracker's state (`compaction.budget_state`)."""
+EXTRACT_SUFFIX = ".extract"
+"""Snapshots of the deterministic extract (`compaction.extract_snapshots`)."""
+SIDECAR_SUFFIXES = (TOKENS_SUFFIX, BUDGET_SUFFIX, EXTRACT_SUFFIX)
+FLIGHT_FILE = "flight.jsonl"
+"""The folder's flight records (`compaction.flight`): not a transcript, though it ends so."""
+REPAIRED_SUFFIX = ".repaired.jsonl"
+"""`soba-nb verify --repair` writes the repaired copy beside the transcript."""
+PROJECT_FOLDER = Path(".soba")
+"""The project's own folder: memory and skills."""
+MEMORY_FOLDER = PROJECT_FOLDER / "memory"
+SKILLS_FOLDER = PROJECT_FOLDER / "skills"
+PROJECT_CONFIG_NAME = "soba.json"
+USER_FOLDER = Path("~/.soba")
+USER_CONFIG_PATH = USER_FOLDER / "config.json"
+UNTITLED_NOTEBOOK = "untitled.ipynb"
+"""The notebook name assumed when the kernel does not know its notebook."""
+
+
+def sessions_folder_for(notebook: Path) -> Path:
+    """`<notebook-stem>.soba/` next to the notebook."""
+    return notebook.parent / f"{notebook.stem}{SESSIONS_FOLDER_SUFFIX}"
+
+
+def new_session_id() -> str:
+    """Sortable by creation time: `20261202T143700Z-1a2b`."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{secrets.token_hex(2)}"
+
+
+def session_transcripts(folder: Path) -> list[Path]:
+    """Session transcripts in a folder, oldest first (flight records excluded). A link is no
+    transcript of ours (one planted there must not be resumed, nor written through)."""
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in folder.glob(f"*{TRANSCRIPT_SUFFIX}"):
+        try:
+            info = path.lstat()
+        except OSError:
+            continue
+        if path.name != FLIGHT_FILE and not path.name.endswith(REPAIRED_SUFFIX) and stat.S_ISREG(info.st_mode):
+            found.append((info.st_mtime, path.name, path))
+    return [path for _, _, path in sorted(found)]
+
+
+@dataclass(frozen=True)
+class SessionLayout:
+    """Every path of one session: its transcript and what lies beside it."""
+
+    transcript: Path
+
+    @property
+    def folder(self) -> Path:
+        """The sessions folder (`<notebook-stem>.soba/`, or the folder `--session` named)."""
+        return self.transcript.parent
+
+    @property
+    def session_id(self) -> str:
+        return self.transcript.stem
+
+    @property
+    def tokens(self) -> Path:
+        return self.transcript.with_suffix(TOKENS_SUFFIX)
+
+    @property
+    def budget(self) -> Path:
+        return self.transcript.with_suffix(BUDGET_SUFFIX)
+
+    @property
+    def extract(self) -> Path:
+        return self.transcript.with_suffix(EXTRACT_SUFFIX)
+
+    @property
+    def flight(self) -> Path:
+        return self.folder / FLIGHT_FILE
+
+    @property
+    def repaired(self) -> Path:
+        return self.transcript.with_name(self.transcript.name.removesuffix(TRANSCRIPT_SUFFIX) + REPAIRED_SUFFIX)
+
+    def files(self) -> frozenset[Path]:
+        """The files this session writes, resolved (the agent's file tools never write them)."""
+        transcript = Path(os.path.realpath(self.transcript))
+        resolved = SessionLayout(transcript)
+        return frozenset({transcript, resolved.tokens, resolved.budget, resolved.extract, resolved.flight})
+
+    @classmethod
+    def new(cls, folder: Path) -> SessionLayout:
+        """A new session in `folder`."""
+        return cls(folder / f"{new_session_id()}{TRANSCRIPT_SUFFIX}")
+
+    @classmethod
+    def latest(cls, folder: Path) -> SessionLayout | None:
+        """The folder's most recent session, if any."""
+        found = session_transcripts(folder)
+        return cls(found[-1]) if found else None
