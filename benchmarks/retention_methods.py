@@ -29,7 +29,6 @@ from soba_nb.agent import assembly
 from soba_nb.agent.prompt import SYSTEM_PROMPT
 from soba_nb.agent.session import AgentSession
 from soba_nb.agent.tools import TOOL_SCHEMAS
-from soba_nb.compaction.barrier import CompactionResult, Outcome
 from soba_nb.compaction.model_input import (
     ModelInput,
     VisibleContext,
@@ -37,6 +36,7 @@ from soba_nb.compaction.model_input import (
     entry_tokens,
     fixed_tokens,
 )
+from soba_nb.compaction.outcomes import CompactionResult, Outcome
 from soba_nb.compaction.planner import valid_cuts
 from soba_nb.compaction.triggers import TurnState
 from soba_nb.config import SobaConfig, build_config

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from benchmarks.retention_facts import Fact, Kind
-from soba_nb.compaction.barrier import CompactionResult
 from soba_nb.compaction.compactor import Compactor, HardLimitExceeded
+from soba_nb.compaction.outcomes import CompactionResult
 from soba_nb.compaction.triggers import TurnState
 from soba_nb.transcript.entries import (
     CheckpointEntry,

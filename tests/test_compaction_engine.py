@@ -15,8 +15,8 @@ from compaction_support import (
     words,
 )
 
-from soba_nb.compaction.barrier import CompactionEvent, Outcome
 from soba_nb.compaction.compactor import HardLimitExceeded
+from soba_nb.compaction.outcomes import CompactionEvent, Outcome
 from soba_nb.compaction.triggers import Trigger, TurnState, pending_intents
 from soba_nb.transcript.entries import (
     CapsuleEntry,

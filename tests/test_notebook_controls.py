@@ -46,7 +46,7 @@ def test_compact_answers_with_the_result_line_and_appends_a_capsule(ip, scripted
     sent: list[dict[str, Any]] = []
     magics(ip).sidebar.send = lambda message: sent.append(message) or True
 
-    answer = handle(magics(ip), {"type": "compact", "focus": "keep the totals"})
+    answer = handle(magics(ip).holder, {"type": "compact", "focus": "keep the totals"})
 
     result = magics(ip).agent.compactor.last_result
     assert answer["type"] == "done" and answer["request"] == "compact" and answer["ok"] is True
@@ -64,7 +64,7 @@ def test_compact_with_nothing_to_compact_answers_skipped(ip, scripted):
     scripted.script(text("Short answer."))
     with capture_output():
         ip.run_line_magic("soba", "hello")
-    answer = handle(magics(ip), {"type": "compact"})
+    answer = handle(magics(ip).holder, {"type": "compact"})
     assert answer["ok"] is True and answer["text"].startswith("skipped: ")
     assert capsules(ip) == []
     ip.run_line_magic("config", "SobaMagics.display_mode = 'plain'")
@@ -74,28 +74,28 @@ def test_compact_with_nothing_to_compact_answers_skipped(ip, scripted):
 
 
 def test_auto_turns_soft_triggers_off_and_on(ip, scripted):
-    answer = handle(magics(ip), {"type": "auto", "on": False})
+    answer = handle(magics(ip).holder, {"type": "auto", "on": False})
     assert answer["ok"] is True and answer["text"].startswith("auto compaction off")
     assert magics(ip).agent.limits.auto is False
     with capture_output() as budget:
         ip.run_line_magic("budget", "")
     assert "· auto off" in budget.stdout
 
-    answer = handle(magics(ip), {"type": "auto", "on": True})
+    answer = handle(magics(ip).holder, {"type": "auto", "on": True})
     assert answer["ok"] is True and answer["text"].startswith("auto compaction on")
     assert magics(ip).agent.limits.auto is True
 
-    answer = handle(magics(ip), {"type": "auto", "on": "yes"})
+    answer = handle(magics(ip).holder, {"type": "auto", "on": "yes"})
     assert answer == {"type": "done", "request": "auto", "ok": False, "text": "auto: give on: true or false"}
     assert magics(ip).agent.limits.auto is True
 
 
 def test_export_writes_the_latest_capsule(ip, scripted, nb_dir: Path):
     some_turns(ip, scripted)
-    assert handle(magics(ip), {"type": "compact"})["ok"]
+    assert handle(magics(ip).holder, {"type": "compact"})["ok"]
     checkpoint = capsules(ip)[-1].checkpoint_id
 
-    answer = handle(magics(ip), {"type": "export", "path": "my notes.capsule.md"})
+    answer = handle(magics(ip).holder, {"type": "export", "path": "my notes.capsule.md"})
     written = nb_dir / "my notes.capsule.md"
     assert answer == {
         "type": "done",
@@ -105,7 +105,7 @@ def test_export_writes_the_latest_capsule(ip, scripted, nb_dir: Path):
     }
     assert written.read_text(encoding="utf-8").startswith("---\nsoba-capsule: ")
 
-    again = handle(magics(ip), {"type": "export", "path": "my notes.capsule.md"})
+    again = handle(magics(ip).holder, {"type": "export", "path": "my notes.capsule.md"})
     assert again["ok"] is False and again["text"].startswith("%capsule export: ")
     assert "exists" in again["text"]
 
@@ -122,15 +122,15 @@ def test_export_writes_the_latest_capsule(ip, scripted, nb_dir: Path):
 )
 def test_export_to_a_bad_path_is_a_one_line_error(ip, scripted, nb_dir: Path, path, error):
     some_turns(ip, scripted)
-    assert handle(magics(ip), {"type": "compact"})["ok"]
-    answer = handle(magics(ip), {"type": "export", "path": path})
+    assert handle(magics(ip).holder, {"type": "compact"})["ok"]
+    answer = handle(magics(ip).holder, {"type": "export", "path": path})
     assert answer["ok"] is False and error in answer["text"]
     assert "\n" not in answer["text"] and "Traceback" not in answer["text"]
     assert not (nb_dir.parent / "outside.capsule.md").exists()
 
 
 def test_export_before_any_capsule_says_to_compact_first(ip):
-    answer = handle(magics(ip), {"type": "export", "path": "x.capsule.md"})
+    answer = handle(magics(ip).holder, {"type": "export", "path": "x.capsule.md"})
     assert answer == {
         "type": "done",
         "request": "export",
@@ -140,14 +140,14 @@ def test_export_before_any_capsule_says_to_compact_first(ip):
 
 
 def test_an_unknown_request_is_answered_not_raised(ip):
-    answer = handle(magics(ip), {"type": "nope"})
+    answer = handle(magics(ip).holder, {"type": "nope"})
     assert answer == {
         "type": "done",
         "request": "nope",
         "ok": False,
         "text": "unknown request 'nope'; known: compact, auto, export",
     }
-    assert handle(magics(ip), {})["ok"] is False
+    assert handle(magics(ip).holder, {})["ok"] is False
 
 
 class FakeChannel:
@@ -178,16 +178,16 @@ class FakeCommManager:
 def test_the_target_is_registered_only_in_a_kernel(ip, monkeypatch):
     import comm
 
-    assert controls.register(magics(ip)) is False  # a bare InteractiveShell has no kernel
+    assert controls.register(magics(ip).holder) is False  # a bare InteractiveShell has no kernel
 
     manager = FakeCommManager()
     monkeypatch.setattr(comm, "get_comm_manager", lambda: manager)
     monkeypatch.setattr(ip, "kernel", object(), raising=False)  # as in ipykernel
-    assert controls.register(magics(ip)) is True
+    assert controls.register(magics(ip).holder) is True
     channel = FakeChannel()
     manager.targets[CONTROL_TARGET](channel, {"content": {"data": {}}})
     channel.receive({"type": "auto", "on": False})
     assert channel.sent[-1]["request"] == "auto" and channel.sent[-1]["ok"] is True
 
-    controls.unregister(magics(ip))
+    controls.unregister(magics(ip).holder)
     assert CONTROL_TARGET not in manager.targets

@@ -14,7 +14,7 @@ from llm_server import text
 
 from soba_nb.agent.events import TextDelta
 from soba_nb.agent.loop import TurnResult
-from soba_nb.compaction.barrier import CompactionEvent, CompactionResult, Outcome
+from soba_nb.compaction.outcomes import CompactionEvent, CompactionResult, Outcome
 from soba_nb.compaction.triggers import Trigger
 from soba_nb.notebook.monitor import (
     MAX_UPDATES_PER_S,

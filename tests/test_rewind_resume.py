@@ -7,8 +7,8 @@ from compaction_support import FakeSummarizer, add_exchange
 
 from soba_nb.agent import assembly
 from soba_nb.agent.session import AgentSession, RewindError
-from soba_nb.compaction.barrier import Outcome
 from soba_nb.compaction.compactor import SummaryModels
+from soba_nb.compaction.outcomes import Outcome
 from soba_nb.compaction.triggers import TurnState
 from soba_nb.config import build_config
 from soba_nb.layout import SessionLayout

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from soba_nb.compaction.barrier import CompactionEvent
+from soba_nb.compaction.outcomes import CompactionEvent
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ from soba_nb.agent.events import AgentEvent, Notice, TextDelta, ToolFinished, To
 from soba_nb.agent.rebuild import note_missing
 from soba_nb.agent.session import AgentSession
 from soba_nb.agent.tools import ToolContext, run_tool, summarize_arguments
-from soba_nb.compaction.barrier import CompactionResult, Outcome
 from soba_nb.compaction.compactor import HardLimitExceeded
 from soba_nb.compaction.model_input import ModelInput
+from soba_nb.compaction.outcomes import CompactionResult, Outcome
 from soba_nb.compaction.triggers import TurnState
 from soba_nb.providers.base import ModelRequest, ModelResponse
 from soba_nb.providers.errors import Cancelled, ContextOverflowError, ProviderError

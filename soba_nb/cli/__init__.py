@@ -19,63 +19,11 @@ on stderr; a transcript problem reads `SESSION:LINE: problem`.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, NoReturn
+from collections.abc import Sequence
 
-PROG = "soba-nb"
-EXIT_OK = 0
-EXIT_BAD_TRANSCRIPT = 1
-EXIT_USAGE = 2
-
-
-class CommandError(Exception):
-    """A subcommand failed; the message is the whole line printed on stderr."""
-
-    def __init__(self, message: str, exit_code: int = EXIT_BAD_TRANSCRIPT):
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-# -- the subcommand table ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Subcommand:
-    """One `soba-nb NAME …` command."""
-
-    name: str
-    help: str
-    arguments: Callable[[argparse.ArgumentParser], None]
-    """Adds the command's arguments to its parser."""
-    run: Callable[[argparse.Namespace], int]
-    """Does the work; returns the exit code or raises `CommandError`."""
-
-
-SUBCOMMANDS: dict[str, Subcommand] = {}
-
-
-def subcommand(
-    name: str, help: str, arguments: Callable[[argparse.ArgumentParser], None]
-) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
-    """Register the decorated function as `soba-nb NAME`."""
-
-    def register(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-        if name in SUBCOMMANDS:
-            raise ValueError(f"subcommand {name!r} is registered twice")
-        SUBCOMMANDS[name] = Subcommand(name, help, arguments, run)
-        return run
-
-    return register
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (with a pointer to --help), exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+from soba_nb.cli.table import EXIT_USAGE, PROG, SUBCOMMANDS, CommandError, OneLineParser
+from soba_nb.cli.table import subcommand as subcommand  # re-exported: tests add commands
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -98,10 +46,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandError as error:
         print(error, file=sys.stderr)
         return error.exit_code
-
-
-def print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, ensure_ascii=False))
 
 
 # -- the subcommands, one module per family --------------------------------------------------

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from soba_nb.cli import EXIT_OK, print_json, subcommand
 from soba_nb.cli.session import (
     load_session,
     notebook_folder,
@@ -12,6 +11,7 @@ from soba_nb.cli.session import (
     session_config,
     token_figures,
 )
+from soba_nb.cli.table import EXIT_OK, print_json, subcommand
 
 
 @subcommand(

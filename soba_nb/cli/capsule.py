@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from soba_nb.cli import EXIT_OK, PROG, CommandError, subcommand
 from soba_nb.cli.session import load_session, notebook_folder, session_argument
+from soba_nb.cli.table import EXIT_OK, PROG, CommandError, subcommand
 
 FORMATS = ("capsule", "agents-md")
 """`soba_nb.capsules.export.EXPORT_FORMATS`, not imported here: the CLI imports the capsule

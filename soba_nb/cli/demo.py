@@ -7,7 +7,7 @@ import argparse
 import os
 from pathlib import Path
 
-from soba_nb.cli import EXIT_OK, PROG, CommandError, subcommand
+from soba_nb.cli.table import EXIT_OK, PROG, CommandError, subcommand
 
 
 def demo_arguments(parser: argparse.ArgumentParser) -> None:

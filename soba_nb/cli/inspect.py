@@ -6,13 +6,13 @@ import argparse
 from collections import Counter
 from typing import Any
 
-from soba_nb.cli import EXIT_OK, print_json, subcommand
 from soba_nb.cli.session import (
     load_session,
     session_and_json_arguments,
     session_config,
     token_figures,
 )
+from soba_nb.cli.table import EXIT_OK, print_json, subcommand
 from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry, entry_to_dict
 from soba_nb.transcript.store import Transcript
 

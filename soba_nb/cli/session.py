@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from soba_nb.cli import EXIT_USAGE, PROG, CommandError
+from soba_nb.cli.table import EXIT_USAGE, PROG, CommandError
 from soba_nb.layout import SESSIONS_FOLDER_SUFFIX
 from soba_nb.transcript.entries import UsageEntry
 from soba_nb.transcript.store import TornLineWarning, Transcript, TranscriptError

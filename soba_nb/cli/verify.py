@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from soba_nb.cli import EXIT_OK, EXIT_USAGE, PROG, CommandError, subcommand
 from soba_nb.cli.session import load_session, session_argument
+from soba_nb.cli.table import EXIT_OK, EXIT_USAGE, PROG, CommandError, subcommand
 from soba_nb.transcript.entries import CapsuleEntry
 from soba_nb.transcript.store import Transcript
 

@@ -20,19 +20,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
 
-from soba_nb.compaction.barrier import (
-    BarrierContext,
-    CompactionPlan,
-    CompactionResult,
-    Emit,
-    Outcome,
-    generate_capsule,
-    run_barrier,
-)
+from soba_nb.compaction.barrier import run_barrier
 from soba_nb.compaction.budget import BudgetTracker, Measurement
 from soba_nb.compaction.budget_state import BudgetStateFile
 from soba_nb.compaction.extract_snapshots import ExtractSnapshots
 from soba_nb.compaction.flight import FlightRecorder
+from soba_nb.compaction.generation import generate_capsule
 from soba_nb.compaction.model_input import (
     ModelInput,
     VisibleContext,
@@ -43,6 +36,13 @@ from soba_nb.compaction.model_input import (
     visible_context,
 )
 from soba_nb.compaction.native import NativeCompactor, NativeTarget
+from soba_nb.compaction.outcomes import (
+    BarrierContext,
+    CompactionPlan,
+    CompactionResult,
+    Emit,
+    Outcome,
+)
 from soba_nb.compaction.planner import Cut, NothingToCompact, current_request, plan_cut, region
 from soba_nb.compaction.summarizer import Summarizer
 from soba_nb.compaction.triggers import (

@@ -19,31 +19,32 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from soba_nb.agent.session import AgentSession
 from soba_nb.capsules.export import (
     EXPORT_FORMATS,
+    CapsuleExportError,
     capsule_file_from_entry,
     export_capsule,
     find_capsule,
 )
-from soba_nb.capsules.file import FILE_SUFFIX, write_capsule_file
+from soba_nb.capsules.file import FILE_SUFFIX, CapsuleFileError, write_capsule_file
 from soba_nb.capsules.load import LoadSummary, load_capsule, summarize_load
 from soba_nb.capsules.memory import list_memory, memory_dir
-from soba_nb.notebook.arguments import parse
+from soba_nb.notebook.arguments import one_line, parse
 from soba_nb.notebook.checkpoints import local_time
+from soba_nb.notebook.holder import SessionHolder
 from soba_nb.notebook.monitor import capsule_line
 from soba_nb.notebook.render import TextView, ipython_display
 from soba_nb.paths import shown
 from soba_nb.printable import note_line, printable
 from soba_nb.redact import redact
 from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry, Entry, MessageEntry
-
-if TYPE_CHECKING:
-    from soba_nb.notebook.magics import SobaMagics
 
 SLUG_CHARS = 60
 DEFAULT_SLUG = "capsule"
@@ -57,12 +58,12 @@ def slug(title: str) -> str:
     return words[:SLUG_CHARS].rstrip("-") or DEFAULT_SLUG
 
 
-def capsule_create(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
+def capsule_create(holder: SessionHolder, agent: AgentSession, rest: str) -> None:
     args = parse(_create_arguments, rest)
     title = redact(" ".join(args.title))  # it names the file and is shown in the cell
     agent.ensure_summarizer()
     try:
-        with magics.cancellable() as cancel:
+        with holder.cancellable() as cancel:
             entry = agent.compactor.make_capsule(cancel=cancel)
     except KeyboardInterrupt:
         entry = None
@@ -81,7 +82,7 @@ def capsule_create(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
     )
 
 
-def capsule_export(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
+def capsule_export(holder: SessionHolder, agent: AgentSession, rest: str) -> None:
     args = parse(_export_arguments, rest)
     explicit = Path(args.path).expanduser().is_absolute()
     written = export_capsule(
@@ -93,7 +94,7 @@ def capsule_export(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
     print(f"exported {args.checkpoint} to {shown(written)}{kind}")
 
 
-def capsule_load(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
+def capsule_load(holder: SessionHolder, agent: AgentSession, rest: str) -> None:
     args = parse(_load_arguments, rest)
     entry = load_capsule(
         args.path, agent.transcript, session_notebook=agent.notebook, counter=agent.counter,
@@ -101,8 +102,8 @@ def capsule_load(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
     )
     for line in load_message(entry, summarize_load(agent.transcript, entry), untrusted=args.untrusted):
         print(line)
-    _show_markdown(magics, entry.content)
-    magics.refresh_monitor()
+    _show_markdown(holder, entry.content)
+    holder.refresh_monitor()
 
 
 def load_message(entry: CapsuleEntry, summary: LoadSummary, *, untrusted: bool) -> list[str]:
@@ -127,7 +128,7 @@ def load_message(entry: CapsuleEntry, summary: LoadSummary, *, untrusted: bool) 
     ]
 
 
-def capsule_list(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
+def capsule_list(holder: SessionHolder, agent: AgentSession, rest: str) -> None:
     args = parse(_list_arguments, rest)
     if args.memory:
         found = list_memory(agent.project_root)
@@ -177,7 +178,7 @@ def _kind_and_note(entry: CheckpointEntry | CapsuleEntry, request: str) -> list[
 
 
 
-def capsule_show(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
+def capsule_show(holder: SessionHolder, agent: AgentSession, rest: str) -> None:
     args = parse(_show_arguments, rest)
     if args.checkpoint:
         capsule = find_capsule(agent.transcript, args.checkpoint)
@@ -188,17 +189,17 @@ def capsule_show(magics: SobaMagics, agent: AgentSession, rest: str) -> None:
             return
         capsule = capsules[-1]
     print(f"{capsule_line(capsule)} · quality {capsule.quality}")
-    _show_markdown(magics, capsule.content)
+    _show_markdown(holder, capsule.content)
 
 
-def _show_markdown(magics: SobaMagics, text: str) -> None:
-    if not magics.rich:
+def _show_markdown(holder: SessionHolder, text: str) -> None:
+    if not holder.rich:
         print(printable(text, lines=True))
         return
     ipython_display(TextView(text))
 
 
-COMMANDS: dict[str, Callable[[SobaMagics, AgentSession, str], None]] = {
+COMMANDS: dict[str, Callable[[SessionHolder, AgentSession, str], None]] = {
     "create": capsule_create,
     "export": capsule_export,
     "load": capsule_load,
@@ -253,3 +254,43 @@ def _list_arguments() -> None:
 @argument("checkpoint", nargs="?", help="Checkpoint id; default: the latest capsule on the path.")
 def _show_arguments() -> None:
     """Show a capsule's Markdown."""
+
+
+CAPSULE_ERRORS = (CapsuleExportError, CapsuleFileError, OSError)
+
+
+@magics_class
+class CapsuleMagics(Magics):
+    """`%capsule`, a magic of its own (as jupysql's sub-magics are), sharing the session of
+    `%soba` through the `SessionHolder`."""
+
+    def __init__(self, shell: Any, holder: SessionHolder):
+        super().__init__(shell=shell)
+        self.holder = holder
+
+    @line_magic
+    def capsule(self, line: str) -> None:
+        """%capsule create "TITLE" [--force] | export CHECKPOINT PATH [--force] [--format capsule|agents-md]
+        | load PATH [--untrusted] | list [--all] [--memory] | show [CHECKPOINT]
+
+        create — a portable handoff of the current state (model summary, deterministic
+        fallback), written to `<project>/<title-slug>.capsule.md`; the session is unchanged.
+        export — write the capsule of CHECKPOINT to PATH (a folder gets `<checkpoint>.capsule.md`,
+        or `AGENTS.md` with `--format agents-md`: plain Markdown another coding agent reads;
+        a path outside the project must be given as an absolute path).
+        load — load a capsule file into this session; its earlier work stays in model input
+        (`%rewind` gets back to before the load); `--untrusted` reads any Markdown handoff
+        (quality degraded, framed as data).
+        list — the checkpoints and capsules on the current path, newest last (`--all`: every
+        one; `--memory`: the project memory's capsules).
+        show — the latest capsule on the path, or CHECKPOINT's.
+        """
+        command, _, rest = line.strip().partition(" ")
+        if command not in COMMANDS:
+            got = f" (got {command!r})" if command else ""
+            raise UsageError(f"%capsule: expected create, export, load, list or show{got}")
+        agent = self.holder.get_session()
+        try:
+            COMMANDS[command](self.holder, agent, rest)
+        except CAPSULE_ERRORS as exc:
+            raise UsageError(f"%capsule {command}: {one_line(exc)}") from None

@@ -30,38 +30,39 @@ from soba_nb.notebook import comm
 from soba_nb.notebook.comm import kernel_comm_manager
 
 if TYPE_CHECKING:
-    from soba_nb.notebook.magics import SobaMagics
+    from soba_nb.notebook.holder import SessionHolder
 
 CONTROL_TARGET = "soba_nb.control"
 logger = logging.getLogger(__name__)
 
 
-def _compact(magics: SobaMagics, data: dict[str, Any]) -> None:
+def _compact(holder: SessionHolder, data: dict[str, Any]) -> None:
     focus = data.get("focus")
-    _magic(magics, "compact")(focus if isinstance(focus, str) else "")
+    _magic(holder, "compact")(focus if isinstance(focus, str) else "")
 
 
-def _auto(magics: SobaMagics, data: dict[str, Any]) -> None:
+def _auto(holder: SessionHolder, data: dict[str, Any]) -> None:
     state = data.get("on")
     if not isinstance(state, bool):
         raise UsageError("auto: give on: true or false")
-    _magic(magics, "auto_compact_magic")("on" if state else "off")
+    _magic(holder, "auto_compact")("on" if state else "off")
 
 
-def _export(magics: SobaMagics, data: dict[str, Any]) -> None:
+def _export(holder: SessionHolder, data: dict[str, Any]) -> None:
     path = data.get("path")
     if not isinstance(path, str) or not path.strip():
         raise UsageError("export: give the path of the .capsule.md file to write")
-    capsules = magics.get_session().capsules()
+    capsules = holder.get_session().capsules()
     if not capsules:
         raise UsageError("export: this session has no capsule yet; compact first")
-    _magic(magics, "capsule")(f"export {capsules[-1].checkpoint_id} {_quoted(path.strip())}")
+    _magic(holder, "capsule")(f"export {capsules[-1].checkpoint_id} {_quoted(path.strip())}")
 
 
-def _magic(magics: SobaMagics, name: str) -> Callable[[str], None]:
-    """A magic method by name: IPython 8 leaves its decorators untyped, IPython 9 types them
-    in a way mypy cannot apply to a bound method; looked up, it is what IPython calls."""
-    method: Callable[[str], None] = getattr(magics, name)
+def _magic(holder: SessionHolder, name: str) -> Callable[[str], None]:
+    """The line magic `name`, as IPython finds it (the buttons do what the magics do)."""
+    method: Callable[[str], None] | None = holder.shell.find_line_magic(name)
+    if method is None:
+        raise UsageError(f"%{name} is not loaded; run %load_ext soba_nb")
     return method
 
 
@@ -73,25 +74,26 @@ def _quoted(path: str) -> str:
     raise UsageError("export: a path holding both kinds of quotes cannot be passed on; rename it")
 
 
-HANDLERS: dict[str, Callable[[SobaMagics, dict[str, Any]], None]] = {
+HANDLERS: dict[str, Callable[[SessionHolder, dict[str, Any]], None]] = {
     "compact": _compact,
     "auto": _auto,
     "export": _export,
 }
 
 
-def handle(magics: SobaMagics, data: dict[str, Any]) -> dict[str, Any]:
+def handle(holder: SessionHolder, data: dict[str, Any]) -> dict[str, Any]:
     """Run one request; the answer to send back."""
     kind = data.get("type")
     handler = HANDLERS.get(kind) if isinstance(kind, str) else None
     if handler is None:
         known = ", ".join(HANDLERS)
         return {"type": "done", "request": kind, "ok": False, "text": f"unknown request {kind!r}; known: {known}"}
-    mode, magics.display_mode = magics.display_mode, "plain"  # no cell to render in: text only
+    settings = holder.settings
+    mode, settings.display_mode = settings.display_mode, "plain"  # no cell to render in: text only
     capturing: Any = capture_output  # typed in IPython 9, untyped in 8
     try:
         with capturing() as out:
-            handler(magics, data)
+            handler(holder, data)
         return {"type": "done", "request": kind, "ok": True, "text": out.stdout.strip()}
     except UsageError as error:
         return {"type": "done", "request": kind, "ok": False, "text": str(error)}
@@ -99,14 +101,14 @@ def handle(magics: SobaMagics, data: dict[str, Any]) -> dict[str, Any]:
         logger.debug("soba_nb.control: request failed", exc_info=True)
         return {"type": "done", "request": kind, "ok": False, "text": f"{type(error).__name__}: {error}"}
     finally:
-        magics.display_mode = mode
-        magics.refresh_monitor()
+        settings.display_mode = mode
+        holder.refresh_monitor()
 
 
-def register(magics: SobaMagics) -> bool:
+def register(holder: SessionHolder) -> bool:
     """Register the control target (and the monitor's, `comm.register`) on the kernel of
-    `magics.shell`; False outside a kernel."""
-    manager = kernel_comm_manager(magics.shell)
+    `holder.shell`; False outside a kernel."""
+    manager = kernel_comm_manager(holder.shell)
     if manager is None:
         return False
     comm.register(manager)
@@ -114,7 +116,7 @@ def register(magics: SobaMagics) -> bool:
     def opened(channel: Any, _open_message: dict[str, Any]) -> None:
         def on_message(message: dict[str, Any]) -> None:
             data = message.get("content", {}).get("data") or {}
-            channel.send(data=handle(magics, data if isinstance(data, dict) else {}))
+            channel.send(data=handle(holder, data if isinstance(data, dict) else {}))
 
         channel.on_msg(on_message)
 
@@ -122,9 +124,9 @@ def register(magics: SobaMagics) -> bool:
     return True
 
 
-def unregister(magics: SobaMagics) -> None:
+def unregister(holder: SessionHolder) -> None:
     """Remove the targets (`%unload_ext`): the sidebar then says to load the extension."""
-    manager = kernel_comm_manager(magics.shell)
+    manager = kernel_comm_manager(holder.shell)
     if manager is not None:
         manager.targets.pop(CONTROL_TARGET, None)
         comm.unregister(manager)

@@ -20,12 +20,8 @@ The sidebar's other buttons arrive over the `soba_nb.control` comm (`controls`).
 
 from __future__ import annotations
 
-import os
 import re
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -34,16 +30,12 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
 from traitlets.config import Configurable
 
-from soba_nb.agent.assembly import choose_layout, open_session, reconfigure
 from soba_nb.agent.loop import DEFAULT_MAX_STEPS, DEFAULT_TURN_TIMEOUT_S, TurnResult, run_turn
 from soba_nb.agent.rebuild import rebuild as rebuild_variables
 from soba_nb.agent.session import AgentSession, RewindError
 from soba_nb.agent.skills import SkillError
-from soba_nb.capsules.export import CapsuleExportError
-from soba_nb.capsules.file import CapsuleFileError
 from soba_nb.capsules.memory import mirror, should_mirror
-from soba_nb.config import ConfigError, load_config
-from soba_nb.notebook import capsule_commands, controls, input_transform
+from soba_nb.notebook import controls, input_transform
 from soba_nb.notebook.arguments import PROMPT_VALUE_CHARS as PROMPT_VALUE_CHARS  # re-exported
 from soba_nb.notebook.arguments import (
     one_line,
@@ -52,31 +44,30 @@ from soba_nb.notebook.arguments import (
     substitute_variables,
     unquote_prompt,
 )
+from soba_nb.notebook.capsule_commands import CAPSULE_ERRORS, CapsuleMagics
 from soba_nb.notebook.checkpoints import KINDS as CHECKPOINT_KINDS
 from soba_nb.notebook.checkpoints import checkpoint_ids, checkpoint_lines
-from soba_nb.notebook.location import locate
+from soba_nb.notebook.holder import SESSION_ERRORS as SESSION_ERRORS  # re-exported
+from soba_nb.notebook.holder import SessionHolder, one_line_errors
 from soba_nb.notebook.monitor import BudgetView, SidebarPublisher, snapshot_of
 from soba_nb.notebook.render import TurnRenderer, ipython_display
 from soba_nb.paths import shown
 from soba_nb.providers.errors import ProviderError
 from soba_nb.providers.http import DEFAULT_IDLE_TIMEOUT_S
 from soba_nb.transcript.entries import CapsuleEntry
-from soba_nb.transcript.store import TranscriptError, TranscriptLockedError, TranscriptWriteError
 
 REGISTRY_KEY = "SobaMagics"
 SLASH_COMMANDS = {
     "budget": "budget",
     "compact": "compact",
-    "auto-compact": "auto_compact_magic",
+    "auto-compact": "auto_compact",
     "capsule": "capsule",
     "rewind": "rewind",
     "checkpoint": "checkpoint",
     "rebuild": "rebuild",
 }
-"""`%soba /NAME …` → the method of the magic that does the same."""
+"""`%soba /NAME …` → the line magic that does the same (`/rebuild`: this class's method)."""
 _SLASH = re.compile(r"^/(?P<name>[a-z][a-z-]*)(?:\s+(?P<rest>.*))?$", re.DOTALL)
-SESSION_ERRORS = (ConfigError, TranscriptError, TranscriptLockedError, SkillError, RewindError, OSError)
-CAPSULE_ERRORS = (CapsuleExportError, CapsuleFileError, OSError)
 
 
 @magics_class
@@ -99,100 +90,48 @@ class SobaMagics(Magics, Configurable):
         ("auto", "rich", "plain"), "auto", help="auto: rich output in a kernel with a frontend, else plain text."
     ).tag(config=True)
 
-    def __init__(self, shell: Any):
+    def __init__(self, shell: Any, holder: SessionHolder | None = None):
         # Magics.__init__ reads `shell.config` (parent=shell), so `%config` values set
         # before loading apply, and adds the instance to `shell.configurables`.
         super().__init__(shell=shell)
-        self.user_ns: dict[str, Any] = shell.user_ns
-        """The notebook's namespace: the agent's python tool runs here."""
-        self.agent: AgentSession | None = None
-        self.sidebar = SidebarPublisher()
-        """The JupyterLab sidebar's feed (a no-op without a kernel)."""
+        self.holder = holder or SessionHolder(shell, self)
+        """The session, shared with `%capsule` and the sidebar's controls."""
         self.last_result: TurnResult | None = None
-        self._cancel: threading.Event | None = None
-        self._guard = threading.Lock()
         self.observe(self._session_changed, names=["session"])
 
     # -- session -------------------------------------------------------------------------
 
+    @property
+    def agent(self) -> AgentSession | None:
+        """The open session, if any."""
+        return self.holder.agent
+
+    @property
+    def sidebar(self) -> SidebarPublisher:
+        return self.holder.sidebar
+
+    @property
+    def _cancel(self) -> bool | None:
+        """Whether an operation runs (None when none does)."""
+        return True if self.holder.running else None
+
     def _session_changed(self, change: Any) -> None:
         self.close()
 
-    def _overrides(self) -> dict[str, Any]:
-        overrides: dict[str, Any] = {}
-        if self.model:
-            overrides["model"] = {"name": self.model}
-        return overrides
-
     def get_session(self, *, new: bool = False, session_file: str | None = None) -> AgentSession:
         """The session, opened on first use; configuration re-read (soba.json, traits) each call."""
-        chosen = session_file or (None if new else self.session)
-        requested = _session_path(chosen) if chosen else None
-        if requested is not None and self.agent is not None and requested == self.agent.file.resolve():
-            requested = None
-        if session_file and requested is not None and not new and not requested.exists():
-            # A typo must not quietly start an empty session somewhere else.
-            raise UsageError(f"%soba --session: {requested} does not exist; add --new to start a session there")
-        try:
-            location = locate(self.user_ns, session_file=requested)
-            folder = location.notebook.parent if location.notebook else Path.cwd()
-            config = load_config(folder, self._overrides())
-            if self.agent is None or new or requested is not None:
-                self.close()
-                self.agent = open_session(
-                    config,
-                    choose_layout(location.sessions_dir, session_file=requested, new=new),
-                    project_root=location.project_root,
-                    namespace=self.user_ns,
-                    notebook=str(location.notebook) if location.notebook else None,
-                )
-            # `%auto_compact` / `%config SobaMagics.auto_compact`: kept in the transcript, so
-            # the session keeps it after a restart (when the trait is None again).
-            reconfigure(self.agent, config, auto=self.auto_compact, idle_timeout_s=self.idle_timeout_s)
-        except SESSION_ERRORS as exc:
-            raise UsageError(one_line(exc)) from None
-        return self.agent
+        return self.holder.get_session(new=new, session_file=session_file)
 
     def close(self) -> None:
         """Close the session (releases the transcript's writer lock)."""
-        agent, self.agent = self.agent, None
-        if agent is not None:
-            agent.close()
-
-    # -- output --------------------------------------------------------------------------
+        self.holder.close()
 
     @property
     def rich(self) -> bool:
-        """Decided per call: a kernel with a frontend gets HTML, anything else text."""
-        if self.display_mode != "auto":
-            return bool(self.display_mode == "rich")
-        return type(self.shell).__name__ == "ZMQInteractiveShell"
-
-    def _renderer(self) -> TurnRenderer:
-        return TurnRenderer(rich=self.rich, sidebar=self.sidebar)
+        return self.holder.rich
 
     def refresh_monitor(self) -> None:
-        """Send the session's budget to the sidebar (after anything that changes it)."""
-        if self.agent is not None:
-            self.sidebar.refresh(snapshot_of(self.agent))
-
-    @contextmanager
-    def cancellable(self) -> Iterator[threading.Event]:
-        """The cancel signal of one operation (turn, compaction, capsule); one at a time.
-
-        `%soba --cancel` (e.g. from another thread) sets it; it is cleared when the
-        operation ends, however it ends.
-        """
-        with self._guard:
-            if self._cancel is not None:
-                raise UsageError("a turn is already running; `%soba --cancel` stops it")
-            self._cancel = threading.Event()
-            cancel = self._cancel
-        try:
-            yield cancel
-        finally:
-            with self._guard:
-                self._cancel = None
+        self.holder.refresh_monitor()
 
     # -- %soba ---------------------------------------------------------------------------
 
@@ -247,13 +186,13 @@ class SobaMagics(Magics, Configurable):
         if slash is not None:
             self._slash(slash.group("name"), slash.group("rest") or "")
             return
-        self.run_prompt(substitute_variables(prompt, self.user_ns))
+        self.run_prompt(substitute_variables(prompt, self.holder.user_ns))
 
     def run_prompt(self, prompt: str) -> TurnResult:
         """One turn of the current session, rendered; safe to call from another thread."""
         agent = self.get_session()
-        renderer = self._renderer()
-        with self.cancellable() as cancel:
+        renderer = self.holder.renderer()
+        with self.holder.cancellable() as cancel:
             try:
                 result = run_turn(
                     agent,
@@ -273,18 +212,19 @@ class SobaMagics(Magics, Configurable):
         return result
 
     def _cancel_running(self) -> None:
-        cancel = self._cancel
-        if cancel is None:
+        if not self.holder.cancel_running():
             print("nothing is running")
             return
-        cancel.set()
         print("cancel requested: the running turn stops at its next check")
 
     def _slash(self, name: str, rest: str) -> None:
         if name not in SLASH_COMMANDS:
             known = ", ".join(f"/{known}" for known in SLASH_COMMANDS)
             raise UsageError(f"%soba: unknown command /{name}; known: {known}")
-        magic: Callable[[str], Any] = getattr(self, SLASH_COMMANDS[name])
+        shell: Any = self.shell
+        magic: Callable[[str], Any] | None = shell.find_line_magic(SLASH_COMMANDS[name])
+        if magic is None:
+            magic = getattr(self, SLASH_COMMANDS[name])
         magic(rest)
 
     # -- %compact, %budget, %auto_compact, %rewind ---------------------------------------
@@ -300,10 +240,10 @@ class SobaMagics(Magics, Configurable):
         """
         agent = self.get_session()
         agent.ensure_summarizer()
-        renderer = self._renderer()
+        renderer = self.holder.renderer()
         agent.compactor.listeners.append(renderer.on_event)
         try:
-            with self.cancellable() as cancel, one_line_errors("%compact"):
+            with self.holder.cancellable() as cancel, one_line_errors("%compact"):
                 result = agent.compactor.compact(focus=line.strip() or None, cancel=cancel)
         except KeyboardInterrupt:
             renderer.show("cancelled: interrupted; no capsule was appended")
@@ -409,8 +349,8 @@ class SobaMagics(Magics, Configurable):
         if line.strip():
             raise UsageError("%soba /rebuild takes no arguments")
         agent = self.get_session()
-        renderer = self._renderer()
-        with self.cancellable() as cancel, one_line_errors("%soba /rebuild"):
+        renderer = self.holder.renderer()
+        with self.holder.cancellable() as cancel, one_line_errors("%soba /rebuild"):
             try:
                 result = rebuild_variables(agent, renderer.on_event, cancel)
             except KeyboardInterrupt:
@@ -428,72 +368,6 @@ class SobaMagics(Magics, Configurable):
         prefix = getattr(event, "symbol", "") or ""
         return [cid for cid in checkpoint_ids(self.agent.transcript) if cid.startswith(prefix)]
 
-    # -- %capsule ------------------------------------------------------------------------
-
-    @line_magic
-    def capsule(self, line: str) -> None:
-        """%capsule create "TITLE" [--force] | export CHECKPOINT PATH [--force] [--format capsule|agents-md]
-        | load PATH [--untrusted] | list [--all] [--memory] | show [CHECKPOINT]
-
-        create — a portable handoff of the current state (model summary, deterministic
-        fallback), written to `<project>/<title-slug>.capsule.md`; the session is unchanged.
-        export — write the capsule of CHECKPOINT to PATH (a folder gets `<checkpoint>.capsule.md`,
-        or `AGENTS.md` with `--format agents-md`: plain Markdown another coding agent reads;
-        a path outside the project must be given as an absolute path).
-        load — load a capsule file into this session; its earlier work stays in model input
-        (`%rewind` gets back to before the load); `--untrusted` reads any Markdown handoff
-        (quality degraded, framed as data).
-        list — the checkpoints and capsules on the current path, newest last (`--all`: every
-        one; `--memory`: the project memory's capsules).
-        show — the latest capsule on the path, or CHECKPOINT's.
-        """
-        command, _, rest = line.strip().partition(" ")
-        handlers = capsule_commands.COMMANDS
-        if command not in handlers:
-            got = f" (got {command!r})" if command else ""
-            raise UsageError(f"%capsule: expected create, export, load, list or show{got}")
-        agent = self.get_session()
-        try:
-            handlers[command](self, agent, rest)
-        except CAPSULE_ERRORS as exc:
-            raise UsageError(f"%capsule {command}: {one_line(exc)}") from None
-
-
-NAME_MAX_BYTES = 255
-"""The longest file name most file systems take (ext4, xfs, tmpfs, APFS), when the folder
-cannot say (`pathconf`)."""
-
-
-def _session_path(text: str) -> Path:
-    """`%soba --session PATH` as an absolute path, its folder resolved but not the file itself
-    (a link there is refused when opened, never followed); a name too long for the file
-    system is one line of error (it ended in a raw `OSError [Errno 36]`)."""
-    path = Path.cwd() / Path(text).expanduser()
-    try:
-        longest = os.pathconf(path.parent if path.parent.is_dir() else Path.cwd(), "PC_NAME_MAX")
-    except (OSError, ValueError):
-        longest = NAME_MAX_BYTES
-    for part in path.parts:
-        if len(os.fsencode(part)) > longest:
-            raise UsageError(
-                f"%soba --session: a name in the path is {len(os.fsencode(part)):,} bytes long; "
-                f"the file system takes at most {longest}"
-            )
-    try:
-        return path.parent.resolve() / path.name
-    except OSError as exc:
-        raise UsageError(f"%soba --session: {text[:80]!r}: {exc.strerror or exc}") from None
-
-
-@contextmanager
-def one_line_errors(what: str) -> Iterator[None]:
-    """A transcript that cannot be written (a full disk, a deleted file) or read is one line
-    in the cell, never a traceback."""
-    try:
-        yield
-    except (TranscriptError, TranscriptWriteError) as exc:
-        raise UsageError(f"{what}: {one_line(exc)}") from None
-
 
 def register(shell: Any) -> SobaMagics:
     """Register the magics once per shell; a second call returns the existing instance."""
@@ -502,8 +376,9 @@ def register(shell: Any) -> SobaMagics:
         return existing
     magics = SobaMagics(shell)
     shell.register_magics(magics)
+    shell.register_magics(CapsuleMagics(shell, magics.holder))
     input_transform.install(shell)
-    controls.register(magics)
+    controls.register(magics.holder)
     shell.set_hook("complete_command", magics.complete_checkpoint_ids, str_key="%rewind")
     if magics not in shell.configurables:  # `%config SobaMagics.…` looks here
         shell.configurables.append(magics)
@@ -516,11 +391,13 @@ def unregister(shell: Any) -> None:
     input_transform.uninstall(shell)
     if not isinstance(magics, SobaMagics):
         return
-    controls.unregister(magics)
-    for kind, names in magics.magics.items():
-        table = shell.magics_manager.magics[kind]
-        for name in names:
-            table.pop(name, None)
+    controls.unregister(magics.holder)
+    capsule = shell.magics_manager.registry.pop(CapsuleMagics.__name__, None)
+    for owner in (magics, capsule):
+        for kind, names in (owner.magics.items() if owner is not None else ()):
+            table = shell.magics_manager.magics[kind]
+            for name in names:
+                table.pop(name, None)
     if magics in shell.configurables:
         shell.configurables.remove(magics)
     magics.close()

@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from soba_nb.compaction.barrier import CompactionEvent, CompactionResult, Outcome
 from soba_nb.compaction.native import continuation_label
+from soba_nb.compaction.outcomes import CompactionEvent, CompactionResult, Outcome
 from soba_nb.compaction.triggers import Trigger
 from soba_nb.notebook.comm import publish
 from soba_nb.transcript.entries import CapsuleEntry

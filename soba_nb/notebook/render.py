@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 from soba_nb.agent.events import Notice, TextDelta, ToolFinished, ToolStarted, Waiting
 from soba_nb.agent.loop import TurnResult
-from soba_nb.compaction.barrier import CompactionEvent
+from soba_nb.compaction.outcomes import CompactionEvent
 from soba_nb.notebook.monitor import (
     MAX_UPDATES_PER_S,
     BarrierLine,

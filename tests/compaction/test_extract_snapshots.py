@@ -374,7 +374,7 @@ def test_preflights_keep_the_snapshots_and_a_compaction_starts_from_them(tmp_pat
 def test_after_a_compaction_the_region_from_the_capsules_kept_tail_is_followed(tmp_path: Path, small_spacing: None) -> None:
     from compaction_support import FakeSummarizer, add_exchange, make_compactor, thresholds
 
-    from soba_nb.compaction.barrier import Outcome
+    from soba_nb.compaction.outcomes import Outcome
     from soba_nb.compaction.triggers import TurnState
 
     transcript = opened(tmp_path)

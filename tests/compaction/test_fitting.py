@@ -8,9 +8,9 @@ from compaction_support import FakeSummarizer, make_compactor, open_transcript, 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from soba_nb.compaction.barrier import Outcome
 from soba_nb.compaction.deterministic import BARE_NOTE
 from soba_nb.compaction.fitting import first_fitting, later_cuts, shortest_fitting
+from soba_nb.compaction.outcomes import Outcome
 from soba_nb.compaction.planner import Cut, plan_cut
 from soba_nb.compaction.triggers import Trigger, TurnState
 from soba_nb.tokens import TokenCounter

@@ -11,7 +11,7 @@ from compaction_support import (
     thresholds,
 )
 
-from soba_nb.compaction.barrier import Outcome, Reason
+from soba_nb.compaction.outcomes import Outcome, Reason
 from soba_nb.transcript.entries import CapsuleEntry
 
 GOOD = FakeSummarizer().text

@@ -4,7 +4,7 @@ import threading
 
 from compaction_support import FakeSummarizer, add_exchange, make_compactor, open_transcript
 
-from soba_nb.compaction.barrier import Outcome
+from soba_nb.compaction.outcomes import Outcome
 from soba_nb.compaction.triggers import TurnState
 from soba_nb.transcript.entries import CapsuleEntry
 

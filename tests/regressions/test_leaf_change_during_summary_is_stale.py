@@ -2,7 +2,7 @@
 
 from compaction_support import FakeSummarizer, add_exchange, make_compactor, open_transcript
 
-from soba_nb.compaction.barrier import Outcome
+from soba_nb.compaction.outcomes import Outcome
 from soba_nb.compaction.triggers import TurnState
 from soba_nb.transcript.entries import CapsuleEntry, MessageEntry
 

@@ -8,7 +8,7 @@ from compaction_support import (
     thresholds,
 )
 
-from soba_nb.compaction.barrier import Outcome
+from soba_nb.compaction.outcomes import Outcome
 from soba_nb.transcript.entries import CapsuleEntry
 
 

@@ -2,7 +2,7 @@
 
 from compaction_support import FakeSummarizer, add_exchange, make_compactor, open_transcript, words
 
-from soba_nb.compaction.barrier import Outcome
+from soba_nb.compaction.outcomes import Outcome
 from soba_nb.compaction.triggers import LOOP_GUARD_FAILURES, TurnState
 
 

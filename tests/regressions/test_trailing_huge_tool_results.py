@@ -8,8 +8,8 @@ from compaction_support import (
     open_transcript,
 )
 
-from soba_nb.compaction.barrier import Outcome
 from soba_nb.compaction.model_input import pairing_problems
+from soba_nb.compaction.outcomes import Outcome
 from soba_nb.compaction.triggers import TurnState
 
 

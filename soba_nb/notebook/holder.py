@@ -1,0 +1,185 @@
+"""The notebook's open session, shared by every soba magic and the sidebar's controls.
+
+`%soba` and its friends (`SobaMagics`), `%capsule` (`CapsuleMagics`) and the sidebar's
+buttons (`controls`) all reach the session through one `SessionHolder`, as jupysql's
+sub-magics share their connection: none of them calls back into another. The holder opens
+the session on first use (through `soba_nb.agent.assembly`), re-reads the configuration on
+every use, knows the one operation that may run at a time (and cancels it), and keeps the
+sidebar's figures fresh.
+"""
+
+# IPython's error and capture helpers are untyped.
+# mypy: allow-untyped-calls
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+from IPython.core.error import UsageError
+
+from soba_nb.agent.assembly import choose_layout, open_session, reconfigure
+from soba_nb.agent.session import AgentSession, RewindError
+from soba_nb.agent.skills import SkillError
+from soba_nb.config import ConfigError, load_config
+from soba_nb.notebook.arguments import one_line
+from soba_nb.notebook.location import locate
+from soba_nb.notebook.monitor import SidebarPublisher, snapshot_of
+from soba_nb.notebook.render import TurnRenderer
+from soba_nb.transcript.store import TranscriptError, TranscriptLockedError, TranscriptWriteError
+
+SESSION_ERRORS = (ConfigError, TranscriptError, TranscriptLockedError, SkillError, RewindError, OSError)
+NAME_MAX_BYTES = 255
+"""The longest file name most file systems take (ext4, xfs, tmpfs, APFS), when the folder
+cannot say (`pathconf`)."""
+
+
+class Settings(Protocol):
+    """What the holder reads of the user's settings (`SobaMagics`' traits, `%config`)."""
+
+    model: str
+    session: str
+    auto_compact: bool | None
+    idle_timeout_s: float
+    display_mode: str
+
+
+class SessionHolder:
+    """One notebook's session and the operation running on it."""
+
+    def __init__(self, shell: Any, settings: Settings):
+        self.shell = shell
+        self.user_ns: dict[str, Any] = shell.user_ns
+        """The notebook's namespace: the agent's python tool runs here."""
+        self.settings = settings
+        self.agent: AgentSession | None = None
+        self.sidebar = SidebarPublisher()
+        """The JupyterLab sidebar's feed (a no-op without a kernel)."""
+        self._cancel: threading.Event | None = None
+        self._guard = threading.Lock()
+
+    # -- the session ---------------------------------------------------------------------
+
+    def get_session(self, *, new: bool = False, session_file: str | None = None) -> AgentSession:
+        """The session, opened on first use; configuration re-read (soba.json, settings) each call."""
+        chosen = session_file or (None if new else self.settings.session)
+        requested = _session_path(chosen) if chosen else None
+        if requested is not None and self.agent is not None and requested == self.agent.file.resolve():
+            requested = None
+        if session_file and requested is not None and not new and not requested.exists():
+            # A typo must not quietly start an empty session somewhere else.
+            raise UsageError(f"%soba --session: {requested} does not exist; add --new to start a session there")
+        try:
+            location = locate(self.user_ns, session_file=requested)
+            folder = location.notebook.parent if location.notebook else Path.cwd()
+            config = load_config(folder, self._overrides())
+            if self.agent is None or new or requested is not None:
+                self.close()
+                self.agent = open_session(
+                    config,
+                    choose_layout(location.sessions_dir, session_file=requested, new=new),
+                    project_root=location.project_root,
+                    namespace=self.user_ns,
+                    notebook=str(location.notebook) if location.notebook else None,
+                )
+            # `%auto_compact` / `%config SobaMagics.auto_compact`: kept in the transcript, so
+            # the session keeps it after a restart (when the setting is None again).
+            settings = self.settings
+            reconfigure(self.agent, config, auto=settings.auto_compact, idle_timeout_s=settings.idle_timeout_s)
+        except SESSION_ERRORS as exc:
+            raise UsageError(one_line(exc)) from None
+        return self.agent
+
+    def _overrides(self) -> dict[str, Any]:
+        return {"model": {"name": self.settings.model}} if self.settings.model else {}
+
+    def close(self) -> None:
+        """Close the session (releases the transcript's writer lock)."""
+        agent, self.agent = self.agent, None
+        if agent is not None:
+            agent.close()
+
+    # -- output --------------------------------------------------------------------------
+
+    @property
+    def rich(self) -> bool:
+        """Decided per call: a kernel with a frontend gets HTML, anything else text."""
+        mode = self.settings.display_mode
+        if mode != "auto":
+            return bool(mode == "rich")
+        return type(self.shell).__name__ == "ZMQInteractiveShell"
+
+    def renderer(self) -> TurnRenderer:
+        return TurnRenderer(rich=self.rich, sidebar=self.sidebar)
+
+    def refresh_monitor(self) -> None:
+        """Send the session's budget to the sidebar (after anything that changes it)."""
+        if self.agent is not None:
+            self.sidebar.refresh(snapshot_of(self.agent))
+
+    # -- the running operation -----------------------------------------------------------
+
+    @contextmanager
+    def cancellable(self) -> Iterator[threading.Event]:
+        """The cancel signal of one operation (turn, compaction, capsule); one at a time.
+
+        `%soba --cancel` (e.g. from another thread) sets it; it is cleared when the
+        operation ends, however it ends.
+        """
+        with self._guard:
+            if self._cancel is not None:
+                raise UsageError("a turn is already running; `%soba --cancel` stops it")
+            self._cancel = threading.Event()
+            cancel = self._cancel
+        try:
+            yield cancel
+        finally:
+            with self._guard:
+                self._cancel = None
+
+    @property
+    def running(self) -> bool:
+        return self._cancel is not None
+
+    def cancel_running(self) -> bool:
+        """Ask the running operation to stop; False when nothing runs."""
+        cancel = self._cancel
+        if cancel is None:
+            return False
+        cancel.set()
+        return True
+
+
+def _session_path(text: str) -> Path:
+    """`%soba --session PATH` as an absolute path, its folder resolved but not the file itself
+    (a link there is refused when opened, never followed); a name too long for the file
+    system is one line of error (it ended in a raw `OSError [Errno 36]`)."""
+    path = Path.cwd() / Path(text).expanduser()
+    try:
+        longest = os.pathconf(path.parent if path.parent.is_dir() else Path.cwd(), "PC_NAME_MAX")
+    except (OSError, ValueError):
+        longest = NAME_MAX_BYTES
+    for part in path.parts:
+        if len(os.fsencode(part)) > longest:
+            raise UsageError(
+                f"%soba --session: a name in the path is {len(os.fsencode(part)):,} bytes long; "
+                f"the file system takes at most {longest}"
+            )
+    try:
+        return path.parent.resolve() / path.name
+    except OSError as exc:
+        raise UsageError(f"%soba --session: {text[:80]!r}: {exc.strerror or exc}") from None
+
+
+@contextmanager
+def one_line_errors(what: str) -> Iterator[None]:
+    """A transcript that cannot be written (a full disk, a deleted file) or read is one line
+    in the cell, never a traceback."""
+    try:
+        yield
+    except (TranscriptError, TranscriptWriteError) as exc:
+        raise UsageError(f"{what}: {one_line(exc)}") from None
