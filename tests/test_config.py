@@ -16,6 +16,7 @@ from soba_nb.config import (
     build_config,
     env_layer,
     load_config,
+    recorded_config,
 )
 
 SPEC_DEFAULTS = {
@@ -583,5 +584,5 @@ def test_a_config_file_behind_a_link_is_read(tmp_path: Path, isolated: dict[str,
 def test_a_recorded_configuration_refused_today_is_a_config_error() -> None:
     recorded = SobaConfig().to_json()
     recorded["model"]["baseUrl"] = "file:///etc/passwd"
-    message = one_line_refusal(lambda: SobaConfig.from_recorded(recorded, {}, "recorded"))
+    message = one_line_refusal(lambda: recorded_config(recorded, {}, "recorded"))
     assert 'model.baseUrl = "file:///etc/passwd": must be an http:// or https:// URL' in message

@@ -661,7 +661,7 @@ def test_loader_on_plausible_lines(lines: list[str], terminated: bool) -> None:
 
 def test_entries_across_decode_blocks_load_whole_and_in_order(store: Transcript, session_file: Path) -> None:
     # Lines longer than a block, and many lines whose blocks end mid-line: all come back equal.
-    from soba_nb.transcript.store import DECODE_BLOCK_BYTES
+    from soba_nb.transcript.reading import DECODE_BLOCK_BYTES
 
     written = [store.append(user("x" * (DECODE_BLOCK_BYTES + 17)))]
     written += [store.append(assistant(f"{i} " + "y" * (i % 5000))) for i in range(2500)]
@@ -681,7 +681,7 @@ def test_entries_across_decode_blocks_load_whole_and_in_order(store: Transcript,
 
 
 def test_a_bad_line_after_several_blocks_is_named(store: Transcript, session_file: Path) -> None:
-    from soba_nb.transcript.store import DECODE_BLOCK_BYTES
+    from soba_nb.transcript.reading import DECODE_BLOCK_BYTES
 
     for _ in range(3):
         store.append(user("z" * DECODE_BLOCK_BYTES))
@@ -730,7 +730,7 @@ def test_a_line_nested_absurdly_deep_is_a_bad_entry_not_a_crash(session_file: Pa
 
 def _indexed_one_by_one(path: Path) -> Transcript:
     """The file indexed entry by entry (`_index`), as a file with torn lines is."""
-    from soba_nb.transcript.store import _parse_lines
+    from soba_nb.transcript.reading import parse_lines as _parse_lines
 
     parsed = _parse_lines(path, path.read_bytes())
     assert parsed.numbers is not None  # a list of line numbers: the bulk path is not taken

@@ -67,12 +67,12 @@ def model_of(transcript: Transcript) -> tuple[str, str]:
 def session_config(transcript: Transcript) -> SobaConfig:
     """The configuration the session recorded (`config` entry); for a transcript written
     before sessions recorded it, the `soba.json` of its notebook's folder."""
-    from soba_nb.config import ConfigError, SobaConfig, load_config
+    from soba_nb.config import ConfigError, load_config, recorded_config
 
     recorded = transcript.config
     if recorded is not None:
         try:
-            return SobaConfig.from_recorded(recorded.config, recorded.explicit, "recorded by the session")
+            return recorded_config(recorded.config, recorded.explicit, "recorded by the session")
         except ValueError as error:
             raise CommandError(f"{transcript.file}: the recorded configuration is not valid ({error})") from None
     try:

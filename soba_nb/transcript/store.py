@@ -42,7 +42,6 @@ from typing import cast
 import msgspec
 
 from soba_nb.collector import collector_paused
-from soba_nb.layout import TRANSCRIPT_SUFFIX
 from soba_nb.redact import redact_data
 from soba_nb.transcript.entries import (
     CapsuleEntry,
@@ -53,159 +52,32 @@ from soba_nb.transcript.entries import (
     SessionEntry,
     SettingEntry,
     WindowEntry,
-    decode_lines,
     describe_error,
     entry_from_json,
     entry_to_dict,
-    is_json_error,
     new_entry_id,
     replace,
 )
+from soba_nb.transcript.errors import TornLineWarning as TornLineWarning  # re-exported
+from soba_nb.transcript.errors import TranscriptError as TranscriptError  # re-exported
+from soba_nb.transcript.errors import TranscriptLockedError as TranscriptLockedError  # re-exported
+from soba_nb.transcript.errors import TranscriptWriteError as TranscriptWriteError  # re-exported
+from soba_nb.transcript.opening import check_header, identity, open_for_writing
+from soba_nb.transcript.reading import Parsed, read_entries
 
 # The first entry appended after torn lines carries this flag, so a later load can tell the
 # (tolerated, already-warned) torn lines apart from corruption.
 TORN_MARKER = "followsTornLine"
-HEADER_PROBE_BYTES = 64 * 1024
-"""How much of a file is read to see whether its first line is a `session` entry."""
-HEADER_START = b'{"type":"session"'
-"""How every header line starts (the store writes `type` first): a file holding only a torn
-header (a crash during its first append) starts with part of it."""
-_OPEN_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
-READ_CHUNK_BYTES = 1 << 20
-DECODE_BLOCK_BYTES = 4 << 20
-"""Raw text decoded at a time on load (peak memory is the entries plus about this)."""
+
+
 DURABLE_TYPES = (CapsuleEntry, CheckpointEntry, SessionEntry, SettingEntry, WindowEntry, ConfigEntry)
+
+
 _SESSION_FACTS = frozenset({SettingEntry, WindowEntry, ConfigEntry})
 """Entries read from any branch (`setting`, `window`, `config`), not only the path."""
+
+
 _SPECIAL = _SESSION_FACTS | {LeafEntry}
-
-
-class TranscriptError(ValueError):
-    """The transcript file is malformed. The message names the file and line."""
-
-    def __init__(self, message: str, line: int | None = None):
-        super().__init__(message)
-        self.line = line
-
-
-class TranscriptLockedError(RuntimeError):
-    """Another writer (for example a second kernel on the same notebook) holds the file."""
-
-
-class TranscriptWriteError(OSError):
-    """An append did not reach the file (a full disk, a deleted transcript): the entry is not
-    acknowledged, and the file stays as openable as after a crash."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.errno = code
-
-    def __str__(self) -> str:  # the message alone, without OSError's "[Errno 28]"
-        return str(self.args[0])
-
-
-class TornLineWarning(UserWarning):
-    """The last line was cut short by a crash; it is ignored."""
-
-
-class Parsed:
-    """What loading a file found."""
-
-    def __init__(self) -> None:
-        self.entries: list[Entry] = []
-        self.numbers: list[int] | None = []
-        """Line number of each entry; None when entry i is on line i + 1 (a clean file)."""
-        self.torn_lines: list[int] = []
-        """Line numbers of torn lines (crash leftovers) tolerated and skipped."""
-        self.unterminated = False
-        """The last line has no newline: the next append must start a fresh line."""
-        self.trailing_torn = False
-        """The file ends in torn lines: the next append carries `followsTornLine`."""
-
-
-def _read_entries(path: Path, fd: int) -> tuple[Parsed, int]:
-    """Every entry of the file behind `fd`, and how many lines it has.
-
-    A clean file (one entry per line, every line terminated: the usual case) is decoded a
-    block of lines at a time (msgspec `decode_lines`), so only one block of raw text is held
-    beside the entries, never the whole file. Anything else (a torn or bad line, a blank
-    line, no final newline) is read again line by line, which names the line at fault.
-    """
-    entries: list[Entry] = []
-    offset, size = 0, DECODE_BLOCK_BYTES
-    while data := os.pread(fd, size, offset):
-        # Whole lines only: the start of a line cut at the block's end is read again with
-        # the next block (no copy of the block to join it to).
-        cut = data.rfind(b"\n") + 1
-        if not cut:
-            if len(data) < size:  # the file ends in a line without a newline
-                break
-            size *= 2  # a line longer than the block
-            continue
-        try:
-            decoded = decode_lines(memoryview(data)[:cut])
-        except (msgspec.DecodeError, RecursionError):
-            break
-        if len(decoded) != data.count(b"\n", 0, cut):
-            break
-        entries.extend(decoded)
-        offset, size = offset + cut, DECODE_BLOCK_BYTES
-    else:
-        parsed = Parsed()
-        parsed.entries, parsed.numbers = entries, None
-        return parsed, len(entries)
-    del entries
-    raw = _read_all(fd)
-    return _parse_lines(path, raw), _count_lines(raw)
-
-
-def _parse_lines(path: Path, raw: bytes) -> Parsed:
-    """Every line of a file: entries, tolerated torn lines, and how the file ends.
-
-    Each line goes straight from bytes to a validated entry (msgspec): one parse, no
-    intermediate dict.
-    """
-    parsed = Parsed()
-    numbers: list[int] = []
-    parsed.numbers = numbers
-    lines = raw.split(b"\n")
-    last_terminated = lines[-1] == b""
-    if last_terminated:
-        lines.pop()
-    last = len(lines)
-    torn_run: list[int] = []
-    """Consecutive lines that are not JSON: tolerated only if the run reaches the end of the
-    file or the entry after it says it follows torn lines."""
-    for number, line in enumerate(lines, start=1):
-        try:
-            entry = entry_from_json(line)
-        except msgspec.DecodeError as exc:
-            if is_json_error(exc) or (number == last and not last_terminated):
-                torn_run.append(number)
-                continue
-            raise TranscriptError(f"{path}:{number}: bad entry ({describe_error(exc)})", number) from None
-        if torn_run:
-            if entry.follows_torn_line is not True:
-                raise TranscriptError(f"{path}:{torn_run[0]}: not valid JSON", torn_run[0])
-            parsed.torn_lines.extend(torn_run)
-            torn_run = []
-        parsed.entries.append(entry)
-        numbers.append(number)
-    if torn_run:
-        what = "a torn last line" if len(torn_run) == 1 else f"{len(torn_run)} torn lines at the end"
-        warnings.warn(
-            f"{path}:{torn_run[0]}: ignoring {what} (a crash cut an append short)",
-            TornLineWarning,
-            stacklevel=3,
-        )
-        parsed.torn_lines.extend(torn_run)
-        parsed.trailing_torn = True
-    parsed.unterminated = bool(lines) and not last_terminated
-    return parsed
-
-
-def _count_lines(raw: bytes) -> int:
-    return raw.count(b"\n") + (0 if raw.endswith(b"\n") or not raw else 1)
 
 
 class Transcript:
@@ -229,7 +101,7 @@ class Transcript:
         self._needs_marker = parsed.trailing_torn
         self._fd = fd
         """The locked, append-only descriptor of a writer; None for a read-only view."""
-        self._identity = _identity(os.fstat(fd)) if fd is not None else None
+        self._identity = identity(os.fstat(fd)) if fd is not None else None
         """(device, inode) of the file opened: another file at the path means it was replaced."""
         self._burned: set[str] = set()
         """Ids of entries whose append failed after some of their bytes reached the file: a
@@ -257,7 +129,7 @@ class Transcript:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise TranscriptError(f"{path}: not a regular file")
             with collector_paused():
-                parsed, lines = _read_entries(path, fd)
+                parsed, lines = read_entries(path, fd)
                 return cls(path, parsed, fd=None, lines=lines)
         finally:
             os.close(fd)
@@ -271,7 +143,7 @@ class Transcript:
         """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = _open_for_writing(path)
+        fd = open_for_writing(path)
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise TranscriptError(f"{path}: not a regular file")
@@ -282,9 +154,9 @@ class Transcript:
                     f"{path}: another writer (probably a second kernel on this notebook) has this "
                     "session open; start a new session with `%soba --new` or close the other kernel"
                 ) from None
-            _check_header(path, fd)
+            check_header(path, fd)
             with collector_paused():
-                parsed, lines = _read_entries(path, fd)
+                parsed, lines = read_entries(path, fd)
                 store = cls(path, parsed, fd=fd, lines=lines)
             if not store._entries and create_header is not None:
                 store.append(create_header)
@@ -582,78 +454,11 @@ class Transcript:
             current: os.stat_result | None = os.stat(self.file, follow_symlinks=False)
         except OSError:
             current = None
-        if opened.st_nlink == 0 or current is None or _identity(current) != self._identity:
-            replaced = current is not None and _identity(current) != self._identity
+        if opened.st_nlink == 0 or current is None or identity(current) != self._identity:
+            replaced = current is not None and identity(current) != self._identity
             what = "replaced by another file" if replaced else "deleted"
             raise TranscriptWriteError(
                 errno.ESTALE,
                 f"{self.file}: the transcript was {what} while this kernel wrote to it; nothing more "
                 "is written to it: `%soba --new` starts a new session",
             )
-
-
-def _identity(info: os.stat_result) -> tuple[int, int]:
-    return info.st_dev, info.st_ino
-
-
-def _open_for_writing(path: Path) -> int:
-    """The transcript's descriptor: an existing file (never through a link), or a new one made
-    here (`O_EXCL`: never through a link either) at a path ending in `.jsonl`."""
-    for _ in range(2):
-        try:
-            return os.open(path, _OPEN_FLAGS)
-        except FileNotFoundError:
-            pass
-        except OSError as error:
-            if error.errno == errno.ELOOP:
-                raise TranscriptError(f"{path}: is a link; soba writes its transcripts only directly, never through a link") from None
-            raise
-        if path.suffix != TRANSCRIPT_SUFFIX:
-            raise TranscriptError(f"{path}: a new session transcript must end in {TRANSCRIPT_SUFFIX}")
-        try:
-            return os.open(path, _OPEN_FLAGS | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            continue  # made in between: open it as an existing file
-    raise TranscriptError(f"{path}: kept changing while it was opened")
-
-
-def _check_header(path: Path, fd: int) -> None:
-    """Refuse, untouched, a file that is not a soba transcript: its first line must be a
-    `session` entry, after at most the torn starts of headers that crashes cut short (a file
-    may hold only those). An empty file is a new session, if its name says transcript."""
-    head = os.pread(fd, HEADER_PROBE_BYTES, 0)
-    if not head:
-        if path.suffix != TRANSCRIPT_SUFFIX:
-            raise TranscriptError(f"{path}: not a soba transcript (an empty file whose name does not end in {TRANSCRIPT_SUFFIX}); left untouched")
-        return
-    lines = head.split(b"\n")
-    cut = lines.pop() if len(head) == HEADER_PROBE_BYTES else None  # the probe may end mid-line
-    for line in lines:
-        if _is_header(line):
-            return
-        if not HEADER_START.startswith(line[: len(HEADER_START)]):
-            break  # neither a header nor what a crash leaves of one
-    else:
-        if cut is None or cut.startswith(HEADER_START):
-            return  # only torn headers so far (loading recovers them), or a long header
-    raise TranscriptError(
-        f"{path}: not a soba transcript (its first line is not a session entry); left untouched. "
-        f"A new session needs a path that does not exist yet, ending in {TRANSCRIPT_SUFFIX}"
-    )
-
-
-def _is_header(line: bytes) -> bool:
-    try:
-        return isinstance(entry_from_json(line), SessionEntry)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return False
-
-
-def _read_all(fd: int) -> bytes:
-    """The whole file behind `fd`, from its start (one read of its size, then to the end)."""
-    chunks = [os.pread(fd, os.fstat(fd).st_size, 0)]
-    offset = len(chunks[0])
-    while chunk := os.pread(fd, READ_CHUNK_BYTES, offset):
-        chunks.append(chunk)
-        offset += len(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)

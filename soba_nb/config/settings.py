@@ -1,0 +1,172 @@
+"""The configuration's keys (SPEC §3): one pydantic model per section, strict types, ranges
+that make sense (SPEC §12), camelCase JSON names."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from soba_nb.compaction.limits import (
+    hard_limit,
+    soft_limit,
+)
+
+ProviderName = Literal["openai", "anthropic", "local"]
+
+
+ApiName = Literal["chat", "responses"]
+
+
+MAX_CONTEXT_WINDOW = 100_000_000
+"""No model comes near this many tokens (SPEC §12): a larger window, or any token figure
+above it, is a typo or a broken answer, never a setting. Server figures obey it too."""
+
+
+MAX_TIMEOUT_MS = 3_600_000
+"""An hour: the longest a summary may be waited for. Beyond it the deadline means "never",
+and a timer that large overflows the platform's wait call."""
+
+
+BASE_URL_SCHEMES = frozenset({"http", "https"})
+"""The only schemes a model server is spoken to over (httpx would refuse the rest per request)."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        validate_assignment=True,
+    )
+
+
+def base_url_problem(url: str) -> str | None:
+    """Why `url` cannot be a model server's base URL (None when it can)."""
+    if any(char.isspace() or not char.isprintable() for char in url):
+        return "must not contain spaces or control characters"
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # a port that is not a number in 0-65535 raises here
+    except ValueError:
+        return "is not a valid URL"
+    if parts.scheme.lower() not in BASE_URL_SCHEMES:
+        return "must be an http:// or https:// URL"
+    if not parts.hostname:
+        return "must name a host (http://HOST[:PORT]/...)"
+    return None
+
+
+class ModelSettings(Section):
+    """The active model definition."""
+
+    provider: ProviderName = "openai"
+    """Which wire format / runtime: "openai" (any OpenAI-compatible server), "anthropic", "local"."""
+    name: str = "gpt-4o-mini"
+    """Model name sent to the server."""
+    api: ApiName = "chat"
+    """For provider "openai": "chat" (Chat Completions, every OpenAI-compatible server) or
+    "responses" (OpenAI's Responses API, which also compacts natively). Other providers
+    have one API each and ignore it."""
+    base_url: str | None = None
+    """Server URL (http or https only); null means the provider's public default."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Name of the environment variable holding the API key (the key itself is never stored)."""
+    context_window: int = Field(128000, gt=0, le=MAX_CONTEXT_WINDOW, strict=True)
+    """The model's context window in tokens."""
+    max_output_tokens: int = Field(8000, gt=0, le=MAX_CONTEXT_WINDOW, strict=True)
+    """Tokens reserved for the answer."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        problem = None if value is None else base_url_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+
+class CompactionSettings(Section):
+    """Compaction thresholds (SPEC §3 defaults)."""
+
+    auto: bool = Field(True, strict=True)
+    """Soft triggers on; `hard_limit` and `context_overflow` ignore this."""
+    compact_on_turn_complete: bool = Field(True, strict=True)
+    compact_on_milestone: bool = Field(True, strict=True)
+    min_tokens_for_auto_compact: int = Field(32000, ge=0, le=MAX_CONTEXT_WINDOW, strict=True)
+    min_reclaimable_tokens: int = Field(12000, ge=0, le=MAX_CONTEXT_WINDOW, strict=True)
+    min_savings_ratio: float = Field(0.25, gt=0, le=1, strict=True)
+    keep_recent_tokens: int = Field(20000, ge=0, le=MAX_CONTEXT_WINDOW, strict=True)
+    safety_reserve_tokens: int = Field(8192, ge=0, le=MAX_CONTEXT_WINDOW, strict=True)
+    auto_compact_threshold_ratio: float = Field(0.8, gt=0, le=1, strict=True)
+    timeout_ms: int = Field(15000, gt=0, le=MAX_TIMEOUT_MS, strict=True)
+    """Deadline for the model summary; after it the deterministic capsule is used."""
+
+
+class SobaConfig(Section):
+    """The whole configuration."""
+
+    model: ModelSettings = Field(default_factory=lambda: ModelSettings())
+    compaction: CompactionSettings = Field(default_factory=lambda: CompactionSettings())
+    _provider_source: str = PrivateAttr(default="defaults")
+    _provider_steps: tuple[str, ...] = PrivateAttr(default=())
+    _explicit: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @property
+    def provider_source(self) -> str:
+        """How the provider was chosen (see `soba_nb.resolution`), for `%budget` and doctor."""
+        return self._provider_source
+
+    @property
+    def provider_steps(self) -> tuple[str, ...]:
+        """Each provider candidate looked at and why it was chosen or passed over."""
+        return self._provider_steps
+
+    def set_by(self, key: str) -> str | None:
+        """Which layer set a key (`"model.contextWindow"`) explicitly: a config file's path,
+        "environment" or "arguments"; None for defaults and provider profiles."""
+        return self._explicit.get(key)
+
+    @model_validator(mode="after")
+    def _check_limits(self) -> SobaConfig:
+        hard = self.hard_limit
+        if hard <= 0:
+            raise ValueError(
+                f"hardLimit = contextWindow - maxOutputTokens - safetyReserveTokens = {hard}; it must be > 0"
+            )
+        keep = self.compaction.keep_recent_tokens
+        if keep >= hard:
+            raise ValueError(f"compaction.keepRecentTokens = {keep}; it must be < hardLimit ({hard})")
+        return self
+
+    @property
+    def hard_limit(self) -> int:
+        return hard_limit(
+            self.model.context_window,
+            self.model.max_output_tokens,
+            self.compaction.safety_reserve_tokens,
+        )
+
+    @property
+    def soft_limit(self) -> int:
+        c = self.compaction
+        return soft_limit(self.hard_limit, c.min_tokens_for_auto_compact, c.auto_compact_threshold_ratio)
+
+    def to_json(self) -> dict[str, Any]:
+        """The configuration as spec-shaped camelCase JSON (no secrets: keys live in env vars)."""
+        return self.model_dump(by_alias=True, mode="json")
+
+    @property
+    def explicit_keys(self) -> dict[str, str]:
+        """Every key a user layer set, and the layer (see `set_by`)."""
+        return dict(self._explicit)
+
