@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from soba_nb.text import one_line
+
 NOTE_CHARS = 70
 """A note or title in a one-line listing is clipped to this many characters."""
 
@@ -32,6 +34,4 @@ def printable(text: str, *, lines: bool = False) -> str:
 def note_line(text: str, limit: int = NOTE_CHARS) -> str:
     """A note on one line of a listing: whitespace collapsed, clipped to `limit` characters
     with an ellipsis, control characters escaped (after clipping, so an escape is never cut)."""
-    line = " ".join(text.split())
-    clipped = line if len(line) <= limit else line[: limit - 1] + "…"
-    return printable(clipped)
+    return printable(one_line(text, limit))

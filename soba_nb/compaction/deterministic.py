@@ -23,11 +23,9 @@ from soba_nb.compaction.extract import (
     Scan,
     Start,
     bullet,
-    first_line,
     fresh_start,
-    head_and_tail,
-    one_line,
 )
+from soba_nb.text import first_line, head_and_tail, one_line
 from soba_nb.transcript.entries import Entry, MessageEntry, ToolResultEntry
 
 EARLIER_REQUESTS_KEPT = 3

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from soba_nb.text import first_line, one_line
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     CheckpointEntry,
@@ -143,27 +144,7 @@ _ARGUMENT_STRING = re.compile(r'"(?P<key>path|command|code|kind|note)"\s*:\s*(?P
 # --- small text helpers ----------------------------------------------------------------
 
 
-def one_line(text: str, limit: int) -> str:
-    """Whitespace collapsed, clipped to `limit` characters with an ellipsis."""
-    line = " ".join(text[: limit * 4].split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
-
-def head_and_tail(text: str, limit: int) -> str:
-    """Whitespace collapsed; when longer than `limit` characters, its start and its end around
-    an ellipsis (a request's end often says what it asks: "… and plot the outliers")."""
-    line = " ".join(text.split()) if len(text) <= limit * 4 else " ".join((text[: limit * 2] + " " + text[-limit * 2 :]).split())
-    if len(line) <= limit:
-        return line
-    head = max((limit - 3) * 2 // 3, 1)
-    tail = max(limit - 3 - head, 1)
-    return f"{line[:head]} … {line[-tail:]}"
-
-
-def first_line(text: str, limit: int) -> str:
-    """The first line that says something: blank lines and code-fence markers are skipped."""
-    meaningful = (s for s in text[: limit * 8].splitlines() if s.strip() and not s.lstrip().startswith(("```", "~~~")))
-    return one_line(next(meaningful, ""), limit)
 
 
 def _code_span(text: str) -> str:

@@ -18,6 +18,7 @@ from typing import cast
 from soba_nb.collector import collector_paused
 from soba_nb.compaction.native import NativeTarget, native_tokens, request_message
 from soba_nb.messages import ChatMessage, ToolCall, ToolSchema
+from soba_nb.text import clip_middle as clip_text_middle
 from soba_nb.tokens import TOKENS_PER_REPLY, TokenCounter
 from soba_nb.transcript.entries import (
     CapsuleEntry,
@@ -62,12 +63,9 @@ class PairingError(AssertionError):
 
 
 def clip_middle(text: str, limit: int) -> str:
-    """Keep the head and tail of `text` within about `limit` characters, with a note."""
-    if len(text) <= limit:
-        return text
-    half = max(limit // 2, 1)
-    removed = len(text) - 2 * half
-    return f"{text[:half]}\n{CLIP_NOTE.format(count=removed)}\n{text[-half:]}"
+    """A tool output clipped for model input: its head and tail, and a note that the
+    transcript holds the whole (`soba_nb.text.clip_middle`)."""
+    return clip_text_middle(text, limit, CLIP_NOTE)
 
 
 def capsule_text(capsule: CapsuleEntry) -> str:

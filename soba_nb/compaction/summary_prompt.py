@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from soba_nb.compaction.capsule import SECTION_HEADINGS, Capsule, render_capsule
 from soba_nb.compaction.deterministic import EXTRACT_ITEMS_MAX, capsule_from_scan
 from soba_nb.compaction.extract import Start, fresh_start
+from soba_nb.text import clip_middle
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     CheckpointEntry,
@@ -136,16 +137,6 @@ class SummaryPrompt(BaseModel):
 
 
 # --- rendering the history -------------------------------------------------------------
-
-
-def clip_middle(text: str, limit_chars: int) -> str:
-    """`text` if it fits `limit_chars`, else its head and tail around a note of the cut."""
-    if len(text) <= limit_chars:
-        return text
-    head = limit_chars // 2
-    tail = limit_chars - head
-    clipped = len(text) - head - tail
-    return f"{text[:head]}\n[… {clipped} characters clipped …]\n{text[len(text) - tail:] if tail else ''}"
 
 
 def render_entry(entry: Entry, *, tool_output_limit_chars: int) -> str:

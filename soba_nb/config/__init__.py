@@ -41,6 +41,7 @@ from soba_nb.layout import USER_CONFIG_PATH
 from soba_nb.paths import shown
 from soba_nb.printable import printable
 from soba_nb.resolution import resolve_provider
+from soba_nb.text import clip
 
 ENV_PREFIX = "SOBA_"
 
@@ -176,21 +177,17 @@ def _one_line(exc: ValidationError, merged: Mapping[str, Any], prefix: tuple[str
     key = ".".join(part if part.isidentifier() else json.dumps(part) for part in loc) if loc else "config"
     rule = " ".join(str(err["msg"]).split())
     if err["type"] == "extra_forbidden":
-        return f"{key}: unknown key (value {_clip(json.dumps(value, default=str))}); {_known_keys(loc)}"
+        return f"{key}: unknown key (value {clip(json.dumps(value, default=str), VALUE_SHOWN_CHARS)}); {_known_keys(loc)}"
     if err["type"] == "value_error":
         rule = rule.removeprefix("Value error, ")
         # A field's own check (baseUrl) gets the key and value; the limits check words its own.
-        return f"{key} = {_clip(json.dumps(value, default=str))}: {rule}" if loc else rule
+        return f"{key} = {clip(json.dumps(value, default=str), VALUE_SHOWN_CHARS)}: {rule}" if loc else rule
     if err["type"] in ("model_type", "model_attributes_type", "dict_type"):
-        return f"{key} = {_clip(json.dumps(value, default=str))}: must be a JSON object"
-    return f"{key} = {_clip(json.dumps(value, default=str))}: {rule.lower()}"
+        return f"{key} = {clip(json.dumps(value, default=str), VALUE_SHOWN_CHARS)}: must be a JSON object"
+    return f"{key} = {clip(json.dumps(value, default=str), VALUE_SHOWN_CHARS)}: {rule.lower()}"
 
 
 VALUE_SHOWN_CHARS = 80
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= VALUE_SHOWN_CHARS else text[: VALUE_SHOWN_CHARS - 1] + "…"
 
 
 def _known_keys(loc: list[str]) -> str:

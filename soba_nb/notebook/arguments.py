@@ -90,7 +90,7 @@ def parse(func: Callable[..., Any], argv: str | list[str]) -> Any:
         raise UsageError(f"%{name}: {exc}") from None
 
 
-def one_line(exc: BaseException) -> str:
+def error_line(exc: BaseException) -> str:
     """The first line of an error's message (its type name when the message is empty)."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__

@@ -36,7 +36,7 @@ from soba_nb.capsules.export import (
 from soba_nb.capsules.file import FILE_SUFFIX, CapsuleFileError, write_capsule_file
 from soba_nb.capsules.load import LoadSummary, load_capsule, summarize_load
 from soba_nb.capsules.memory import list_memory, memory_dir
-from soba_nb.notebook.arguments import one_line, parse
+from soba_nb.notebook.arguments import error_line, parse
 from soba_nb.notebook.checkpoints import local_time
 from soba_nb.notebook.holder import SessionHolder
 from soba_nb.notebook.monitor import capsule_line
@@ -293,4 +293,4 @@ class CapsuleMagics(Magics):
         try:
             COMMANDS[command](self.holder, agent, rest)
         except CAPSULE_ERRORS as exc:
-            raise UsageError(f"%capsule {command}: {one_line(exc)}") from None
+            raise UsageError(f"%capsule {command}: {error_line(exc)}") from None

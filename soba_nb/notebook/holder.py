@@ -26,7 +26,7 @@ from soba_nb.agent.assembly import choose_layout, open_session, reconfigure
 from soba_nb.agent.session import AgentSession, RewindError
 from soba_nb.agent.skills import SkillError
 from soba_nb.config import ConfigError, load_config
-from soba_nb.notebook.arguments import one_line
+from soba_nb.notebook.arguments import error_line
 from soba_nb.notebook.location import locate
 from soba_nb.notebook.monitor import SidebarPublisher, snapshot_of
 from soba_nb.notebook.render import TurnRenderer
@@ -91,7 +91,7 @@ class SessionHolder:
             settings = self.settings
             reconfigure(self.agent, config, auto=settings.auto_compact, idle_timeout_s=settings.idle_timeout_s)
         except SESSION_ERRORS as exc:
-            raise UsageError(one_line(exc)) from None
+            raise UsageError(error_line(exc)) from None
         return self.agent
 
     def _overrides(self) -> dict[str, Any]:
@@ -182,4 +182,4 @@ def one_line_errors(what: str) -> Iterator[None]:
     try:
         yield
     except (TranscriptError, TranscriptWriteError) as exc:
-        raise UsageError(f"{what}: {one_line(exc)}") from None
+        raise UsageError(f"{what}: {error_line(exc)}") from None

@@ -38,7 +38,7 @@ from soba_nb.capsules.memory import mirror, should_mirror
 from soba_nb.notebook import controls, input_transform
 from soba_nb.notebook.arguments import PROMPT_VALUE_CHARS as PROMPT_VALUE_CHARS  # re-exported
 from soba_nb.notebook.arguments import (
-    one_line,
+    error_line,
     parse,
     split_options,
     substitute_variables,
@@ -175,7 +175,7 @@ class SobaMagics(Magics, Configurable):
                 with one_line_errors("%soba --skill"):
                     skill = agent.activate_skill(name)
             except SkillError as exc:
-                raise UsageError(one_line(exc)) from None
+                raise UsageError(error_line(exc)) from None
             print(f"skill {skill.name} active")
         if not prompt:
             if not (args.new or args.session or args.model or args.skill):
@@ -205,7 +205,7 @@ class SobaMagics(Magics, Configurable):
             except KeyboardInterrupt:
                 result = TurnResult("cancelled", message="interrupted; the next %soba works")
             except ProviderError as exc:
-                result = TurnResult("failed", message=one_line(exc))
+                result = TurnResult("failed", message=error_line(exc))
         renderer.finish(result)
         self.refresh_monitor()
         self.last_result = result
@@ -261,7 +261,7 @@ class SobaMagics(Magics, Configurable):
         try:
             path = mirror(entry, agent.project_root, notebook=agent.notebook, session_id=agent.session_id)
         except CAPSULE_ERRORS as exc:
-            renderer.show(f"warning: not mirrored to project memory: {one_line(exc)}", "warning")
+            renderer.show(f"warning: not mirrored to project memory: {error_line(exc)}", "warning")
             return
         renderer.show(f"mirrored to project memory: {shown(path)}")
 
@@ -318,7 +318,7 @@ class SobaMagics(Magics, Configurable):
             with one_line_errors("%rewind"):
                 leaf = agent.rewind(args.target)
         except RewindError as exc:
-            raise UsageError(one_line(exc)) from None
+            raise UsageError(error_line(exc)) from None
         print(f"rewound to {args.target} (entry {leaf.target_id}); the next turn continues from there")
         self.refresh_monitor()
 

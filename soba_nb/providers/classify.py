@@ -28,6 +28,7 @@ from soba_nb.providers.errors import (
     RequestRejectedError,
     ServerError,
 )
+from soba_nb.text import one_line as text_one_line
 
 HTTP_TOO_MANY_REQUESTS = 429
 HTTP_PAYLOAD_TOO_LARGE = 413
@@ -106,9 +107,8 @@ _WHITESPACE = re.compile(r"\s+")
 
 
 def one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
-    """Collapse whitespace to single spaces and clip to `limit` characters."""
-    flat = _WHITESPACE.sub(" ", text).strip()
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    """A server's message on one line, at most `limit` characters (`soba_nb.text.one_line`)."""
+    return text_one_line(text, limit)
 
 
 _MAX_DIGITS = len(str(MAX_CONTEXT_WINDOW))

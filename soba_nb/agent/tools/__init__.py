@@ -31,6 +31,7 @@ from soba_nb.agent.tools.base import (
     resolve_in_project,
 )
 from soba_nb.messages import ToolSchema
+from soba_nb.text import clip
 
 __all__ = [
     "TOOLS",
@@ -215,8 +216,7 @@ def _preview(value: object) -> str:
 
 
 def _one_line(text: str) -> str:
+    """The first line of a summary (an ellipsis when more follows), clipped (`soba_nb.text`)."""
     lines = text.strip().splitlines() or [""]
-    line = " ".join(lines[0].split()) + (
-        "…" if len(lines) > 1 and not lines[0].endswith("…") else ""
-    )
-    return line if len(line) <= SUMMARY_MAX_CHARS else line[: SUMMARY_MAX_CHARS - 1] + "…"
+    line = " ".join(lines[0].split()) + ("…" if len(lines) > 1 and not lines[0].endswith("…") else "")
+    return clip(line, SUMMARY_MAX_CHARS)
