@@ -21,8 +21,8 @@ from typing import Any
 
 from benchmarks.retention_methods import Run, compact_once, copy_of, model_input_text, open_session
 from soba_nb.agent.prompt import SYSTEM_PROMPT
+from soba_nb.agent.provider_summarizer import ProviderSummarizer
 from soba_nb.agent.session import AgentSession
-from soba_nb.agent.summarizer import ProviderSummarizer
 from soba_nb.agent.tools import TOOL_SCHEMAS
 from soba_nb.compaction.compactor import SummaryModels, summary_output_tokens
 from soba_nb.compaction.model_input import VISIBLE_TYPES, VisibleContext, assemble

@@ -23,7 +23,7 @@ from typing import Any
 from soba_nb.agent.assembly import choose_layout, open_session
 from soba_nb.agent.events import AgentEvent, Notice, TextDelta, ToolFinished
 from soba_nb.agent.loop import run_turn
-from soba_nb.capsules.export import export_capsule
+from soba_nb.capsule_files.export import export_capsule
 from soba_nb.compaction.outcomes import CompactionEvent, Outcome
 from soba_nb.config import load_config
 from soba_nb.layout import sessions_folder_for

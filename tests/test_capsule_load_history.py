@@ -13,7 +13,7 @@ from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 from llm_server import text
 
-from soba_nb.capsules.file import CapsuleFile, CapsuleMetadata, write_capsule_file
+from soba_nb.capsule_files.file import CapsuleFile, CapsuleMetadata, write_capsule_file
 from soba_nb.compaction.capsule import SECTION_HEADINGS, Capsule, parse_capsule, render_capsule
 from soba_nb.compaction.model_input import HANDOFF_FRAME
 from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry, MessageEntry

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from soba_nb.capsules.export import CapsuleExportError, export_capsule
-from soba_nb.capsules.file import (
+from soba_nb.capsule_files.export import CapsuleExportError, export_capsule
+from soba_nb.capsule_files.file import (
     CapsuleFileError,
     parse_capsule_file,
     read_capsule_file,
     render_capsule_file,
 )
-from soba_nb.capsules.load import LOAD_OPERATION_PREFIX, load_capsule
+from soba_nb.capsule_files.load import LOAD_OPERATION_PREFIX, load_capsule
 from soba_nb.cli import main
 from soba_nb.compaction.capsule import Capsule, render_capsule
 from soba_nb.compaction.model_input import HANDOFF_FRAME, assemble, visible_context
@@ -315,7 +315,7 @@ def test_nothing_is_appended_when_loading_a_bad_file(
 def test_loading_redacts_a_hand_made_file_again(
     session_b: Transcript, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from soba_nb.capsules.file import CapsuleFile, CapsuleMetadata, write_capsule_file
+    from soba_nb.capsule_files.file import CapsuleFile, CapsuleMetadata, write_capsule_file
 
     body = render_capsule(Capsule(goal_and_constraints=f"use {FAKE_OPENAI_KEY}"))
     meta = CapsuleMetadata(

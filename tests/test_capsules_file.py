@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from soba_nb.capsules.file import (
+from soba_nb.capsule_files.file import (
     KEYS,
     CapsuleFile,
     CapsuleFileError,

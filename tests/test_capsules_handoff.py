@@ -14,9 +14,9 @@ from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 from llm_server import text
 
-from soba_nb.capsules.export import EXPORT_FORMATS
-from soba_nb.capsules.file import CapsuleFileError
-from soba_nb.capsules.handoff import (
+from soba_nb.capsule_files.export import EXPORT_FORMATS
+from soba_nb.capsule_files.file import CapsuleFileError
+from soba_nb.capsule_files.handoff import (
     HANDOFF_HEADING,
     MAX_HANDOFF_BYTES,
     PREAMBLE_SECTION,

@@ -8,7 +8,7 @@ import re
 from IPython.utils.capture import capture_output
 from llm_server import text, tool_calls
 
-from soba_nb.capsules.file import CapsuleFile, CapsuleMetadata, write_capsule_file
+from soba_nb.capsule_files.file import CapsuleFile, CapsuleMetadata, write_capsule_file
 from soba_nb.compaction.capsule import Capsule, render_capsule
 from soba_nb.notebook.checkpoints import local_time
 from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry

@@ -7,8 +7,8 @@ from typing import get_args
 
 import pytest
 
-from soba_nb.capsules.file import read_capsule_file
-from soba_nb.capsules.memory import (
+from soba_nb.capsule_files.file import read_capsule_file
+from soba_nb.capsule_files.memory import (
     MEMORY_FOLDER,
     list_memory,
     memory_dir,

@@ -15,14 +15,14 @@ import pytest
 from compaction_support import add_tool_group, good_summary, make_compactor, open_transcript, words
 from llm_server import LLMServer, RecordedRequest, Reply, server_error, text
 
-from soba_nb.agent.summarizer import ProviderSummarizer
+from soba_nb.agent.provider_summarizer import ProviderSummarizer
 from soba_nb.compaction.compactor import Compactor, SummaryModels
 from soba_nb.compaction.model_input import capsule_text, visible_context
-from soba_nb.compaction.native import REQUEST_FRAME, NativeTarget, continuation_label
+from soba_nb.compaction.native_continuation import REQUEST_FRAME, NativeTarget, continuation_label
 from soba_nb.compaction.outcomes import Outcome
 from soba_nb.config import ModelSettings
 from soba_nb.providers.anthropic import AnthropicProvider
-from soba_nb.providers.native import AnthropicNative, ResponsesNative
+from soba_nb.providers.native_compactors import AnthropicNative, ResponsesNative
 from soba_nb.providers.responses import ResponsesProvider
 from soba_nb.transcript.entries import (
     CapsuleEntry,

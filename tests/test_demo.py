@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from soba_nb.capsules.file import read_capsule_file
+from soba_nb.capsule_files.file import read_capsule_file
 from soba_nb.cli import main
 from soba_nb.providers.local_model import local_model_available
 

@@ -1,4 +1,4 @@
-"""Native compaction requests (`soba_nb.providers.native`) against the loopback server's
+"""Native compaction requests (`soba_nb.providers.native_compactors`) against the loopback server's
 documented wire formats: OpenAI `POST /responses/compact`, Anthropic `compact_20260112`."""
 
 from __future__ import annotations
@@ -10,13 +10,17 @@ from typing import Any
 import pytest
 from llm_server import LLMServer, http_error, server_error, text
 
-from soba_nb.compaction.native import NativeRefused, NativeRequest
+from soba_nb.compaction.native_continuation import NativeRefused, NativeRequest
 from soba_nb.config import ModelSettings
 from soba_nb.messages import ChatMessage, ToolCall, ToolSchema
 from soba_nb.providers.anthropic import AnthropicProvider
 from soba_nb.providers.base import ModelRequest
 from soba_nb.providers.errors import RequestRejectedError
-from soba_nb.providers.native import AnthropicNative, ResponsesNative, native_compactor_for
+from soba_nb.providers.native_compactors import (
+    AnthropicNative,
+    ResponsesNative,
+    native_compactor_for,
+)
 from soba_nb.providers.openai import OpenAIProvider
 from soba_nb.providers.responses import ResponsesProvider
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from soba_nb.capsules.file import CapsuleFile, CapsuleMetadata, render_capsule_file
+from soba_nb.capsule_files.file import CapsuleFile, CapsuleMetadata, render_capsule_file
 from soba_nb.compaction.capsule import Capsule, render_capsule
 from soba_nb.redact import REDACTED, is_secret_name, redact, redact_data, redact_file_name
 

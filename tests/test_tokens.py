@@ -302,11 +302,11 @@ def test_the_embedded_model_counts_with_its_own_tokenizer() -> None:
 
     if not local_model_available():
         pytest.skip("the `local` extra is not installed")
-    from soba_nb.agent.session import session_counter as counter_for
+    from soba_nb.agent.session import session_counter
     from soba_nb.config import build_config
     from soba_nb.providers.local_model import count_tokens
 
-    counter = counter_for(build_config([("test", {"model": {"provider": "local"}})]))
+    counter = session_counter(build_config([("test", {"model": {"provider": "local"}})]))
     table = "\n".join(f"{i:>6} {i * 3.14159:>12.4f}" for i in range(50))
     assert counter.choice.exact and "GGUF" in counter.choice.encoding
     assert counter.count_text(table) == count_tokens(table)

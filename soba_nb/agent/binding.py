@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from soba_nb.agent.summarizer import ProviderSummarizer
+from soba_nb.agent.provider_summarizer import ProviderSummarizer
 from soba_nb.compaction.compactor import SummaryModels
 from soba_nb.providers.base import Provider
-from soba_nb.providers.native import native_compactor_for
+from soba_nb.providers.native_compactors import native_compactor_for
 
 
 @dataclass(frozen=True)

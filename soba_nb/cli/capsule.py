@@ -12,7 +12,7 @@ from soba_nb.cli.session import load_session, notebook_folder, session_argument
 from soba_nb.cli.table import EXIT_OK, PROG, CommandError, subcommand
 
 FORMATS = ("capsule", "agents-md")
-"""`soba_nb.capsules.export.EXPORT_FORMATS`, not imported here: the CLI imports the capsule
+"""`soba_nb.capsule_files.export.EXPORT_FORMATS`, not imported here: the CLI imports the capsule
 modules (and the tokenizer) only when the command runs."""
 
 
@@ -38,8 +38,8 @@ def capsule_arguments(parser: argparse.ArgumentParser) -> None:
     "capsule", "portable capsules: `capsule export SESSION CHECKPOINT OUT`", capsule_arguments
 )
 def capsule_command(args: argparse.Namespace) -> int:
-    from soba_nb.capsules.export import export_capsule
-    from soba_nb.capsules.memory import project_root_for
+    from soba_nb.capsule_files.export import export_capsule
+    from soba_nb.capsule_files.memory import project_root_for
 
     transcript = load_session(args.session)
     try:

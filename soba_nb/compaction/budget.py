@@ -19,7 +19,7 @@ from soba_nb.compaction.model_input import (
     capsule_tokens,
     entry_tokens,
 )
-from soba_nb.compaction.native import NativeTarget
+from soba_nb.compaction.native_continuation import NativeTarget
 from soba_nb.compaction.planner import RegionFacts
 from soba_nb.compaction.triggers import (
     INTENT_KINDS,

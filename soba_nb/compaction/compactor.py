@@ -35,7 +35,7 @@ from soba_nb.compaction.model_input import (
     system_text,
     visible_context,
 )
-from soba_nb.compaction.native import NativeCompactor, NativeTarget
+from soba_nb.compaction.native_continuation import NativeCompactor, NativeTarget
 from soba_nb.compaction.outcomes import (
     BarrierContext,
     CompactionPlan,

@@ -40,8 +40,8 @@ from soba_nb.compaction.model_input import (
     assemble,
     native_cost_key,
 )
-from soba_nb.compaction.native import NativeCompactor
-from soba_nb.compaction.native_run import NativeFailure, ask_native, native_request
+from soba_nb.compaction.native_continuation import NativeCompactor
+from soba_nb.compaction.native_step import NativeFailure, ask_native, native_request
 from soba_nb.compaction.outcomes import (
     BarrierContext,
     CompactionEvent,

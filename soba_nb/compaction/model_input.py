@@ -16,7 +16,7 @@ from enum import Enum
 from typing import cast
 
 from soba_nb.collector import collector_paused
-from soba_nb.compaction.native import NativeTarget, native_tokens, request_message
+from soba_nb.compaction.native_continuation import NativeTarget, native_tokens, request_message
 from soba_nb.messages import ChatMessage, ToolCall, ToolSchema
 from soba_nb.text import clip_middle as clip_text_middle
 from soba_nb.tokens import TOKENS_PER_REPLY, TokenCounter

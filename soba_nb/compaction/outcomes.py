@@ -17,7 +17,7 @@ from enum import Enum
 
 from soba_nb.compaction.extract_snapshots import ExtractSnapshots
 from soba_nb.compaction.flight import FlightRecorder
-from soba_nb.compaction.native import NativeCompactor, continuation_label
+from soba_nb.compaction.native_continuation import NativeCompactor, continuation_label
 from soba_nb.compaction.planner import Cut
 from soba_nb.compaction.summarizer import Summarizer
 from soba_nb.compaction.triggers import Thresholds, Trigger

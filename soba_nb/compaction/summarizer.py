@@ -1,6 +1,6 @@
 """The interface the compaction core uses to reach a summarizer model.
 
-The provider layer implements it (`soba_nb.agent.summarizer.ProviderSummarizer`); tests
+The provider layer implements it (`soba_nb.agent.provider_summarizer.ProviderSummarizer`); tests
 use an in-process fake with controllable latency, failures and outputs.
 """
 

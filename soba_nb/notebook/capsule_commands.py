@@ -6,9 +6,9 @@ capsule errors into a one-line `UsageError`. Each subcommand's arguments are a
 `magic_arguments` spec below (its docstring is the help text).
 
 `export --format agents-md` writes a Markdown handoff for another agent and `load
---untrusted` reads one (`soba_nb.capsules.handoff`); a load into a session with history keeps
+--untrusted` reads one (`soba_nb.capsule_files.handoff`); a load into a session with history keeps
 it in model input and says so, with the `%rewind` target that undoes it
-(`soba_nb.capsules.load`); `list` shows the checkpoints of the current path, newest last.
+(`soba_nb.capsule_files.load`); `list` shows the checkpoints of the current path, newest last.
 """
 
 # IPython's magic_arguments are untyped.
@@ -26,16 +26,16 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from soba_nb.agent.session import AgentSession
-from soba_nb.capsules.export import (
+from soba_nb.capsule_files.export import (
     EXPORT_FORMATS,
     CapsuleExportError,
     capsule_file_from_entry,
     export_capsule,
     find_capsule,
 )
-from soba_nb.capsules.file import FILE_SUFFIX, CapsuleFileError, write_capsule_file
-from soba_nb.capsules.load import LoadSummary, load_capsule, summarize_load
-from soba_nb.capsules.memory import list_memory, memory_dir
+from soba_nb.capsule_files.file import FILE_SUFFIX, CapsuleFileError, write_capsule_file
+from soba_nb.capsule_files.load import LoadSummary, load_capsule, summarize_load
+from soba_nb.capsule_files.memory import list_memory, memory_dir
 from soba_nb.notebook.arguments import error_line, parse
 from soba_nb.notebook.checkpoints import local_time
 from soba_nb.notebook.holder import SessionHolder

@@ -16,7 +16,7 @@ unsaved `untitled.ipynb` there.
 
 The project root (SPEC §8) is the nearest folder, from the notebook's own folder upward,
 holding `soba.json` or `.git`; if there is none, the notebook's folder
-(`soba_nb.capsules.memory.project_root_for`, shared with project memory).
+(`soba_nb.capsule_files.memory.project_root_for`, shared with project memory).
 
 The path is read when a session starts; renaming the notebook afterwards keeps the
 session where it was (the server does not tell a running kernel about renames).
@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from soba_nb.capsules.memory import project_root_for
+from soba_nb.capsule_files.memory import project_root_for
 from soba_nb.layout import UNTITLED_NOTEBOOK, sessions_folder_for
 
 NAMESPACE_KEYS = ("__session__",)

@@ -34,7 +34,7 @@ from soba_nb.agent.loop import DEFAULT_MAX_STEPS, DEFAULT_TURN_TIMEOUT_S, TurnRe
 from soba_nb.agent.rebuild import rebuild as rebuild_variables
 from soba_nb.agent.session import AgentSession, RewindError
 from soba_nb.agent.skills import SkillError
-from soba_nb.capsules.memory import mirror, should_mirror
+from soba_nb.capsule_files.memory import mirror, should_mirror
 from soba_nb.notebook import controls, input_transform
 from soba_nb.notebook.arguments import PROMPT_VALUE_CHARS as PROMPT_VALUE_CHARS  # re-exported
 from soba_nb.notebook.arguments import (

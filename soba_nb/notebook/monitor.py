@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from soba_nb.compaction.native import continuation_label
+from soba_nb.compaction.native_continuation import continuation_label
 from soba_nb.compaction.outcomes import CompactionEvent, CompactionResult, Outcome
 from soba_nb.compaction.triggers import Trigger
 from soba_nb.notebook.comm import publish

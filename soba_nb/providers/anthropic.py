@@ -8,7 +8,7 @@ alternate); streams are named events, and the usage figures arrive in two parts
 (input tokens in `message_start`, output tokens in `message_delta`).
 
 Native continuation (beta `compact-2026-01-12`): a `compaction` block the provider made
-(`soba_nb.providers.native`) is replayed in an assistant message at the start of the
+(`soba_nb.providers.native_compactors`) is replayed in an assistant message at the start of the
 conversation — the API ignores what comes before the block, so a one-line user message
 opens the conversation as the API requires. Replaying the block needs the beta header and
 a declared `compact_20260112` edit (the API refuses a compaction block whose strategy is not

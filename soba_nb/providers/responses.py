@@ -10,7 +10,7 @@ What shapes this module, against Chat Completions (`openai.py`):
 - streams are named events (`response.output_text.delta`, `response.output_item.done`,
   `response.completed` with the usage, `response.incomplete`, `response.failed`, `error`);
   a stream that ends before `response.completed` / `response.incomplete` is a failure.
-A native continuation made by `/responses/compact` (`soba_nb.providers.native`) is replayed
+A native continuation made by `/responses/compact` (`soba_nb.providers.native_compactors`) is replayed
 verbatim at the start of `input`: its user messages and its encrypted compaction item.
 """
 

@@ -92,7 +92,7 @@ def test_a_file_that_is_not_a_regular_file_is_refused_at_once(ip, nb_dir, specia
 
 
 def test_a_file_over_the_size_limit_is_refused_before_it_is_read(ip, nb_dir):
-    from soba_nb.capsules.file import MAX_FILE_BYTES
+    from soba_nb.capsule_files.file import MAX_FILE_BYTES
 
     huge = nb_dir / "huge.capsule.md"
     with huge.open("wb") as handle:

@@ -23,7 +23,7 @@ from llm_server import LLMServer, RecordedRequest, Reply, text, tool_calls
 from soba_nb.agent.assembly import choose_layout, open_session
 from soba_nb.agent.loop import run_turn
 from soba_nb.agent.session import AgentSession
-from soba_nb.capsules.export import export_capsule
+from soba_nb.capsule_files.export import export_capsule
 from soba_nb.cli.inspect import describe, render_inspect
 from soba_nb.config import build_config
 from soba_nb.layout import SessionLayout

@@ -13,7 +13,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from soba_nb.capsules.file import CapsuleFileError, parse_capsule_file, render_capsule_file
+from soba_nb.capsule_files.file import CapsuleFileError, parse_capsule_file, render_capsule_file
 from soba_nb.config import ConfigError, build_config
 from soba_nb.providers.anthropic import AnthropicProvider
 from soba_nb.providers.errors import ProviderError
@@ -62,7 +62,7 @@ def _fuzz_transcript(lines: list[str], cut: int, terminated: bool) -> None:
 
 
 def _valid_capsule_text() -> str:
-    from soba_nb.capsules.file import CapsuleFile, CapsuleMetadata
+    from soba_nb.capsule_files.file import CapsuleFile, CapsuleMetadata
     from soba_nb.compaction.capsule import SECTION_HEADINGS
 
     body = "\n\n".join(f"## {h}\n\n(none)" for h in SECTION_HEADINGS) + "\n"

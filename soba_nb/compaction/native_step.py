@@ -17,7 +17,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from soba_nb.compaction.model_input import VISIBLE_TYPES, VisibleContext, assemble
-from soba_nb.compaction.native import NativeCompactor, NativeRefused, NativeRequest, NativeTarget
+from soba_nb.compaction.native_continuation import (
+    NativeCompactor,
+    NativeRefused,
+    NativeRequest,
+    NativeTarget,
+)
 from soba_nb.compaction.planner import Cut
 from soba_nb.messages import ToolSchema
 from soba_nb.tokens import TokenCounter

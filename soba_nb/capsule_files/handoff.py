@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from soba_nb.capsules.file import CapsuleFileError, read_text_file
+from soba_nb.capsule_files.file import CapsuleFileError, read_text_file
 from soba_nb.compaction.capsule import Capsule, parse_capsule, render_capsule, split_sections
 from soba_nb.paths import shown
 from soba_nb.redact import redact

@@ -5,7 +5,7 @@ A load appends exactly one capsule entry, trigger `user`, with `source` (the fil
 (`capsule_text` in `soba_nb.compaction.model_input`). The file is read and validated whole
 first; on any error nothing is appended. `%capsule load PATH` reads a `.capsule.md` (front
 matter, hash checked); with `untrusted=True` (`--untrusted`) it reads any Markdown handoff
-tolerantly instead (`soba_nb.capsules.handoff`), as a `degraded` capsule.
+tolerantly instead (`soba_nb.capsule_files.handoff`), as a `degraded` capsule.
 
 **A session with history keeps it.** Only the latest capsule on the path reaches the model,
 and everything before its `firstKeptEntryId` does not, so a loaded capsule with
@@ -35,9 +35,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from soba_nb.capsules.export import DEFAULT_COUNTING_MODEL
-from soba_nb.capsules.file import CapsuleFileError, NoFrontMatterError, read_capsule_file
-from soba_nb.capsules.handoff import handoff_body, read_handoff
+from soba_nb.capsule_files.export import DEFAULT_COUNTING_MODEL
+from soba_nb.capsule_files.file import CapsuleFileError, NoFrontMatterError, read_capsule_file
+from soba_nb.capsule_files.handoff import handoff_body, read_handoff
 from soba_nb.compaction.capsule import SECTION_FIELDS, Capsule, parse_capsule, render_capsule
 from soba_nb.compaction.model_input import visible_context
 from soba_nb.redact import redact

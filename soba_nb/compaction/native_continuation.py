@@ -73,7 +73,7 @@ class NativeRequest:
 
 
 class NativeCompactor(Protocol):
-    """The provider side of native compaction (`soba_nb.providers.native`)."""
+    """The provider side of native compaction (`soba_nb.providers.native_compactors`)."""
 
     target: NativeTarget
 

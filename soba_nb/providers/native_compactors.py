@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from soba_nb.compaction.native import NativeRefused, NativeRequest, NativeTarget
+from soba_nb.compaction.native_continuation import NativeRefused, NativeRequest, NativeTarget
 from soba_nb.providers.anthropic import (
     ANTHROPIC_KIND,
     BETA_HEADER,

@@ -1,10 +1,10 @@
 """Export a session's capsule to a file (SPEC §8): a `.capsule.md`, or a plain Markdown
-handoff for another agent (`agents-md`, see `soba_nb.capsules.handoff`).
+handoff for another agent (`agents-md`, see `soba_nb.capsule_files.handoff`).
 
 Export redacts secrets from the title and body, writes atomically, never overwrites
 without `force`, and refuses a path outside the project unless the caller says the user
 asked for it explicitly (`allow_outside`: the magic and the CLI pass it when the user gave
-an absolute path). Loading a file into a session is `soba_nb.capsules.load`.
+an absolute path). Loading a file into a session is `soba_nb.capsule_files.load`.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from typing import Literal
 import msgspec
 from pydantic import ValidationError
 
-from soba_nb.capsules.file import (
+from soba_nb.capsule_files.file import (
     FILE_SUFFIX,
     CapsuleFile,
     CapsuleMetadata,
     write_capsule_file,
     write_file_atomically,
 )
-from soba_nb.capsules.handoff import AGENTS_MD, HANDOFF_SUFFIX, render_handoff
+from soba_nb.capsule_files.handoff import AGENTS_MD, HANDOFF_SUFFIX, render_handoff
 from soba_nb.redact import redact
 from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry
@@ -46,7 +46,7 @@ def default_title(entry: CapsuleEntry) -> str:
     return entry.title or f"Capsule {entry.checkpoint_id} ({entry.trigger})"
 
 
-def counter_for(entry: CapsuleEntry) -> TokenCounter:
+def capsule_counter(entry: CapsuleEntry) -> TokenCounter:
     """The token counter of the model that wrote the capsule, or the default one."""
     if entry.provider and entry.model:
         return TokenCounter.for_model(entry.provider, entry.model)
@@ -64,7 +64,7 @@ def capsule_file_from_entry(
 ) -> CapsuleFile:
     """A portable capsule from a capsule entry, with secrets redacted from title and body."""
     body = redact(entry.content, environ)
-    counter = counter or counter_for(entry)
+    counter = counter or capsule_counter(entry)
     try:
         return CapsuleFile(
             metadata=CapsuleMetadata(

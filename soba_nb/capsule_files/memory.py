@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from soba_nb.capsules.export import capsule_file_from_entry
-from soba_nb.capsules.file import (
+from soba_nb.capsule_files.export import capsule_file_from_entry
+from soba_nb.capsule_files.file import (
     FILE_SUFFIX,
     CapsuleFileError,
     CapsuleMetadata,
