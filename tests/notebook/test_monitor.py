@@ -35,7 +35,7 @@ BARRIER_S = 6.0
 MAX_REFRESH_GAP_S = 0.5
 LONG_ANSWER = "The data has many columns worth describing. " * 45
 TURNS_TO_COMPACT = 6
-"""Enough turns that a capsule really makes the input smaller (see test_notebook_magics)."""
+"""Enough turns that a capsule really makes the input smaller (see tests/notebook/test_magics.py)."""
 
 
 class FakeClock:

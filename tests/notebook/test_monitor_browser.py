@@ -28,7 +28,7 @@ opens as rendered Markdown with the soba capsule icon) and Cancel while a slow `
 streams (the cell ends with its cancelled line; the next cell runs).
 
 With `SOBA_SCREENSHOT=path`, the JupyterLab test saves a screenshot there (the one in
-docs/monitor.png): `SOBA_SCREENSHOT=docs/monitor.png pytest tests/test_monitor_browser.py -k lab`.
+docs/monitor.png): `SOBA_SCREENSHOT=docs/monitor.png pytest tests/notebook/test_monitor_browser.py -k lab`.
 
 Each test starts and always stops its own server (temporary root folder, random token,
 its own Jupyter config/data/runtime/settings folders; the installed labextensions stay

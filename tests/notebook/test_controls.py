@@ -20,7 +20,7 @@ from soba_nb.transcript.entries import CapsuleEntry
 
 LONG_ANSWER = "The data has many columns worth describing. " * 45
 TURNS_TO_COMPACT = 6
-"""Enough turns that a capsule really makes the input smaller (see test_notebook_magics)."""
+"""Enough turns that a capsule really makes the input smaller (see tests/notebook/test_magics.py)."""
 
 
 def magics(ip: Any) -> Any:

@@ -21,7 +21,7 @@ from soba_nb.transcript.store import Transcript
 
 MARKER = "Fit the churn model on the March extract."
 LONG_ANSWER = "The data has many columns worth describing. " * 45
-"""About 400 tokens: six such turns leave something to compact (test_notebook_magics)."""
+"""About 400 tokens: six such turns leave something to compact (tests/notebook/test_magics.py)."""
 
 
 def _agent(ip):
