@@ -31,7 +31,7 @@ LAYERS = {
     "window": {"catalogue", "compaction", "config", "providers", "transcript"},
     "capsule_files": {"compaction", "layout", "paths", "redact", "tokens", "transcript", "text", "printable"},
     "agent": {
-        "catalogue", "compaction", "config", "layout", "messages", "own_files", "providers", "resolution",
+        "capsule_files", "catalogue", "compaction", "config", "layout", "messages", "own_files", "providers", "resolution",
         "text", "tokens", "transcript", "window", "redact", "paths", "collector",
     },
     "demo": {"agent", "capsule_files", "compaction", "config", "layout"},

@@ -13,13 +13,15 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from soba_nb.agent.events import AgentEvent, Notice, TextDelta, ToolFinished, ToolStarted, Waiting
 from soba_nb.agent.rebuild import note_missing
 from soba_nb.agent.session import AgentSession
 from soba_nb.agent.tools import ToolContext, run_tool, summarize_arguments
+from soba_nb.agent.tools.base import NotebookAccess
+from soba_nb.compaction.cells_context import fit_cells
 from soba_nb.compaction.compactor import HardLimitExceeded
 from soba_nb.compaction.model_input import ModelInput
 from soba_nb.compaction.outcomes import CompactionResult, Outcome
@@ -28,6 +30,7 @@ from soba_nb.providers.base import ModelRequest, ModelResponse
 from soba_nb.providers.errors import Cancelled, ContextOverflowError, ProviderError
 from soba_nb.transcript.entries import (
     CapsuleEntry,
+    CellRecord,
     MessageEntry,
     ToolCallEntry,
     ToolResultEntry,
@@ -99,10 +102,12 @@ class TurnRunner:
         self.turn = TurnState()
         self.result = TurnResult("completed")
         self._overflow_recovered = False
+        self.notebook: NotebookAccess | None = None
+        """The notebook tools' access (None outside a notebook: they say so)."""
         self._retry_ceiling: int | None = None
         """After an overflow that stated the limit: the most the retry may be on our scale."""
 
-    def run(self, prompt: str) -> TurnResult:
+    def run(self, prompt: str, cells: Sequence[CellRecord] = ()) -> TurnResult:
         session = self.session
         session.ensure_summarizer()
         session.refresh_limits(ask_server=True)
@@ -112,6 +117,9 @@ class TurnRunner:
         try:
             if (missing := note_missing(session)) is not None:
                 self.emit(Notice(missing, "warning"))
+            block = fit_cells(cells, session.config.notebook.context_tokens, session.counter)
+            if block is not None:
+                session.transcript.append(block)
             session.transcript.append(MessageEntry(role="user", content=prompt))
             return self._loop()
         except KeyboardInterrupt:
@@ -347,6 +355,7 @@ class TurnRunner:
             namespace=self.session.namespace,
             record_checkpoint=self._checkpoint,
             cancel=self.cancel,
+            notebook=self.notebook,
             session_files=self.session.session_files(),
         )
         transcript = self.session.transcript
@@ -402,7 +411,12 @@ def run_turn(
     cancel: threading.Event | None = None,
     max_steps: int = DEFAULT_MAX_STEPS,
     turn_timeout_s: float = DEFAULT_TURN_TIMEOUT_S,
+    cells: Sequence[CellRecord] = (),
+    notebook: NotebookAccess | None = None,
 ) -> TurnResult:
-    """Run one agent turn to its end."""
+    """Run one agent turn to its end. `cells`: the notebook cells run since the previous turn
+    (newest last), carried ahead of the request within `notebook.contextTokens`; `notebook`:
+    what the notebook tools read and where their proposed cells go."""
     runner = TurnRunner(session, on_event=on_event, cancel=cancel, max_steps=max_steps, turn_timeout_s=turn_timeout_s)
-    return runner.run(prompt)
+    runner.notebook = notebook
+    return runner.run(prompt, cells)

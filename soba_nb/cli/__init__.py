@@ -5,6 +5,8 @@
     soba-nb budget SESSION [--json]    hardLimit / softLimit and effective tokens
     soba-nb capsule export SESSION CHECKPOINT OUT [--force]
                                        write a capsule as a portable .capsule.md file
+    soba-nb code SESSION [OUT] [--force]
+                                       the agent's successful python calls as a script/notebook
     soba-nb demo [FOLDER]              the quick-start session, offline, on the embedded model
     soba-nb doctor [FOLDER]            which model would be used, and why; the limits
 
@@ -56,6 +58,7 @@ from soba_nb.cli import inspect  # noqa: E402, F401
 from soba_nb.cli import verify  # noqa: E402, F401
 from soba_nb.cli import budget  # noqa: E402, F401
 from soba_nb.cli import capsule  # noqa: E402, F401
+from soba_nb.cli import code  # noqa: E402, F401
 from soba_nb.cli import demo  # noqa: E402, F401
 # isort: on
 from soba_nb.cli.session import model_of as model_of  # noqa: E402  (re-exported: benchmarks use it)

@@ -30,6 +30,7 @@ from soba_nb.compaction.triggers import (
 from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import (
     CapsuleEntry,
+    CellsEntry,
     CheckpointEntry,
     CompactionEntry,
     Entry,
@@ -357,7 +358,7 @@ class BudgetTracker:
         usage_input, usage_offset = self._usage_input, self._usage_offset
         for position, entry, cost in zip(count(offset), entries, costs):
             kind = type(entry)  # entry types are final: one identity test each, no isinstance chain
-            if kind is MessageEntry or kind is ToolCallEntry or kind is ToolResultEntry:
+            if kind is MessageEntry or kind is ToolCallEntry or kind is ToolResultEntry or kind is CellsEntry:
                 if cost is None:
                     cost = entry_tokens(entry, counter)
                 if kind is MessageEntry:
@@ -365,7 +366,7 @@ class BudgetTracker:
                         before_last = estimated
                 elif kind is ToolCallEntry:
                     open_calls[cast(ToolCallEntry, entry).call_id] = None
-                else:
+                elif kind is ToolResultEntry:
                     open_calls.pop(cast(ToolResultEntry, entry).call_id, None)
                     results += cost
                 estimated += cost

@@ -16,12 +16,14 @@ from enum import Enum
 from typing import cast
 
 from soba_nb.collector import collector_paused
+from soba_nb.compaction.cells_context import render_cells
 from soba_nb.compaction.native_continuation import NativeTarget, native_tokens, request_message
 from soba_nb.messages import ChatMessage, ToolCall, ToolSchema
 from soba_nb.text import clip_middle as clip_text_middle
 from soba_nb.tokens import TOKENS_PER_REPLY, TokenCounter
 from soba_nb.transcript.entries import (
     CapsuleEntry,
+    CellsEntry,
     Entry,
     MessageEntry,
     NativeContinuation,
@@ -54,7 +56,7 @@ HANDOFF_FRAME = (
 )
 SKILLS_HEADING = "\n\n# Active skills\n"
 
-VISIBLE_TYPES = (MessageEntry, ToolCallEntry, ToolResultEntry)
+VISIBLE_TYPES = (MessageEntry, ToolCallEntry, ToolResultEntry, CellsEntry)
 _VISIBLE_SET = frozenset(VISIBLE_TYPES)
 
 
@@ -100,6 +102,8 @@ def entry_tokens(entry: Entry, counter: TokenCounter) -> int:
             return counter.count_message("tool", clip_middle(entry.content, TOOL_OUTPUT_LIMIT_CHARS))
         if isinstance(entry, CapsuleEntry):
             return counter.count_message("user", capsule_text(entry))
+        if isinstance(entry, CellsEntry):
+            return counter.count_message("user", render_cells(entry))
         return 0
 
     return counter.cached(entry.id, compute)
@@ -275,6 +279,9 @@ def _messages(context: VisibleContext, result_limit: dict[str, int]) -> list[Cha
                 append(ChatMessage("user", f"[system note] {entry.content}"))
             else:
                 append(ChatMessage(entry.role, entry.content))
+        elif kind is CellsEntry:
+            assert isinstance(entry, CellsEntry)
+            append(ChatMessage("user", render_cells(entry)))
         elif kind is ToolCallEntry:
             assert isinstance(entry, ToolCallEntry)
             call = ToolCall(entry.call_id, entry.name, entry.arguments)

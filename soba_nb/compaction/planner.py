@@ -21,6 +21,7 @@ from soba_nb.compaction.model_input import (
 from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import (
     CapsuleEntry,
+    CellsEntry,
     Entry,
     MessageEntry,
     ToolCallEntry,
@@ -114,11 +115,12 @@ def current_request(path: Sequence[Entry]) -> MessageEntry | None:
 
 
 def valid_cuts(entries: Sequence[Entry]) -> list[int]:
-    """Indices where a cut may fall: a message with every earlier tool call answered."""
+    """Indices where a cut may fall: a message (or the cells ahead of a request) with every
+    earlier tool call answered."""
     cuts: list[int] = []
     open_calls: set[str] = set()
     for index, entry in enumerate(entries):
-        if isinstance(entry, MessageEntry) and not open_calls:
+        if isinstance(entry, MessageEntry | CellsEntry) and not open_calls:
             cuts.append(index)
         if isinstance(entry, ToolCallEntry):
             open_calls.add(entry.call_id)
@@ -171,7 +173,7 @@ def plan_cut(
             awaiting.discard(entry.call_id)  # type: ignore[union-attr]
             if entry.call_id == blocked:  # type: ignore[union-attr]
                 blocked = None
-        elif kind is MessageEntry and not awaiting and blocked is None:
+        elif (kind is MessageEntry or kind is CellsEntry) and not awaiting and blocked is None:
             cuts.append((index, kept))
             if kept >= keep_recent_tokens:
                 break  # the cut is decided: this one, or under `max_kept_tokens` a later one

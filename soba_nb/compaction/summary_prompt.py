@@ -23,11 +23,13 @@ from typing import NamedTuple
 from pydantic import BaseModel, ConfigDict
 
 from soba_nb.compaction.capsule import SECTION_HEADINGS, Capsule, render_capsule
+from soba_nb.compaction.cells_context import render_cells
 from soba_nb.compaction.deterministic import EXTRACT_ITEMS_MAX, capsule_from_scan
 from soba_nb.compaction.extract import Start, fresh_start
 from soba_nb.text import clip_middle
 from soba_nb.transcript.entries import (
     CapsuleEntry,
+    CellsEntry,
     CheckpointEntry,
     Entry,
     MessageEntry,
@@ -154,6 +156,8 @@ def render_entry(entry: Entry, *, tool_output_limit_chars: int) -> str:
         return f"[skill activated] {entry.name} ({entry.path})"
     if isinstance(entry, CapsuleEntry):
         return f"[earlier capsule {entry.checkpoint_id}]\n{entry.content}"
+    if isinstance(entry, CellsEntry):
+        return f"[notebook] {clip_middle(render_cells(entry), tool_output_limit_chars)}"
     return ""
 
 

@@ -35,6 +35,7 @@ from soba_nb.config.settings import MAX_CONTEXT_WINDOW as MAX_CONTEXT_WINDOW  # 
 from soba_nb.config.settings import MAX_TIMEOUT_MS as MAX_TIMEOUT_MS  # re-exported
 from soba_nb.config.settings import CompactionSettings as CompactionSettings  # re-exported
 from soba_nb.config.settings import ModelSettings as ModelSettings  # re-exported
+from soba_nb.config.settings import NotebookSettings as NotebookSettings  # re-exported
 from soba_nb.config.settings import Section
 from soba_nb.config.settings import SobaConfig as SobaConfig  # re-exported
 from soba_nb.layout import USER_CONFIG_PATH
@@ -107,7 +108,7 @@ def _apply_aliases(layer: Mapping[str, Any], source: str) -> dict[str, Any]:
     return out
 
 
-_SECTIONS: dict[str, type[Section]] = {"model": ModelSettings, "compaction": CompactionSettings}
+_SECTIONS: dict[str, type[Section]] = {"model": ModelSettings, "compaction": CompactionSettings, "notebook": NotebookSettings}
 
 
 def _env_keys() -> dict[str, tuple[str, str]]:
@@ -195,7 +196,7 @@ def _known_keys(loc: list[str]) -> str:
     if len(loc) >= 2 and loc[0] in _SECTIONS:
         names = [field.alias or name for name, field in _SECTIONS[loc[0]].model_fields.items()]
         return f"known keys in {loc[0]}: {', '.join(names)}"
-    return "the top level has model and compaction"
+    return f"the top level has {', '.join(_SECTIONS)}"
 
 
 RESOLUTION_LAYER = "provider resolution"

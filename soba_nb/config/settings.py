@@ -112,11 +112,25 @@ class CompactionSettings(Section):
     """Deadline for the model summary; after it the deterministic capsule is used."""
 
 
+MAX_IMAGES_PER_REQUEST = 64
+"""More images than this in one request is no setting any model takes."""
+
+
+class NotebookSettings(Section):
+    """The notebook as context (SPEC §10)."""
+
+    context_tokens: int = Field(2000, ge=0, le=MAX_CONTEXT_WINDOW, strict=True)
+    """The cells run since the previous turn reach the model within this many tokens (0: off)."""
+    max_images_per_request: int = Field(4, ge=0, le=MAX_IMAGES_PER_REQUEST, strict=True)
+    """The newest images a request carries to a model that takes images."""
+
+
 class SobaConfig(Section):
     """The whole configuration."""
 
     model: ModelSettings = Field(default_factory=lambda: ModelSettings())
     compaction: CompactionSettings = Field(default_factory=lambda: CompactionSettings())
+    notebook: NotebookSettings = Field(default_factory=lambda: NotebookSettings())
     _provider_source: str = PrivateAttr(default="defaults")
     _provider_steps: tuple[str, ...] = PrivateAttr(default=())
     _explicit: dict[str, str] = PrivateAttr(default_factory=dict)

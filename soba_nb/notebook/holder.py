@@ -13,6 +13,7 @@ sidebar's figures fresh.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Iterator
@@ -25,11 +26,15 @@ from IPython.core.error import UsageError
 from soba_nb.agent.assembly import choose_layout, open_session, reconfigure
 from soba_nb.agent.session import AgentSession, RewindError
 from soba_nb.agent.skills import SkillError
+from soba_nb.agent.tools.base import CellKind, NotebookAccess
+from soba_nb.compaction.cells_context import FIRST_TURN_CELLS
 from soba_nb.config import ConfigError, load_config
 from soba_nb.notebook.arguments import error_line
+from soba_nb.notebook.cells import CellRecorder
 from soba_nb.notebook.location import locate
 from soba_nb.notebook.monitor import SidebarPublisher, snapshot_of
 from soba_nb.notebook.render import TurnRenderer
+from soba_nb.transcript.entries import CellRecord
 from soba_nb.transcript.store import TranscriptError, TranscriptLockedError, TranscriptWriteError
 
 SESSION_ERRORS = (ConfigError, TranscriptError, TranscriptLockedError, SkillError, RewindError, OSError)
@@ -59,6 +64,10 @@ class SessionHolder:
         self.agent: AgentSession | None = None
         self.sidebar = SidebarPublisher()
         """The JupyterLab sidebar's feed (a no-op without a kernel)."""
+        self.recorder = CellRecorder(shell)
+        """The cells the user runs (registered with the magics)."""
+        self.proposed: list[tuple[str, CellKind]] = []
+        """Cells the agent proposed (`add_cell`) in the running turn."""
         self._cancel: threading.Event | None = None
         self._guard = threading.Lock()
 
@@ -93,6 +102,37 @@ class SessionHolder:
         except SESSION_ERRORS as exc:
             raise UsageError(error_line(exc)) from None
         return self.agent
+
+    def notebook_access(self) -> NotebookAccess:
+        """What the notebook tools read and where their proposed cells go, for one turn."""
+        self.proposed = []
+        agent = self.agent
+        notebook = Path(agent.notebook) if agent is not None and agent.notebook else None
+        return NotebookAccess(cells=self._cells_by_count, propose=self._propose, notebook=notebook)
+
+    def _cells_by_count(self, first: int | None, last: int | None) -> list[CellRecord]:
+        return [cell.record() for cell in self.recorder.by_count(first, last)]
+
+    def _propose(self, source: str, kind: CellKind) -> str:
+        self.proposed.append((source, kind))
+        return "it goes below this cell when the turn ends, for the user to read and run"
+
+    def place_proposed(self) -> list[tuple[str, CellKind]]:
+        """Put the turn's last proposed cell below the running one (IPython's `set_next_input`:
+        JupyterLab, Notebook 7 and VS Code insert it, a terminal pre-fills the next prompt);
+        returns every proposed cell, for the cell output to show."""
+        proposed, self.proposed = self.proposed, []
+        if proposed:
+            source, kind = proposed[-1]
+            text = source if kind == "code" else _as_markdown_cell(source)
+            # A shell without a next input (a script): the output shows the cell all the same.
+            with contextlib.suppress(Exception):
+                self.shell.set_next_input(text, replace=False)
+        return proposed
+
+    def cells_since_turn(self) -> list[CellRecord]:
+        """The cells run since the previous turn (the last few at the first), for the model."""
+        return [cell.record() for cell in self.recorder.since_turn(first=FIRST_TURN_CELLS)]
 
     def _overrides(self) -> dict[str, Any]:
         return {"model": {"name": self.settings.model}} if self.settings.model else {}
@@ -152,6 +192,11 @@ class SessionHolder:
             return False
         cancel.set()
         return True
+
+
+def _as_markdown_cell(source: str) -> str:
+    """`set_next_input` makes a code cell: a Markdown proposal goes as IPython's `%%markdown`."""
+    return f"%%markdown\n{source}"
 
 
 def _session_path(text: str) -> Path:

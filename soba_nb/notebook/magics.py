@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -30,6 +31,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
 from traitlets.config import Configurable
 
+from soba_nb.agent.code_export import CodeExportError, export_code
 from soba_nb.agent.loop import DEFAULT_MAX_STEPS, DEFAULT_TURN_TIMEOUT_S, TurnResult, run_turn
 from soba_nb.agent.rebuild import rebuild as rebuild_variables
 from soba_nb.agent.session import AgentSession, RewindError
@@ -65,8 +67,28 @@ SLASH_COMMANDS = {
     "rewind": "rewind",
     "checkpoint": "checkpoint",
     "rebuild": "rebuild",
+    "fix": "fix",
+    "code": "code",
 }
-"""`%soba /NAME …` → the line magic that does the same (`/rebuild`: this class's method)."""
+"""`%soba /NAME …` → the line magic that does the same (or this class's method: `SLASH_ONLY`)."""
+SLASH_ONLY = frozenset({"rebuild", "fix", "code"})
+"""Slash commands with no magic of their own."""
+FIX_REQUEST = """\
+Fix the notebook cell In [{count}], which failed. Its source:
+
+{fence}python
+{source}
+{fence}
+
+It raised:
+
+```
+{error}
+```
+
+Find the cause (check your idea with the python tool if it helps, without changing the \
+user's variables), then propose the corrected cell with add_cell and say in one or two \
+sentences what was wrong.{extra}"""
 _SLASH = re.compile(r"^/(?P<name>[a-z][a-z-]*)(?:\s+(?P<rest>.*))?$", re.DOTALL)
 
 
@@ -201,12 +223,16 @@ class SobaMagics(Magics, Configurable):
                     cancel=cancel,
                     max_steps=self.max_steps,
                     turn_timeout_s=self.turn_timeout_s,
+                    cells=self.holder.cells_since_turn(),
+                    notebook=self.holder.notebook_access(),
                 )
             except KeyboardInterrupt:
                 result = TurnResult("cancelled", message="interrupted; the next %soba works")
             except ProviderError as exc:
                 result = TurnResult("failed", message=error_line(exc))
         renderer.finish(result)
+        for source, kind in self.holder.place_proposed():
+            renderer.show_cell(source, kind)
         self.refresh_monitor()
         self.last_result = result
         return result
@@ -222,7 +248,7 @@ class SobaMagics(Magics, Configurable):
             known = ", ".join(f"/{known}" for known in SLASH_COMMANDS)
             raise UsageError(f"%soba: unknown command /{name}; known: {known}")
         shell: Any = self.shell
-        magic: Callable[[str], Any] | None = shell.find_line_magic(SLASH_COMMANDS[name])
+        magic: Callable[[str], Any] | None = None if name in SLASH_ONLY else shell.find_line_magic(SLASH_COMMANDS[name])
         if magic is None:
             magic = getattr(self, SLASH_COMMANDS[name])
         magic(rest)
@@ -361,6 +387,37 @@ class SobaMagics(Magics, Configurable):
         renderer.finish(None)
         self.refresh_monitor()
 
+    def fix(self, line: str) -> None:
+        """`%soba /fix [instructions]` — a turn about the latest cell that raised: its source and
+        traceback go to the model, which proposes the corrected cell (`add_cell`)."""
+        cell = self.holder.recorder.latest_error()
+        if cell is None:
+            print("nothing to fix: no cell has raised since %load_ext soba_nb in this kernel")
+            return
+        fence = "````" if "```" in cell.source else "```"
+        extra = f"\n\nAlso: {line.strip()}" if line.strip() else ""
+        count = cell.execution_count if cell.execution_count is not None else " "
+        self.run_prompt(FIX_REQUEST.format(count=count, source=cell.source, fence=fence, error=cell.error, extra=extra))
+
+    def code(self, line: str) -> None:
+        """`%soba /code [OUT] [--force]` — the code of the agent's successful python calls on
+        the path, in order: printed, or written to OUT (`.ipynb`: a notebook; else a script)."""
+        words = line.split()
+        force = "--force" in words
+        rest = [word for word in words if word != "--force"]
+        if len(rest) > 1:
+            raise UsageError("%soba /code: give at most one OUT path (and --force)")
+        agent = self.get_session()
+        out = Path(rest[0]).expanduser() if rest else None
+        try:
+            text, written = export_code(agent.transcript.path_view(), out, title=f"soba session {agent.session_id}", force=force)
+        except CodeExportError as exc:
+            raise UsageError(f"%soba /code: {exc}") from None
+        if written is None:
+            print(text, end="")
+        else:
+            print(f"wrote the code of {text.count('# call ')} python calls to {shown(written)}")
+
     def complete_checkpoint_ids(self, _shell: Any, event: Any) -> list[str]:
         """Tab after `%rewind`: the session's checkpoint ids, newest first."""
         if self.agent is None:
@@ -378,6 +435,7 @@ def register(shell: Any) -> SobaMagics:
     shell.register_magics(magics)
     shell.register_magics(CapsuleMagics(shell, magics.holder))
     input_transform.install(shell)
+    magics.holder.recorder.register()
     controls.register(magics.holder)
     shell.set_hook("complete_command", magics.complete_checkpoint_ids, str_key="%rewind")
     if magics not in shell.configurables:  # `%config SobaMagics.…` looks here
@@ -392,6 +450,7 @@ def unregister(shell: Any) -> None:
     if not isinstance(magics, SobaMagics):
         return
     controls.unregister(magics.holder)
+    magics.holder.recorder.unregister()
     capsule = shell.magics_manager.registry.pop(CapsuleMagics.__name__, None)
     for owner in (magics, capsule):
         for kind, names in (owner.magics.items() if owner is not None else ()):

@@ -266,6 +266,17 @@ class TurnRenderer:
         else:
             self.print_line(text)
 
+    def show_cell(self, source: str, kind: str) -> None:
+        """A cell the agent proposed, shown whole: the user reads what goes into the notebook."""
+        fence = "````" if "```" in source else "```"
+        language = "python" if kind == "code" else "markdown"
+        heading = f"Proposed {kind} cell (put below this one, not run):"
+        if self.rich:
+            self._end_answer()
+            self.display(TextView(f"**{heading}**\n\n{fence}{language}\n{source}\n{fence}"))
+        else:
+            self.print_line(f"{heading}\n{source}")
+
     # -- end -------------------------------------------------------------------------
 
     def finish(self, result: TurnResult | None) -> None:

@@ -132,6 +132,33 @@ class ToolResultEntry(_Entry, tag="tool_result", kw_only=True, frozen=True):
     duration_ms: int | None = None
 
 
+CellOutcome = Literal["ok", "error"]
+
+
+class CellRecord(Struct, kw_only=True, frozen=True, rename="camel", gc=False):
+    """One notebook cell the user ran, as the model is told of it (SPEC §10)."""
+
+    execution_count: int | None = None
+    """The `In [n]` of the cell; null when the kernel gave none."""
+    source: str = ""
+    outcome: CellOutcome = "ok"
+    error: str | None = None
+    """For an error: `Type: message`, then the traceback (clipped to its last lines)."""
+    output: str | None = None
+    """What the cell showed: printed text, the repr of its result (`Out[n]`), the kinds of
+    rich output it displayed (clipped)."""
+
+
+class CellsEntry(_Entry, tag="cells", kw_only=True, frozen=True):
+    """The cells the user ran since the previous turn, ahead of the request (SPEC §10)."""
+
+    type: ClassVar[str] = "cells"
+    cells: list[CellRecord] = field(default_factory=list)
+    """Newest last."""
+    omitted: int = 0
+    """Cells run since the previous turn but left out to fit `notebook.contextTokens`."""
+
+
 class UsageEntry(_Entry, tag="usage", kw_only=True, frozen=True):
     """Usage figures the provider reported for one request."""
 
@@ -298,6 +325,7 @@ Entry = (
     | MessageEntry
     | ToolCallEntry
     | ToolResultEntry
+    | CellsEntry
     | UsageEntry
     | CapsuleEntry
     | CheckpointEntry

@@ -4,7 +4,8 @@ The names and parameters are a public contract:
 
     python(code)                  read_file(path)            write_file(path, content)
     edit_file(path, old, new)     list_files(path=".")       shell(command, timeout_s=60)
-    checkpoint(kind, note)
+    checkpoint(kind, note)        read_cells(first, last)    read_notebook(path)
+    add_cell(source, kind)
 
 `run_tool(name, arguments, ctx)` takes the raw JSON argument text from the model and never
 raises (except `KeyboardInterrupt`): malformed arguments, an unknown tool, a failing tool and
@@ -22,7 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from soba_nb.agent.tools import checkpoint, files, python_tool, shell
+from soba_nb.agent.tools import checkpoint, files, notebook, python_tool, shell
 from soba_nb.agent.tools.base import (
     ToolArguments,
     ToolContext,
@@ -125,6 +126,27 @@ TOOLS: dict[str, Tool] = {
             checkpoint.CheckpointArguments,
             checkpoint.run,
             checkpoint.summarize,
+        ),
+        Tool(
+            "read_cells",
+            notebook.READ_CELLS_DESCRIPTION,
+            notebook.ReadCellsArguments,
+            notebook.read_cells,
+            notebook.summarize_read_cells,
+        ),
+        Tool(
+            "read_notebook",
+            notebook.READ_NOTEBOOK_DESCRIPTION,
+            notebook.ReadNotebookArguments,
+            notebook.read_notebook,
+            notebook.summarize_read_notebook,
+        ),
+        Tool(
+            "add_cell",
+            notebook.ADD_CELL_DESCRIPTION,
+            notebook.AddCellArguments,
+            notebook.add_cell,
+            notebook.summarize_add_cell,
         ),
     )
 }

@@ -8,12 +8,28 @@ Tools raise `ToolError` internally; the registry turns it into such an outcome.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
+
+from soba_nb.transcript.entries import CellRecord
+
+CellKind = Literal["code", "markdown"]
+
+
+@dataclass(frozen=True)
+class NotebookAccess:
+    """What the notebook layer lends the tools for one turn."""
+
+    cells: Callable[[int | None, int | None], Sequence[CellRecord]]
+    """The recorded cells with execution counts in [first, last] (both optional)."""
+    propose: Callable[[str, CellKind], str]
+    """Put a proposed cell below the current one; returns how it was put there (one line)."""
+    notebook: Path | None = None
+    """This notebook's file, when the kernel knows it."""
 
 
 @dataclass
@@ -28,6 +44,8 @@ class ToolContext:
     """`record_checkpoint(kind, note) -> checkpoint_id`; None when the session has none."""
     cancel: threading.Event | None = None
     """Set when the user cancels the turn; long-running tools (shell) stop early."""
+    notebook: NotebookAccess | None = None
+    """The notebook's cells and the way to propose one (None outside a notebook)."""
     session_files: frozenset[Path] = frozenset()
     """The open session's own files (transcript and side-cars, resolved): the file tools never
     write them, even where `%soba --session PATH` put them outside a `.soba` folder."""

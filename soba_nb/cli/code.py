@@ -1,0 +1,33 @@
+"""`soba-nb code SESSION [OUT] [--force]`: the code of the agent's successful python calls on
+the session's current path, in order — printed, or written to OUT (a notebook when OUT ends
+in `.ipynb`, else a percent-format script). The same as `%soba /code [OUT]`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from soba_nb.cli.session import load_session, session_argument
+from soba_nb.cli.table import EXIT_OK, EXIT_USAGE, CommandError, subcommand
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    session_argument(parser)
+    parser.add_argument("out", nargs="?", type=Path, metavar="OUT", help="a .py script or an .ipynb notebook to write")
+    parser.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
+
+
+@subcommand("code", "the code of the agent's successful python calls, as a script or notebook", _arguments)
+def code_command(args: argparse.Namespace) -> int:
+    from soba_nb.agent.code_export import CodeExportError, export_code
+
+    transcript = load_session(args.session)
+    try:
+        text, written = export_code(transcript.path_view(), args.out, title=f"soba session {transcript.file.stem}", force=args.force)
+    except CodeExportError as error:
+        raise CommandError(f"soba-nb code: {error}", EXIT_USAGE) from None
+    if written is None:
+        print(text, end="")
+    else:
+        print(f"wrote the code of {text.count('# call ')} python calls to {written}")
+    return EXIT_OK
