@@ -47,6 +47,9 @@ EXPECTED_PARAMETERS = {
     "list_files": (["path"], []),
     "shell": (["command", "timeout_s"], ["command"]),
     "checkpoint": (["kind", "note"], ["kind", "note"]),
+    "read_cells": (["first", "last"], []),
+    "read_notebook": (["path"], []),
+    "add_cell": (["source", "kind"], ["source"]),
 }
 
 
@@ -419,7 +422,7 @@ def test_unknown_tool_lists_the_known_tools(ctx: ToolContext) -> None:
     assert outcome.is_error
     assert outcome.content == (
         "unknown tool 'run_sql'; known tools: "
-        "python, read_file, write_file, edit_file, list_files, shell, checkpoint"
+        "python, read_file, write_file, edit_file, list_files, shell, checkpoint, read_cells, read_notebook, add_cell"
     )
 
 
