@@ -43,15 +43,17 @@ class CatalogueEntry:
     """Tokens the model takes in one request, prompt and answer together."""
     max_output_tokens: int
     """The model's own maximum output (for open weights: the reservation described above)."""
+    vision: bool = False
+    """The model takes images in its input (SPEC §10)."""
 
 
-def _hosted(family: str, context_window: int, max_output_tokens: int) -> CatalogueEntry:
-    return CatalogueEntry(family, context_window, max_output_tokens)
+def _hosted(family: str, context_window: int, max_output_tokens: int, *, vision: bool = False) -> CatalogueEntry:
+    return CatalogueEntry(family, context_window, max_output_tokens, vision)
 
 
-def _open_weights(family: str, context_window: int) -> CatalogueEntry:
+def _open_weights(family: str, context_window: int, *, vision: bool = False) -> CatalogueEntry:
     reserve = min(context_window // OPEN_WEIGHTS_OUTPUT_SHARE, OPEN_WEIGHTS_OUTPUT_CAP)
-    return CatalogueEntry(family, context_window, reserve)
+    return CatalogueEntry(family, context_window, reserve, vision)
 
 
 # Between a family and its version: "llama3", "Llama-3", "llama_3" (GGUF files), "llama 3".
@@ -76,37 +78,44 @@ _DEEPSEEK_API_OUTPUT = 8192
 
 _TABLE: tuple[tuple[str, CatalogueEntry], ...] = (
     # -- OpenAI: most specific names first (gpt-4o-mini before gpt-4o before gpt-4) --------
-    (r"gpt-4o-mini", _hosted("GPT-4o mini", 128000, 16384)),
-    (r"gpt-4o", _hosted("GPT-4o", 128000, 16384)),
-    (r"gpt-4\.1", _hosted("GPT-4.1", 1047576, 32768)),
+    (r"gpt-4o-mini", _hosted("GPT-4o mini", 128000, 16384, vision=True)),
+    (r"gpt-4o", _hosted("GPT-4o", 128000, 16384, vision=True)),
+    (r"gpt-4\.1", _hosted("GPT-4.1", 1047576, 32768, vision=True)),
     # gpt-5-chat-latest (the ChatGPT snapshot) has a smaller window than the GPT-5 API models.
-    (r"gpt-5(?:\.\d+)?-chat", _hosted("GPT-5 Chat", 128000, 16384)),
-    (r"gpt-5", _hosted("GPT-5", 400000, 128000)),
+    (r"gpt-5(?:\.\d+)?-chat", _hosted("GPT-5 Chat", 128000, 16384, vision=True)),
+    (r"gpt-5", _hosted("GPT-5", 400000, 128000, vision=True)),
     # The first o1 releases were smaller than o1 proper.
     (r"^o1-preview", _hosted("o1-preview", 128000, 32768)),
     (r"^o1-mini", _hosted("o1-mini", 128000, 65536)),
-    (r"^o1(?![a-z0-9])", _hosted("o1", _O_SERIES_WINDOW, _O_SERIES_OUTPUT)),
-    (r"^o3(?![a-z0-9])", _hosted("o3", _O_SERIES_WINDOW, _O_SERIES_OUTPUT)),
-    (r"^o4-mini", _hosted("o4-mini", _O_SERIES_WINDOW, _O_SERIES_OUTPUT)),
-    (r"gpt-4-(?:turbo|\d{4}-preview|vision)", _hosted("GPT-4 Turbo", 128000, 4096)),
+    (r"^o1(?![a-z0-9])", _hosted("o1", _O_SERIES_WINDOW, _O_SERIES_OUTPUT, vision=True)),
+    (r"^o3-mini", _hosted("o3-mini", _O_SERIES_WINDOW, _O_SERIES_OUTPUT)),  # text only, unlike o3
+    (r"^o3(?![a-z0-9])", _hosted("o3", _O_SERIES_WINDOW, _O_SERIES_OUTPUT, vision=True)),
+    (r"^o4-mini", _hosted("o4-mini", _O_SERIES_WINDOW, _O_SERIES_OUTPUT, vision=True)),
+    # GPT-4 Turbo (gpt-4-turbo, gpt-4-turbo-2024-04-09) and the vision previews take images;
+    # the 1106/0125 text previews do not.
+    (r"gpt-4-(?:turbo|vision|\d{4}-vision)", _hosted("GPT-4 Turbo", 128000, 4096, vision=True)),
+    (r"gpt-4-\d{4}-preview", _hosted("GPT-4 Turbo", 128000, 4096)),
     # OpenAI lists 8192 as GPT-4's output limit, but that is the whole shared window:
     # reserving all of it would leave no room for input, so half is reserved instead.
     (r"gpt-4(?![o.\d])", _hosted("GPT-4", 8192, _GPT_4_OUTPUT)),
     (r"gpt-3\.5-turbo(?!-instruct)", _hosted("GPT-3.5 Turbo", 16385, 4096)),
     # -- Anthropic: dated API names, Bedrock ids and dotted OpenRouter names ----------------
-    (r"claude-3[-.]7", _hosted("Claude 3.7 Sonnet", _CLAUDE_WINDOW, _CLAUDE_LONG_OUTPUT)),
-    (r"claude-3[-.]5", _hosted("Claude 3.5", _CLAUDE_WINDOW, _CLAUDE_3_5_OUTPUT)),
-    (r"claude-3-(?:opus|sonnet|haiku)", _hosted("Claude 3", _CLAUDE_WINDOW, _CLAUDE_3_OUTPUT)),
+    (r"claude-3[-.]7", _hosted("Claude 3.7 Sonnet", _CLAUDE_WINDOW, _CLAUDE_LONG_OUTPUT, vision=True)),
+    (r"claude-3[-.]5", _hosted("Claude 3.5", _CLAUDE_WINDOW, _CLAUDE_3_5_OUTPUT, vision=True)),
+    (r"claude-3-(?:opus|sonnet|haiku)", _hosted("Claude 3", _CLAUDE_WINDOW, _CLAUDE_3_OUTPUT, vision=True)),
     # Opus 4.5 raised the output limit of the Opus line to that of Sonnet 4.5.
-    (r"claude-opus-4[-.]5", _hosted("Claude Opus 4.5", _CLAUDE_WINDOW, _CLAUDE_LONG_OUTPUT)),
-    (r"claude-opus-4[-.]1", _hosted("Claude Opus 4.1", _CLAUDE_WINDOW, _CLAUDE_OPUS_4_OUTPUT)),
-    (r"claude-(?:opus-4|4-opus)", _hosted("Claude Opus 4", _CLAUDE_WINDOW, _CLAUDE_OPUS_4_OUTPUT)),
-    (r"claude-sonnet-4[-.]5", _hosted("Claude Sonnet 4.5", _CLAUDE_WINDOW, _CLAUDE_LONG_OUTPUT)),
+    (r"claude-opus-4[-.]5", _hosted("Claude Opus 4.5", _CLAUDE_WINDOW, _CLAUDE_LONG_OUTPUT, vision=True)),
+    (r"claude-opus-4[-.]1", _hosted("Claude Opus 4.1", _CLAUDE_WINDOW, _CLAUDE_OPUS_4_OUTPUT, vision=True)),
+    (r"claude-(?:opus-4|4-opus)", _hosted("Claude Opus 4", _CLAUDE_WINDOW, _CLAUDE_OPUS_4_OUTPUT, vision=True)),
+    (r"claude-sonnet-4[-.]5", _hosted("Claude Sonnet 4.5", _CLAUDE_WINDOW, _CLAUDE_LONG_OUTPUT, vision=True)),
     (
         r"claude-(?:sonnet-4|4-sonnet)",
-        _hosted("Claude Sonnet 4", _CLAUDE_WINDOW, _CLAUDE_LONG_OUTPUT),
+        _hosted("Claude Sonnet 4", _CLAUDE_WINDOW, _CLAUDE_LONG_OUTPUT, vision=True),
     ),
-    (r"claude-haiku-4", _hosted("Claude Haiku 4.5", _CLAUDE_WINDOW, _CLAUDE_LONG_OUTPUT)),
+    (r"claude-haiku-4", _hosted("Claude Haiku 4.5", _CLAUDE_WINDOW, _CLAUDE_LONG_OUTPUT, vision=True)),
+    # -- Google Gemini (hosted): a 1M window; 2.5 answers at length ---------------------------
+    (r"gemini-2[._]5", _hosted("Gemini 2.5", 1048576, 65536, vision=True)),
+    (r"gemini", _hosted("Gemini", 1048576, 8192, vision=True)),
     # -- DeepSeek, before Llama and Qwen ("DeepSeek-R1-Distill-Llama-8B" is DeepSeek's).
     # The chat/reasoner figures are the hosted API's; the open weights run longer (the R1
     # distills at 128k, V3 at 160k), so for them they are a floor until the server says more.
@@ -141,7 +150,7 @@ _TABLE: tuple[tuple[str, CatalogueEntry], ...] = (
     # Mistral Small 3.1 and 3.2 have a 128k window; 22B (2409) and 3.0 (2501) have 32k.
     (
         r"mistral" + _SEP + r"small" + _SEP + r"3[._][12]",
-        _open_weights("Mistral Small 3.1/3.2", 131072),
+        _open_weights("Mistral Small 3.1/3.2", 131072, vision=True),
     ),
     (r"mistral" + _SEP + r"small", _open_weights("Mistral Small", 32768)),
     (r"mistral" + _SEP + r"large", _open_weights("Mistral Large", 131072)),
@@ -154,7 +163,7 @@ _TABLE: tuple[tuple[str, CatalogueEntry], ...] = (
     (_START + r"mistral", _open_weights("Mistral 7B", 32768)),
     # -- Gemma: "gemma-2b" is Gemma 1 at 2B, "gemma-2-2b" is Gemma 2; Gemma 3n is not Gemma 3.
     (r"gemma" + _SEP + r"3[-_:](?:1b|270m)(?![a-z0-9])", _open_weights("Gemma 3 (small)", 32768)),
-    (r"gemma" + _SEP + r"3(?![\dbn])", _open_weights("Gemma 3", 131072)),
+    (r"gemma" + _SEP + r"3(?![\dbn])", _open_weights("Gemma 3", 131072, vision=True)),
     (r"gemma" + _SEP + r"2(?![\db])", _open_weights("Gemma 2", 8192)),
     (
         _START + r"gemma(?:[-_ :]?(?:1\.1[-_])?[27]b(?![a-z0-9])|:latest$|$)",
@@ -181,6 +190,19 @@ def _normalize(model: str) -> str:
     `.gguf` suffix (`Org/Qwen2.5-7B-Instruct-Q4_K_M.gguf` → `qwen2.5-7b-instruct-q4_k_m`)."""
     name = model.strip().lower().rsplit("/", 1)[-1]
     return name[: -len(GGUF_SUFFIX)] if name.endswith(GGUF_SUFFIX) else name
+
+
+VISION_NAME = re.compile(
+    r"vision|llava|pixtral|moondream|minicpm-?v|(?<![a-z])vl(?![a-z])|-vl|gemma" + _SEP + r"3(?![\dbn])(?![-_:](?:1b|270m))"
+)
+"""Names of open-weight models that take images whatever their family (`llama3.2-vision`,
+`qwen2.5-vl`, `llava`, `pixtral`, `minicpm-v`)."""
+
+
+def takes_images(provider: str, model: str) -> bool:
+    """Whether the catalogue knows `model` to take images (SPEC §10); `model.vision` overrides."""
+    entry = lookup(provider, model)
+    return (entry is not None and entry.vision) or VISION_NAME.search(_normalize(model)) is not None
 
 
 def lookup(provider: str, model: str) -> CatalogueEntry | None:

@@ -31,6 +31,8 @@ EXTRACT_SUFFIX = ".extract"
 SIDECAR_SUFFIXES = (TOKENS_SUFFIX, BUDGET_SUFFIX, EXTRACT_SUFFIX)
 FLIGHT_FILE = "flight.jsonl"
 """The folder's flight records (`compaction.flight`): not a transcript, though it ends so."""
+ARTIFACTS_FOLDER = "artifacts"
+"""`<notebook-stem>.soba/artifacts/<sha256>.png`: images the agent's calls displayed."""
 REPAIRED_SUFFIX = ".repaired.jsonl"
 """`soba-nb verify --repair` writes the repaired copy beside the transcript."""
 PROJECT_FOLDER = Path(".soba")
@@ -101,6 +103,11 @@ class SessionLayout:
     @property
     def flight(self) -> Path:
         return self.folder / FLIGHT_FILE
+
+    @property
+    def artifacts(self) -> Path:
+        """The folder's images (`<sha256>.png` / `.jpg`), shared by its sessions."""
+        return self.folder / ARTIFACTS_FOLDER
 
     @property
     def repaired(self) -> Path:

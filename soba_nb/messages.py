@@ -22,6 +22,22 @@ class ToolCall(Struct, gc=False):
     """The JSON text of the arguments, exactly as the model produced it."""
 
 
+class ImagePart(Struct, gc=False, frozen=True):
+    """An image a tool result carries to a model that takes images (SPEC §10)."""
+
+    path: str
+    """The artifact, relative to the notebook's folder (as the transcript names it)."""
+    mime: str
+    width: int
+    height: int
+    data: str | None = None
+    """Base64 of the bytes as sent (resized), filled in just before the request leaves; a
+    provider sends only parts that have it."""
+
+    def data_url(self) -> str:
+        return f"data:{self.mime};base64,{self.data or ''}"
+
+
 class ChatMessage(Struct, gc=False):
     """One message of model input, in a provider-neutral shape.
 
@@ -42,6 +58,21 @@ class ChatMessage(Struct, gc=False):
     """Only on tool messages: the tool's name."""
     is_error: bool = False
     """Only on tool messages: the tool failed."""
+    images: Sequence[ImagePart] = ()
+    """Only on tool messages: the images the call displayed, to send with its result."""
+
+    def sent_images(self) -> list[ImagePart]:
+        """The images this message carries in a request (those with their bytes filled in)."""
+        return [part for part in self.images if part.data]
+
+
+IMAGES_LABEL = "Images the calls above displayed, in order:"
+"""The text ahead of images sent as a message of their own (Chat Completions, Responses)."""
+
+
+def image_label(part: ImagePart) -> str:
+    """How an image is named beside it in a request: its artifact and the size sent."""
+    return f"{part.path} ({part.width}×{part.height})"
 
 
 class ToolSchema(BaseModel):

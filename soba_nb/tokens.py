@@ -34,6 +34,8 @@ from typing import cast
 
 import tiktoken
 
+from soba_nb.images import ImageRule, image_tokens
+
 # sha256 of the decompressed files, exactly as tiktoken_ext.openai_public expects them.
 EXPECTED_SHA256 = {
     "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
@@ -154,8 +156,12 @@ class TokenCounter:
     its id), so a preflight costs what was appended since the last one.
     """
 
-    def __init__(self, choice: EncodingChoice, *, tokenizer: Callable[[str], int] | None = None):
+    def __init__(
+        self, choice: EncodingChoice, *, tokenizer: Callable[[str], int] | None = None, images: ImageRule = ImageRule.NONE
+    ):
         self.choice = choice
+        self.images = images
+        """How the model counts an image (`ImageRule.NONE`: it takes none; they are named in text)."""
         self._tokenizer = tokenizer
         self._cache: dict[Hashable, int] = {}
         self.persist: Callable[[str, int], None] | None = None
@@ -166,8 +172,10 @@ class TokenCounter:
 
     @property
     def key(self) -> str:
-        """What the counts depend on: the encoding and the factor applied to it."""
-        return f"{self.choice.encoding} x{self.choice.factor:g}"
+        """What the counts depend on: the encoding, the factor applied to it and, for a model
+        that takes images, the rule that counts them."""
+        base = f"{self.choice.encoding} x{self.choice.factor:g}"
+        return base if self.images is ImageRule.NONE else f"{base} images:{self.images.value}"
 
     def _count_raw(self, text: str) -> int:
         # The encoding is loaded on the first real count (about a second for o200k): a
@@ -203,8 +211,8 @@ class TokenCounter:
         return True
 
     @classmethod
-    def for_model(cls, provider: str, model: str) -> TokenCounter:
-        return cls(choose_encoding(provider, model))
+    def for_model(cls, provider: str, model: str, *, images: ImageRule = ImageRule.NONE) -> TokenCounter:
+        return cls(choose_encoding(provider, model), images=images)
 
     @classmethod
     def exact(cls, name: str, tokenizer: Callable[[str], int]) -> TokenCounter:
@@ -223,6 +231,11 @@ class TokenCounter:
     def count_message(self, role: str, text: str) -> int:
         """One chat message including its role and framing overhead."""
         return TOKENS_PER_MESSAGE + self.count_text(role) + self.count_text(text)
+
+    def count_image(self, width: int, height: int) -> int:
+        """Tokens of an image displayed at `width` × `height`, as this model counts it (0 when
+        it takes no images)."""
+        return image_tokens(self.images, width, height)
 
     def count_tools(self, schemas: Iterable[dict[str, object]]) -> int:
         """Tool schemas as the provider receives them (JSON), with per-tool overhead."""

@@ -30,6 +30,7 @@ client hung up mid-answer).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import socket
@@ -44,6 +45,8 @@ from typing import Any
 
 CHARS_PER_TOKEN = 4
 """Crude token count used for default usage figures."""
+IMAGE_TOKENS = 255
+"""What an image counts in the default usage figures (OpenAI's rule for a small one)."""
 OPENAI_PATH = "/v1/chat/completions"
 ANTHROPIC_PATH = "/v1/messages"
 RESPONSES_PATHS = ("/v1/responses", "/v1/responses/compact")
@@ -231,6 +234,42 @@ class RecordedRequest:
             return "responses"
         return "anthropic" if self.path == ANTHROPIC_PATH else "openai"
 
+    def images(self) -> list[RecordedImage]:
+        """The images the request carries, in order, each where its wire format puts them:
+        Chat Completions `image_url` parts (data: URLs) of a user message, Anthropic `image`
+        blocks inside a `tool_result`, Responses `input_image` items of a user message."""
+        found: list[RecordedImage] = []
+        if self.wire == "anthropic":
+            for message in self.get("messages") or []:
+                for block in message.get("content") if isinstance(message.get("content"), list) else []:
+                    if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
+                        for inner in block["content"]:
+                            if inner.get("type") == "image":
+                                source = inner["source"]
+                                found.append(RecordedImage(source["media_type"], base64.b64decode(source["data"]), "tool_result"))
+            return found
+        key = "input" if self.wire == "responses" else "messages"
+        for message in self.get(key) or []:
+            content = message.get("content")
+            if message.get("role") != "user" or not isinstance(content, list):
+                continue
+            for part in content:
+                url = (part.get("image_url") or {}).get("url") if part.get("type") == "image_url" else part.get("image_url")
+                if part.get("type") in ("image_url", "input_image") and isinstance(url, str):
+                    head, _, data = url.partition(",")
+                    found.append(RecordedImage(head.removeprefix("data:").split(";")[0], base64.b64decode(data), part["type"]))
+        return found
+
+
+@dataclass(frozen=True)
+class RecordedImage:
+    """An image a request carried."""
+
+    mime: str
+    data: bytes
+    shape: str
+    """The part or block that carried it: `image_url`, `input_image` or `tool_result`."""
+
 
 @dataclass(frozen=True)
 class Route:
@@ -377,7 +416,10 @@ class _Answer:
         self.stream = bool(body.get("stream"))
         self.model = str(body.get("model", "test-model"))
         self.wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        crude_input = max(1, len(record.raw) // CHARS_PER_TOKEN)
+        # An image costs what a vision model charges for a small one, not its base64 text.
+        images = record.images() if isinstance(record.body, dict) else []
+        image_chars = sum(4 * -(-len(image.data) // 3) for image in images)
+        crude_input = max(1, (len(record.raw) - image_chars) // CHARS_PER_TOKEN + IMAGE_TOKENS * len(images))
         crude_output = max(1, len(reply.text) // CHARS_PER_TOKEN)
         self.input_tokens = crude_input if reply.input_tokens is None else reply.input_tokens
         self.output_tokens = crude_output if reply.output_tokens is None else reply.output_tokens

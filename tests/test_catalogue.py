@@ -82,7 +82,7 @@ NAME_VARIANTS = [
     ("gpt-4-1106-preview", "GPT-4 Turbo"),
     ("gpt-3.5-turbo-0125", "GPT-3.5 Turbo"),
     ("gpt-5-mini-2025-08-07", "GPT-5"),
-    ("o3-mini-2025-01-31", "o3"),
+    ("o3-mini-2025-01-31", "o3-mini"),
     ("o4-mini", "o4-mini"),
     ("o1-2024-12-17", "o1"),
     ("deepseek-chat", "DeepSeek-V3"),

@@ -37,19 +37,29 @@ class CodeStep:
 
 
 def code_steps(path: Sequence[Entry]) -> list[CodeStep]:
-    """The successful `python` calls on `path`, in order, each with the request it served."""
-    results = {e.call_id: e for e in path if isinstance(e, ToolResultEntry)}
+    """The successful `python` calls on `path`, in order, each with the request it served.
+
+    A call is matched with the first result after it that bears its id: some servers number
+    their calls afresh each turn (`call_0`, …), so an id alone does not name one call."""
+    waiting: dict[str, CodeStep] = {}
+    succeeded: set[int] = set()
     steps: list[CodeStep] = []
     request = ""
     for entry in path:
         if isinstance(entry, MessageEntry) and entry.role == "user":
             request = entry.content
         elif isinstance(entry, ToolCallEntry) and entry.name == PYTHON_TOOL:
-            result = results.get(entry.call_id)
             code = _code_of(entry)
-            if result is not None and not result.is_error and code is not None and code.strip():
-                steps.append(CodeStep(entry.call_id, request, code))
-    return steps
+            if code is not None and code.strip():
+                waiting[entry.call_id] = CodeStep(entry.call_id, request, code)
+                steps.append(waiting[entry.call_id])
+            else:
+                waiting.pop(entry.call_id, None)
+        elif isinstance(entry, ToolResultEntry) and entry.call_id in waiting:
+            step = waiting.pop(entry.call_id)
+            if not entry.is_error:
+                succeeded.add(id(step))
+    return [step for step in steps if id(step) in succeeded]
 
 
 def _code_of(call: ToolCallEntry) -> str | None:
@@ -89,13 +99,27 @@ def as_notebook(steps: Sequence[CodeStep], *, title: str) -> str:
     return json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
 
 
-def export_code(path: Sequence[Entry], out: Path | None, *, title: str, force: bool = False) -> tuple[str, Path | None]:
-    """(the script or notebook text, the file written or None when only printed)."""
+@dataclass(frozen=True)
+class CodeExport:
+    text: str
+    """The script or the notebook."""
+    calls: int
+    written: Path | None
+    """The file written; None when OUT was not given (the text is to be printed)."""
+
+    def receipt(self, where: str | None = None) -> str:
+        """What the user is told once OUT is written (`where`: the path as the caller shows it)."""
+        return f"wrote the code of {self.calls} python call{'s' if self.calls != 1 else ''} to {where or self.written}"
+
+
+def export_code(path: Sequence[Entry], out: Path | None, *, title: str, force: bool = False) -> CodeExport:
+    """The code of the successful python calls on `path`, written to `out` (a notebook when it
+    ends in `.ipynb`, else a script) or, without `out`, only returned."""
     steps = code_steps(path)
-    notebook = out is not None and out.suffix == NOTEBOOK_SUFFIX
+    notebook = out is not None and out.suffix.lower() == NOTEBOOK_SUFFIX
     text = as_notebook(steps, title=title) if notebook else as_script(steps, title=title)
     if out is None:
-        return text, None
+        return CodeExport(text, len(steps), None)
     if out.is_dir():
         raise CodeExportError(f"{out}: is a folder; give a file name (.py or .ipynb)")
     if out.exists() and not force:
@@ -104,4 +128,4 @@ def export_code(path: Sequence[Entry], out: Path | None, *, title: str, force: b
         written = write_file_atomically(out, text.encode("utf-8"), force=force, suffix=out.suffix or ".py")
     except (CapsuleFileError, OSError) as error:  # in one line
         raise CodeExportError(str(error).splitlines()[0]) from None
-    return text, written
+    return CodeExport(text, len(steps), written)

@@ -16,11 +16,15 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from msgspec import UNSET
+
+from soba_nb.agent.artifacts import keep_images
 from soba_nb.agent.events import AgentEvent, Notice, TextDelta, ToolFinished, ToolStarted, Waiting
 from soba_nb.agent.rebuild import note_missing
+from soba_nb.agent.request_images import with_images
 from soba_nb.agent.session import AgentSession
 from soba_nb.agent.tools import ToolContext, run_tool, summarize_arguments
-from soba_nb.agent.tools.base import NotebookAccess
+from soba_nb.agent.tools.base import DisplayCapture, NotebookAccess
 from soba_nb.compaction.cells_context import fit_cells
 from soba_nb.compaction.compactor import HardLimitExceeded
 from soba_nb.compaction.model_input import ModelInput
@@ -104,6 +108,8 @@ class TurnRunner:
         self._overflow_recovered = False
         self.notebook: NotebookAccess | None = None
         """The notebook tools' access (None outside a notebook: they say so)."""
+        self.displays: DisplayCapture | None = None
+        """How the `python` tool sees the images a call displays (None: it sees none)."""
         self._retry_ceiling: int | None = None
         """After an overflow that stated the limit: the most the retry may be on our scale."""
 
@@ -196,9 +202,16 @@ class TurnRunner:
             self.emit(Notice(note, "warning"))
         compactor = self.session.compactor
         sent = compactor.send_figure(model_input)
+        session = self.session
+        messages = with_images(
+            model_input.messages,
+            base=session.notebook_folder,
+            vision=session.sends_images,
+            max_images=session.config.notebook.max_images_per_request,
+        )
         request = ModelRequest(
             system=model_input.system,
-            messages=list(model_input.messages),
+            messages=messages,
             tools=list(model_input.tools),
             max_output_tokens=self.session.limits.max_output_tokens,
             operation="inference",
@@ -356,6 +369,7 @@ class TurnRunner:
             record_checkpoint=self._checkpoint,
             cancel=self.cancel,
             notebook=self.notebook,
+            displays=self.displays,
             session_files=self.session.session_files(),
         )
         transcript = self.session.transcript
@@ -376,10 +390,16 @@ class TurnRunner:
                 self._cancel_rest(response, index + 1)
                 return False
             duration = int((time.monotonic() - started) * 1000)
+            content, artifacts = outcome.content, None
+            if outcome.images:
+                kept = keep_images(outcome.images, *self.session.artifact_places())
+                content = "\n".join((content, *kept.notes))
+                artifacts = list(kept.artifacts) or None
             transcript.append(
                 ToolResultEntry(
-                    call_id=call.id, name=call.name, content=outcome.content,
+                    call_id=call.id, name=call.name, content=content,
                     is_error=outcome.is_error, duration_ms=duration,
+                    artifacts=UNSET if artifacts is None else artifacts,
                 )
             )
             preview = "\n".join(outcome.content.splitlines()[:PREVIEW_LINES])[:PREVIEW_CHARS]
@@ -413,10 +433,13 @@ def run_turn(
     turn_timeout_s: float = DEFAULT_TURN_TIMEOUT_S,
     cells: Sequence[CellRecord] = (),
     notebook: NotebookAccess | None = None,
+    displays: DisplayCapture | None = None,
 ) -> TurnResult:
     """Run one agent turn to its end. `cells`: the notebook cells run since the previous turn
     (newest last), carried ahead of the request within `notebook.contextTokens`; `notebook`:
-    what the notebook tools read and where their proposed cells go."""
+    what the notebook tools read and where their proposed cells go; `displays`: how the
+    `python` tool sees the images a call displays."""
     runner = TurnRunner(session, on_event=on_event, cancel=cancel, max_steps=max_steps, turn_timeout_s=turn_timeout_s)
     runner.notebook = notebook
+    runner.displays = displays
     return runner.run(prompt, cells)

@@ -20,9 +20,11 @@ from soba_nb.agent.provenance import Provenance, trace
 from soba_nb.agent.skills import load_skill
 from soba_nb.agent.tools import TOOL_SCHEMAS
 from soba_nb.catalogue import lookup
+from soba_nb.catalogue import takes_images as catalogue_takes_images
 from soba_nb.compaction.compactor import NO_MODELS, Compactor, CompactorSettings
 from soba_nb.compaction.flight import FlightRecorder
 from soba_nb.config import MAX_CONTEXT_WINDOW, SobaConfig
+from soba_nb.images import ImageRule
 from soba_nb.layout import SessionLayout
 from soba_nb.providers import make_provider
 from soba_nb.providers.base import Provider
@@ -70,8 +72,26 @@ def session_limits(
     )
 
 
+def takes_images(config: SobaConfig) -> bool:
+    """The model takes images: `model.vision` when set, else the catalogue (the embedded
+    model takes none)."""
+    model = config.model
+    if model.provider == "local":
+        return False
+    return model.vision if model.vision is not None else catalogue_takes_images(model.provider, model.name)
+
+
+def image_rule(config: SobaConfig) -> ImageRule:
+    """How the model counts an image: Anthropic's area rule, OpenAI's tiles (every
+    OpenAI-compatible server), or none."""
+    if not takes_images(config):
+        return ImageRule.NONE
+    return ImageRule.AREA if config.model.provider == "anthropic" else ImageRule.TILES
+
+
 def session_counter(config: SobaConfig) -> TokenCounter:
-    """The embedded model counts with its own tokenizer; other models by family (tokens.py)."""
+    """The embedded model counts with its own tokenizer; other models by family (tokens.py),
+    their images by their provider's rule."""
     if config.model.provider == "local":
         from soba_nb.resolution import embedded_model_installed
 
@@ -79,7 +99,7 @@ def session_counter(config: SobaConfig) -> TokenCounter:
             from soba_nb.providers.local_model import count_tokens
 
             return TokenCounter.exact(f"{config.model.name} (GGUF vocabulary)", count_tokens)
-    return TokenCounter.for_model(config.model.provider, config.model.name)
+    return TokenCounter.for_model(config.model.provider, config.model.name, images=image_rule(config))
 
 
 class RewindError(ValueError):
@@ -141,6 +161,23 @@ class AgentSession:
             flight=FlightRecorder(layout.flight),
             kernel_state=lambda: kernel_state(self.namespace, self.provenance()),
         )
+
+    @property
+    def sends_images(self) -> bool:
+        """Requests carry images: the model takes them and the session counts them (a session
+        opened on a model that takes none counts none, so it sends none after a switch, until
+        it is opened again: a request is never larger than measured)."""
+        return self.counter.images is not ImageRule.NONE and takes_images(self.config)
+
+    def artifact_places(self) -> tuple[Path, Path]:
+        """(where the images of calls are kept, what their paths are relative to): the session
+        folder's `artifacts/`, and the notebook's folder (SPEC §10)."""
+        return self.layout.artifacts, self.notebook_folder
+
+    @property
+    def notebook_folder(self) -> Path:
+        """The notebook's folder (the sessions folder's parent when the notebook is unknown)."""
+        return Path(self.notebook).parent if self.notebook else self.layout.folder.parent
 
     @property
     def sessions_dir(self) -> Path:

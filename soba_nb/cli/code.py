@@ -23,11 +23,8 @@ def code_command(args: argparse.Namespace) -> int:
 
     transcript = load_session(args.session)
     try:
-        text, written = export_code(transcript.path_view(), args.out, title=f"soba session {transcript.file.stem}", force=args.force)
+        export = export_code(transcript.path_view(), args.out, title=f"soba session {transcript.file.stem}", force=args.force)
     except CodeExportError as error:
         raise CommandError(f"soba-nb code: {error}", EXIT_USAGE) from None
-    if written is None:
-        print(text, end="")
-    else:
-        print(f"wrote the code of {text.count('# call ')} python calls to {written}")
+    print(export.text if export.written is None else export.receipt(), end="" if export.written is None else "\n")
     return EXIT_OK

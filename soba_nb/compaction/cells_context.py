@@ -20,6 +20,7 @@ must reach the model with the cell it is about.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from soba_nb.text import clip_middle
@@ -57,9 +58,19 @@ def clip_record(record: CellRecord) -> CellRecord:
     )
 
 
+_BACKTICKS = re.compile("`{3,}")
+
+
+def fence_for(text: str) -> str:
+    """A Markdown code fence longer than any run of backticks in `text` (a cell that prints a
+    fence of its own must not end the block early)."""
+    longest = max((len(run) for run in _BACKTICKS.findall(text)), default=2)
+    return "`" * (longest + 1)
+
+
 def render_cell(record: CellRecord) -> str:
     label = f"In [{record.execution_count}]" if record.execution_count is not None else "In [ ]"
-    fence = "````" if "```" in record.source else "```"
+    fence = fence_for(record.source)
     parts = [f"{label}:\n{fence}python\n{record.source}\n{fence}"]
     if record.output:
         out = f"Out[{record.execution_count}]" if record.execution_count is not None else "Output"
@@ -115,17 +126,18 @@ JOIN_TOKENS = 2
 
 def _clipped_to_fit(cell: CellRecord, omitted: int, budget_tokens: int, counter: TokenCounter) -> CellsEntry | None:
     """The newest error alone over the budget: its texts halved until it fits (the first line
-    of the error, `Type: message`, stays), or None when not even that fits."""
-    limit = max(len(cell.source), len(cell.error or ""), len(cell.output or ""))
+    of the error, `Type: message`, is clipped last: to twice the others, never below
+    `MIN_CLIP_CHARS`), or None when not even that fits."""
+    error = cell.error or ""
+    head, _, rest = error.partition("\n")
+    limit = max(len(cell.source), len(rest), len(cell.output or ""), len(head) // 2)
     while limit >= MIN_CLIP_CHARS:
         limit //= 2
-        error = cell.error or ""
-        head, _, rest = error.partition("\n")
         shorter = CellRecord(
             execution_count=cell.execution_count,
             source=clip_middle(cell.source, limit),
             outcome=cell.outcome,
-            error=head + ("\n" + clip_middle(rest, limit) if rest else ""),
+            error=clip_middle(head, max(2 * limit, MIN_CLIP_CHARS)) + ("\n" + clip_middle(rest, limit) if rest else ""),
             output=None if cell.output is None else clip_middle(cell.output, limit),
         )
         candidate = CellsEntry(cells=[shorter], omitted=omitted)

@@ -380,6 +380,16 @@ def build_deterministic_capsule(
     )
 
 
+def with_images_named(capsule: Capsule, scan: Scan) -> Capsule:
+    """`capsule` (a model's) with every image the summarized calls displayed in its Artifacts
+    section: a summary may leave a plot out, but the capsule must name it (SPEC §10), since
+    the image itself is never sent again."""
+    missing = [bullet(shown) for path, shown in _newest(scan.artifacts, LIST_ITEMS_MAX) if path not in capsule.artifacts]
+    if not missing:
+        return capsule
+    return capsule.model_copy(update={"artifacts": "\n".join(filter(None, [capsule.artifacts.strip(), *missing]))})
+
+
 def scan_for_capsule(
     entries: Sequence[Entry],
     *,
@@ -442,6 +452,7 @@ def capsule_from_scan(
         scan, "files_modified", limit, [bullet(f"{p} ({failure})" if failure else p) for p, failure in written]
     )
     outputs = [bullet(p) for p, failure in written if not failure and p.rsplit(".", 1)[-1].lower() in OUTPUT_EXTENSIONS]
+    outputs += _noting_older(scan, "artifacts", limit, [bullet(shown) for _, shown in _newest(scan.artifacts, limit)])
     read = _noting_older(scan, "files_read", limit, [bullet(shown) for _, shown in _newest(scan.files_read, limit)])
     runs = _noting_older(scan, "runs", limit, [bullet(f"{r.display} → {r.outcome}") for _, r in _newest(scan.runs, limit)])
     work = [*_select(scan.work, WORK_DONE_NEW_LINES), *_tool_summary(scan)]

@@ -262,6 +262,8 @@ class Scan:
     files_modified: dict[str, str] = field(default_factory=dict)
     """Path → "" when the last write to it succeeded, else a note saying it failed."""
     runs: dict[str, Run] = field(default_factory=dict)
+    artifacts: dict[str, str] = field(default_factory=dict)
+    """Images the calls displayed: artifact path → how the capsule lists it, newest last."""
     last_python: str | None = None
     assigned: dict[str, None] = field(default_factory=dict)
     skills: dict[str, str] = field(default_factory=dict)
@@ -323,6 +325,12 @@ class Scan:
         self.tool_counts[call.name] = self.tool_counts.get(call.name, 0) + 1
         arguments = _arguments(call.arguments)
         result = self.results.get(call.call_id)
+        if result is not None and result.artifacts:
+            for artifact in result.artifacts:
+                self.artifacts.pop(artifact.path, None)
+                self.artifacts[artifact.path] = (
+                    f"{artifact.path} ({artifact.width}×{artifact.height} image displayed by {call.name} call {call.call_id})"
+                )
         ok = result is None or not result.is_error
         if result is None:
             self.pending.append(bullet(f"tool call {call.name} ({call.call_id}) has no result yet"))

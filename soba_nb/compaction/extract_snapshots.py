@@ -77,7 +77,7 @@ def trim(scan: Scan) -> None:
     scan.constraints[:] = _last_by_key(scan.constraints, item_key)
     scan.stated_blockers[:] = _last_by_key(scan.stated_blockers, run_key)
     limit = deterministic.LIST_ITEMS_MAX  # (read now: tests lower it)
-    for name in ("runs", "files_read", "files_modified", "assigned"):
+    for name in ("runs", "files_read", "files_modified", "assigned", "artifacts"):
         mapping = getattr(scan, name)
         if len(mapping) > limit:
             setattr(scan, name, dict(list(mapping.items())[-limit:]))
@@ -129,6 +129,7 @@ class ScanState(msgspec.Struct, forbid_unknown_fields=True):
     tool_counts: list[tuple[str, int]]
     capsule_text: str | None
     older_left_out: list[str]
+    artifacts: list[tuple[str, str]] = []
 
 
 def state_of(scan: Scan) -> ScanState:
@@ -150,6 +151,7 @@ def state_of(scan: Scan) -> ScanState:
         tool_counts=list(scan.tool_counts.items()),
         capsule_text=scan.capsule_text,
         older_left_out=list(scan.older_left_out),
+        artifacts=list(scan.artifacts.items()),
     )
 
 
@@ -173,6 +175,7 @@ def scan_of(state: ScanState, results: dict[str, ToolResultEntry]) -> Scan:
         tool_counts=dict(state.tool_counts),
         capsule_text=state.capsule_text,
         older_left_out=list(state.older_left_out),
+        artifacts=dict(state.artifacts),
     )
 
 

@@ -26,6 +26,7 @@ from soba_nb.compaction.capsule import (
 from soba_nb.compaction.deterministic import (
     capsule_from_scan,
     scan_for_capsule,
+    with_images_named,
     with_latest_request,
 )
 from soba_nb.compaction.fitting import (
@@ -234,7 +235,7 @@ def generate_capsule(
             return outcome
         if isinstance(outcome, Capsule):
             # The kernel state is ours, never the model's: it describes the live kernel.
-            capsule = outcome.model_copy(update={"kernel_state": deterministic.kernel_state})
+            capsule = with_images_named(outcome.model_copy(update={"kernel_state": deterministic.kernel_state}), scan)
             quality, note = "full", None
             if request is not None:
                 capsule = with_latest_request(capsule, request, quote=quote)

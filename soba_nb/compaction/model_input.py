@@ -18,7 +18,7 @@ from typing import cast
 from soba_nb.collector import collector_paused
 from soba_nb.compaction.cells_context import render_cells
 from soba_nb.compaction.native_continuation import NativeTarget, native_tokens, request_message
-from soba_nb.messages import ChatMessage, ToolCall, ToolSchema
+from soba_nb.messages import ChatMessage, ImagePart, ToolCall, ToolSchema
 from soba_nb.text import clip_middle as clip_text_middle
 from soba_nb.tokens import TOKENS_PER_REPLY, TokenCounter
 from soba_nb.transcript.entries import (
@@ -99,7 +99,9 @@ def entry_tokens(entry: Entry, counter: TokenCounter) -> int:
         if isinstance(entry, ToolCallEntry):
             return TOKENS_PER_TOOL_CALL + counter.count_text(entry.name) + counter.count_text(entry.arguments)
         if isinstance(entry, ToolResultEntry):
-            return counter.count_message("tool", clip_middle(entry.content, TOOL_OUTPUT_LIMIT_CHARS))
+            return counter.count_message("tool", clip_middle(entry.content, TOOL_OUTPUT_LIMIT_CHARS)) + images_tokens(
+                entry, counter
+            )
         if isinstance(entry, CapsuleEntry):
             return counter.count_message("user", capsule_text(entry))
         if isinstance(entry, CellsEntry):
@@ -117,12 +119,21 @@ def entries_tokens(entries: Sequence[Entry], counter: TokenCounter) -> int:
     return sum(entry_tokens(entry, counter) if cost is None else cost for entry, cost in zip(entries, costs, strict=True))
 
 
+def images_tokens(result: ToolResultEntry, counter: TokenCounter) -> int:
+    """The images a tool result carries, as the model counts them (counted as sent: at most
+    `notebook.maxImagesPerRequest` really are, so a path with more images is over-counted,
+    never under)."""
+    artifacts = result.artifacts
+    return sum(counter.count_image(a.width, a.height) for a in artifacts) if artifacts else 0
+
+
 def clipped_tokens(result: ToolResultEntry, limit: int, counter: TokenCounter) -> int:
-    """Tokens of a tool result clipped to `limit` characters. Cached under a string key, so
-    the token index keeps it too: a resumed session that clips the same output the same way
-    needs no tokenizer."""
+    """Tokens of a tool result clipped to `limit` characters (its images unchanged). Cached
+    under a string key, so the token index keeps it too: a resumed session that clips the
+    same output the same way needs no tokenizer."""
     return counter.cached(
-        f"{result.id}@{limit}", lambda: counter.count_message("tool", clip_middle(result.content, limit))
+        f"{result.id}@{limit}",
+        lambda: counter.count_message("tool", clip_middle(result.content, limit)) + images_tokens(result, counter),
     )
 
 
@@ -272,7 +283,9 @@ def _messages(context: VisibleContext, result_limit: dict[str, int]) -> list[Cha
             content = entry.content
             if len(content) > TOOL_OUTPUT_LIMIT_CHARS or result_limit:
                 content = clip_middle(content, result_limit.get(entry.id, TOOL_OUTPUT_LIMIT_CHARS))
-            append(ChatMessage("tool", content, (), entry.call_id, entry.name, entry.is_error))
+            artifacts = entry.artifacts
+            images = tuple(ImagePart(a.path, a.mime, a.width, a.height) for a in artifacts) if artifacts else ()
+            append(ChatMessage("tool", content, (), entry.call_id, entry.name, entry.is_error, images))
         elif kind is MessageEntry:
             assert isinstance(entry, MessageEntry)
             if entry.role == "system":

@@ -85,6 +85,8 @@ class ModelSettings(Section):
     """The model's context window in tokens."""
     max_output_tokens: int = Field(8000, gt=0, le=MAX_CONTEXT_WINDOW, strict=True)
     """Tokens reserved for the answer."""
+    vision: bool | None = Field(None, strict=True)
+    """Whether the model takes images (null: the model catalogue decides by name)."""
 
     @field_validator("base_url")
     @classmethod

@@ -2,28 +2,34 @@
 
 From `%load_ext soba_nb` on, IPython's `pre_run_cell` / `post_run_cell` events tell us of
 every cell: its execution count and source, and how it ended — the exception with its
-traceback (ANSI codes stripped, IPython's own frames left out), the repr of its result
-(`Out[n]`), the text it printed and the rich outputs it displayed (their mime types; images
-kept as bytes). Printed text is seen through a tee on `sys.stdout` / `sys.stderr` for the
-cell's duration, displays through the shell's display publisher. Everything is clipped as it
-is recorded and the record is bounded (`KEPT_CELLS`), in memory only; soba's own magics are
-not recorded (they are the conversation, not the notebook).
+traceback (ANSI codes stripped, IPython's own frames left out), its result as the shell
+showed it (`Out[n]`), the text it printed and the rich outputs it displayed (their mime
+types; images kept as bytes). Printed text is seen through a tee on `sys.stdout` /
+`sys.stderr` for the cell's duration, the result through the display hook, displays through
+the shell's display publisher. Everything is clipped as it is recorded and the record is
+bounded (`KEPT_CELLS` cells, `IMAGE_BYTES_KEPT` of images), in memory only.
 
-A `%soba` turn takes the cells recorded since the previous turn (`CellRecorder.since_turn`).
+Not recorded: soba's own magics (they are the conversation, not the notebook), cells run with
+`store_history=False` (a frontend's or a library's own code: no `In [n]`), and a cell run from
+within a cell (`get_ipython().run_cell(…)`: part of the cell that ran it).
+
+A `%soba` turn takes the cells recorded since the previous turn (`CellRecorder.since_turn`),
+redacted (`RecordedCell.record`) before anything measures or clips them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
 import sys
+import threading
 import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from soba_nb.text import clip_middle
+from soba_nb.printable import printable
+from soba_nb.redact import redact
 from soba_nb.transcript.entries import CellRecord
 
 KEPT_CELLS = 200
@@ -31,17 +37,26 @@ KEPT_CELLS = 200
 PRINTED_CHARS = 8000
 """Printed text kept per cell: its head and tail."""
 RESULT_CHARS = 2000
-"""The repr of a cell's result, clipped."""
+"""A cell's result (`Out[n]`) as the shell showed it, clipped."""
+SOURCE_CHARS = 64_000
+ERROR_CHARS = 16_000
+"""A cell's source and its error text, kept at most this long (head and tail)."""
 IMAGE_BYTES = 8 * 1024 * 1024
 """An image kept per cell at most this large (bytes of the PNG/JPEG)."""
 IMAGES_PER_CELL = 4
+IMAGE_BYTES_KEPT = 32 * 1024 * 1024
+"""Images kept over all recorded cells; the oldest cells' images go first."""
+TOKEN_WINDOW = 512
+"""A cut moves back (or on) to the nearest whitespace within this many characters, so no word
+is split: a secret cut in two would no longer be recognised by the redaction."""
 SOBA_MAGICS = re.compile(
-    r"^\s*%{1,2}(soba|compact|budget|capsule|auto_compact|rewind|checkpoint)\b|^\s*%(re)?load_ext\s+soba_nb\b",
+    r"^\s*%{1,2}(soba|compact|budget|capsule|auto_compact|rewind|checkpoint)\b|^\s*%(re|un)?load_ext\s+soba_nb\b",
     re.MULTILINE,
 )
 """A cell that uses soba's own magics is part of the conversation, not of the notebook."""
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 IMAGE_TYPES = ("image/png", "image/jpeg")
+CLIPPED = "[… {count} characters not kept …]"
 
 
 @dataclass
@@ -60,7 +75,8 @@ class RecordedCell:
     """(mime type, bytes) of the images displayed."""
 
     def record(self) -> CellRecord:
-        """What the model is told of the cell."""
+        """What the model is told of the cell, redacted (then measured and clipped: a secret
+        is never cut into pieces the redaction would no longer recognise)."""
         parts = []
         if self.printed:
             parts.append(self.printed.rstrip("\n"))
@@ -70,57 +86,86 @@ class RecordedCell:
             parts.append("[displayed: " + ", ".join(dict.fromkeys(self.displayed)) + "]")
         return CellRecord(
             execution_count=self.execution_count,
-            source=self.source,
+            source=redact(self.source),
             outcome="error" if self.error is not None else "ok",
-            error=self.error,
-            output="\n".join(parts) if parts else None,
+            error=None if self.error is None else redact(self.error),
+            output=redact("\n".join(parts)) if parts else None,
         )
 
 
 class _Tee:
-    """A stream that writes through to `stream` and keeps the head and tail of what passed."""
+    """A stream that writes through to `stream` and tells the recorder what passed."""
 
-    def __init__(self, stream: TextIO, sink: Callable[[str], None]):
+    def __init__(self, stream: TextIO, recorder: CellRecorder):
         self._stream = stream
-        self._sink = sink
+        self._recorder = recorder
 
-    def write(self, text: str) -> int:
-        self._sink(text)
-        return self._stream.write(text)
+    def write(self, text: str) -> Any:
+        return self._recorder.printed_through(self._stream, text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
 
     def __getattr__(self, name: str) -> Any:  # flush, isatty, encoding, fileno, …
+        if name in ("_stream", "_recorder"):  # not set yet (a copy being made)
+            raise AttributeError(name)
         return getattr(self._stream, name)
 
 
+def _untee(stream: Any) -> Any:
+    """The stream under any of our tees (one a cell saved and put back, say)."""
+    while isinstance(stream, _Tee):
+        stream = stream._stream
+    return stream
+
+
 class _Printed:
-    """The head and the tail of a cell's printed text, bounded."""
+    """The head and the tail of a cell's printed text, bounded; amortised O(1) a write."""
 
     def __init__(self, limit: int = PRINTED_CHARS):
+        self.half = limit // 2
         self.head: list[str] = []
         self.head_size = 0
-        self.tail = ""
-        self.dropped = 0
-        self.limit = limit
+        self.tail: list[str] = []
+        self.tail_size = 0
+        self.seen = 0
 
     def add(self, text: str) -> None:
         if not isinstance(text, str) or not text:
             return
-        half = self.limit // 2
-        if self.head_size < half:
-            take = text[: half - self.head_size]
+        self.seen += len(text)
+        if self.head_size < self.half:
+            take = text[: self.half - self.head_size]
             self.head.append(take)
             self.head_size += len(take)
             text = text[len(take) :]
-        if text:
-            joined = self.tail + text
-            self.dropped += max(len(joined) - half, 0)
-            self.tail = joined[-half:]
+            if not text:
+                return
+        if len(text) >= self.half:
+            self.tail, self.tail_size = [text[-self.half :]], self.half
+            return
+        self.tail.append(text)
+        self.tail_size += len(text)
+        if self.tail_size > 2 * self.half or len(self.tail) > 2 * self.half // 16:
+            kept = "".join(self.tail)[-self.half :]
+            self.tail, self.tail_size = [kept], len(kept)
 
     def text(self) -> str:
-        head = "".join(self.head)
-        if not self.dropped:
-            return head + self.tail
-        return f"{head}\n[… {self.dropped} characters not kept …]\n{self.tail}"
+        head, tail = "".join(self.head), "".join(self.tail)[-self.half :]
+        if self.seen == len(head) + len(tail):
+            return head + tail
+        head, tail = _word_head(head), _word_tail(tail)
+        return f"{head}\n{CLIPPED.format(count=self.seen - len(head) - len(tail))}\n{tail}"
+
+
+@dataclass
+class _Capture:
+    """What is being recorded of the running cell."""
+
+    cell: RecordedCell
+    printed: _Printed = field(default_factory=_Printed)
+    result: str | None = None
 
 
 class CellRecorder:
@@ -132,108 +177,184 @@ class CellRecorder:
         self._recorded = 0
         """Cells recorded since the start (the deque forgets; this does not)."""
         self._taken = 0
-        """`_recorded` at the last `since_turn`; None-like 0 before the first."""
+        """`_recorded` at the last `since_turn`."""
         self._turns = 0
-        self._current: RecordedCell | None = None
-        self._printed: _Printed | None = None
-        self._streams: tuple[Any, Any] | None = None
-        self._publish: Any = None
-        self._showtraceback: Any = None
+        self._running: list[Any] = []
+        """The `ExecutionInfo` of each cell running, outermost first (a cell may run one)."""
+        self._capture: _Capture | None = None
+        """The outermost running cell's record, when it is one to keep."""
+        self._image_bytes = 0
+        self._wrapped: list[tuple[Any, str, bool, Any]] = []
+        """(object, attribute, whether it had its own, what it was) for each hook we wrap."""
+        self._local = threading.local()
+        """`writing`: a tee of ours is writing on this thread (a tee under it does not count
+        the same text again)."""
         self._quiet = False
         """While the shell shows a traceback, what it prints is not recorded."""
+        self._formatting = False
+        """The display hook is computing the cell's result (a traceback then is its repr's)."""
 
     # -- the events ----------------------------------------------------------------------
 
     def register(self) -> None:
+        if self._wrapped:
+            return
         events = self.shell.events
         events.register("pre_run_cell", self.pre_run_cell)
         events.register("post_run_cell", self.post_run_cell)
-        publisher = getattr(self.shell, "display_pub", None)
-        if publisher is not None and self._publish is None:
-            self._publish = publisher.publish
-            publisher.publish = self._published
-        if self._showtraceback is None:
-            # A terminal shell prints the traceback to the streams: it is the error, kept as
-            # such, not printed text (a kernel sends it as an error message anyway).
-            self._showtraceback = self.shell.showtraceback
-            self.shell.showtraceback = self._traceback_shown
+        self._wrap(getattr(self.shell, "display_pub", None), "publish", self._published)
+        self._wrap(getattr(self.shell, "displayhook", None), "compute_format_data", self._formatted)
+        # A terminal shell prints the traceback (syntax errors too) to the streams: it is the
+        # error, kept as such, not printed text (a kernel sends it as an error message).
+        self._wrap(self.shell, "_showtraceback", self._traceback_shown)
 
     def unregister(self) -> None:
         events = self.shell.events
         for name, callback in (("pre_run_cell", self.pre_run_cell), ("post_run_cell", self.post_run_cell)):
-            with contextlib.suppress(ValueError):  # not registered
+            if callback in events.callbacks.get(name, ()):
                 events.unregister(name, callback)
-        self._restore_streams()
-        publisher = getattr(self.shell, "display_pub", None)
-        if publisher is not None and self._publish is not None:
-            publisher.publish = self._publish
-            self._publish = None
-        if self._showtraceback is not None:
-            self.shell.showtraceback = self._showtraceback
-            self._showtraceback = None
+        self._remove_tees()
+        self._running.clear()
+        self._capture = None
+        for owner, name, own, previous in reversed(self._wrapped):
+            if own:
+                setattr(owner, name, previous)
+            else:
+                vars(owner).pop(name, None)
+        self._wrapped.clear()
+
+    def _wrap(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+        """Put `make(original)` on `owner` as an instance attribute (restored by `unregister`)."""
+        original = getattr(owner, name, None) if owner is not None else None
+        if original is None:
+            return
+        self._wrapped.append((owner, name, name in vars(owner), original))
+        setattr(owner, name, make(original))
 
     def pre_run_cell(self, info: Any) -> None:
+        self._running.append(info)
+        if len(self._running) > 1:
+            return  # run from within a cell: part of that cell
         source = getattr(info, "raw_cell", "") or ""
-        if SOBA_MAGICS.search(source):
-            self._current = None
+        if not getattr(info, "store_history", True) or SOBA_MAGICS.search(source):
             return
-        self._current = RecordedCell(execution_count=None, source=source)
-        self._printed = _Printed()
-        self._streams = (sys.stdout, sys.stderr)
-        sys.stdout = _Tee(sys.stdout, self._printed_text)
-        sys.stderr = _Tee(sys.stderr, self._printed_text)
+        self._capture = _Capture(RecordedCell(execution_count=None, source=_clip_words(source, SOURCE_CHARS)))
+        self._install_tees()
 
     def post_run_cell(self, result: Any) -> None:
-        cell, printed = self._current, self._printed
-        self._restore_streams()
-        self._current = self._printed = None
-        if cell is None:
+        if not self._running:
+            return  # the cell that loaded us
+        info = getattr(result, "info", None)
+        if any(running is info for running in self._running):
+            while self._running.pop() is not info:
+                pass
+        else:  # an interrupted kernel reports no result
+            self._running.pop()
+        if self._running:
             return
+        capture, self._capture = self._capture, None
+        self._remove_tees()
+        if capture is not None:
+            self._keep(capture, result)
+
+    def _keep(self, capture: _Capture, result: Any) -> None:
+        cell = capture.cell
         count = getattr(result, "execution_count", None)
         cell.execution_count = count if isinstance(count, int) else None
         error = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
         if error is not None:
             cell.error = error_text(error)
-        value = getattr(result, "result", None)
-        if value is not None and error is None:
-            cell.result = safe_repr(value)
-        if printed is not None:
-            cell.printed = _without_output_prompt(printed.text(), cell.execution_count)
+        elif capture.result is not None:
+            cell.result = capture.result
+        cell.printed = terminal_text(_without_output_prompt(capture.printed.text(), cell.execution_count))
+        if len(self.cells) == self.cells.maxlen:
+            self._image_bytes -= sum(len(raw) for _, raw in self.cells[0].images)
         self.cells.append(cell)
         self._recorded += 1
+        self._bound_images()
 
-    def _traceback_shown(self, *args: Any, **kwargs: Any) -> Any:
-        self._quiet = True
+    def _bound_images(self) -> None:
+        self._image_bytes += sum(len(raw) for _, raw in self.cells[-1].images)
+        for old in self.cells:
+            if self._image_bytes <= IMAGE_BYTES_KEPT:
+                return
+            self._image_bytes -= sum(len(raw) for _, raw in old.images)
+            old.images = []
+
+    # -- the hooks -----------------------------------------------------------------------
+
+    def printed_through(self, stream: Any, text: str) -> Any:
+        """A tee's write: `text` recorded for the running cell, then written to `stream` (what
+        that returns is returned: a user's stream may return None)."""
+        local = self._local
+        if getattr(local, "writing", False):
+            return stream.write(text)
+        local.writing = True
         try:
-            return self._showtraceback(*args, **kwargs)
+            capture = self._capture
+            if capture is not None and not self._quiet:
+                capture.printed.add(text)
+            return stream.write(text)
         finally:
-            self._quiet = False
+            local.writing = False
 
-    def _printed_text(self, text: str) -> None:
-        if not self._quiet and self._printed is not None:
-            self._printed.add(text)
+    def _traceback_shown(self, original: Any) -> Any:
+        def shown(*args: Any, **kwargs: Any) -> Any:
+            capture = self._capture
+            if self._formatting and capture is not None and len(args) > 1:
+                capture.result = f"[its repr raised {_exception_line(args[1])}]"
+            self._quiet = True
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self._quiet = False
 
-    def _published(self, data: Any, *args: Any, **kwargs: Any) -> Any:
-        cell = self._current
-        if cell is not None and isinstance(data, dict):
-            cell.displayed.extend(str(key) for key in data if key != "text/plain")
-            for mime in IMAGE_TYPES:
-                image = data.get(mime)
-                if image is not None and len(cell.images) < IMAGES_PER_CELL:
-                    raw = image_bytes(image)
-                    if raw is not None and len(raw) <= IMAGE_BYTES:
-                        cell.images.append((mime, raw))
-        return self._publish(data, *args, **kwargs)
+        return shown
 
-    def _restore_streams(self) -> None:
-        if self._streams is None:
-            return
-        out, err = self._streams
+    def _formatted(self, original: Any) -> Any:
+        def formatted(result: Any) -> Any:
+            self._formatting = True
+            try:
+                data = original(result)
+            finally:
+                self._formatting = False
+            capture = self._capture
+            format_dict = data[0] if isinstance(data, tuple) and data else None
+            if capture is not None and isinstance(format_dict, dict):
+                text = format_dict.get("text/plain")
+                if isinstance(text, str):
+                    capture.result = terminal_text(_clip_words(text, RESULT_CHARS))
+            return data
+
+        return formatted
+
+    def _published(self, original: Any) -> Any:
+        def published(data: Any, *args: Any, **kwargs: Any) -> Any:
+            capture = self._capture
+            if capture is not None and isinstance(data, dict):
+                cell = capture.cell
+                cell.displayed.extend(str(key) for key in data if key != "text/plain")
+                for mime in IMAGE_TYPES:
+                    image = data.get(mime)
+                    if image is not None and len(cell.images) < IMAGES_PER_CELL:
+                        raw = image_bytes(image)
+                        if raw is not None and len(raw) <= IMAGE_BYTES:
+                            cell.images.append((mime, raw))
+            return original(data, *args, **kwargs)
+
+        return published
+
+    def _install_tees(self) -> None:
+        sys.stdout = _Tee(_untee(sys.stdout), self)
+        sys.stderr = _Tee(_untee(sys.stderr), self)
+
+    @staticmethod
+    def _remove_tees() -> None:
+        """No tee stays installed; a stream the cell put there itself stays (it is the user's)."""
         if isinstance(sys.stdout, _Tee):
-            sys.stdout = out
+            sys.stdout = _untee(sys.stdout)
         if isinstance(sys.stderr, _Tee):
-            sys.stderr = err
-        self._streams = None
+            sys.stderr = _untee(sys.stderr)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -271,29 +392,72 @@ def _without_output_prompt(printed: str, count: int | None) -> str:
     return printed[:at]
 
 
+def terminal_text(text: str, *, rewrites: bool = True) -> str:
+    """Text as a terminal (or Jupyter) would show it: ANSI codes stripped, a line rewritten
+    after `\\r` (a progress bar) shown as it ends (`rewrites`), other control characters
+    escaped."""
+    text = _ANSI.sub("", text)
+    if rewrites and "\r" in text:
+        lines = []
+        for line in text.replace("\r\n", "\n").split("\n"):
+            shown, *rewrites = line.split("\r")
+            for rewrite in rewrites:
+                shown = rewrite + shown[len(rewrite) :]
+            lines.append(shown)
+        text = "\n".join(lines)
+    return printable(text, lines=True)
+
+
+def _word_head(text: str) -> str:
+    """`text` without the word it ends in the middle of (within `TOKEN_WINDOW`)."""
+    if not text or text[-1].isspace():
+        return text
+    at = max(text.rfind(" ", len(text) - TOKEN_WINDOW), text.rfind("\n", len(text) - TOKEN_WINDOW))
+    return text[: at + 1] if at >= 0 else text
+
+
+def _word_tail(text: str) -> str:
+    """`text` without the word it starts in the middle of (within `TOKEN_WINDOW`)."""
+    if not text or text[0].isspace():
+        return text
+    found = [at for at in (text.find(" ", 0, TOKEN_WINDOW), text.find("\n", 0, TOKEN_WINDOW)) if at >= 0]
+    return text[min(found) :] if found else text
+
+
+def _clip_words(text: str, limit: int) -> str:
+    """`text`, or its head and tail around a note when longer than `limit`, cut between words."""
+    if len(text) <= limit:
+        return text
+    head, tail = _word_head(text[: limit // 2]), _word_tail(text[len(text) - limit // 2 :])
+    return f"{head}\n{CLIPPED.format(count=len(text) - len(head) - len(tail))}\n{tail}"
+
+
+def _exception_line(error: BaseException) -> str:
+    """`Type: message` (the message's own `str` may raise: the user's exception class)."""
+    try:
+        message = str(error)
+    except Exception:
+        message = "<the message could not be shown>"
+    name = type(error).__name__
+    return f"{name}: {message}" if message else name
+
+
 def error_text(error: BaseException) -> str:
-    """`Type: message`, then the traceback without IPython's own frames."""
-    head = f"{type(error).__name__}: {error}".rstrip()
+    """`Type: message`, then the traceback without IPython's own frames (repeated frames, as
+    in a RecursionError, said once with a count), bounded."""
     frames = [frame for frame in traceback.extract_tb(error.__traceback__) if not _ipython_frame(frame.filename)]
-    lines = traceback.format_list(frames)
+    lines = traceback.StackSummary.from_list(frames).format()
     body = "Traceback (most recent call last):\n" + "".join(lines) if lines else ""
     if isinstance(error, SyntaxError) and error.text:
         body += f"  line {error.lineno}: {error.text.rstrip()}\n"
-    return _ANSI.sub("", head + ("\n" + body.rstrip() if body else ""))
+    head = _clip_words(_exception_line(error), ERROR_CHARS // 4)
+    text = head + ("\n" + body.rstrip() if body else "")
+    return terminal_text(_clip_words(text, ERROR_CHARS), rewrites=False)
 
 
 def _ipython_frame(filename: str) -> bool:
     normalised = filename.replace("\\", "/")
-    return "/IPython/" in normalised or "/ipykernel/" in normalised
-
-
-def safe_repr(value: Any) -> str | None:
-    """The repr of a cell's result, clipped; None when the repr itself raises."""
-    try:
-        text = repr(value)
-    except Exception:  # the user's object: its repr may be broken
-        return None
-    return clip_middle(_ANSI.sub("", text), RESULT_CHARS)
+    return "/IPython/" in normalised or "/ipykernel/" in normalised or "/soba_nb/notebook/cells.py" in normalised
 
 
 def image_bytes(image: Any) -> bytes | None:
@@ -309,4 +473,3 @@ def image_bytes(image: Any) -> bytes | None:
         except (binascii.Error, ValueError):
             return None
     return None
-

@@ -1,4 +1,5 @@
-"""Kernel side of the JupyterLab budget sidebar (SPEC §9): send monitor messages over a comm.
+"""Kernel side of the labextension (SPEC §9, §10): send the budget sidebar's messages, and the
+cells the agent proposes, over a comm.
 
 In JupyterLab the budget monitor sits in the right sidebar; the `labextension` opens a comm
 to the target `soba_nb.monitor` on the notebook's kernel and shows what arrives on it. `publish` is the only entry point: the magics call it (through
@@ -23,6 +24,16 @@ Messages (JSON objects, discriminated on "type"):
 - ``{"type": "result", "line": str, "outcome": str, "degraded": bool}`` — the barrier
   finished; the live line collapses to this result line, the one the cell shows.
   ``outcome`` is ``completed``, ``skipped``, ``cancelled``, ``stale`` or ``failed``.
+- ``{"type": "add_cell", "source": str, "kind": "code" | "markdown", "cellId": str | None,
+  "executionCount": int | None, "turn": str, "index": int}`` — the agent proposed a cell
+  (`add_cell`, SPEC §10), sent while the turn runs (`soba_nb.notebook.cell_insert`): the
+  labextension puts it below the running cell (``cellId``: the id JupyterLab and Notebook 7
+  send in the execute_request's metadata; ``executionCount``: that cell's ``In [n]``),
+  after the cells of the same run it already put there, not run. ``turn`` names the turn
+  and ``index`` counts its proposals from 0: together they say which messages are the same
+  one (every open comm gets each message, and several may be open). One that no comm took
+  (the cell that ran ``%load_ext soba_nb`` also ran the turn, so the frontend had no comm
+  open yet) is kept, with the rest of its turn only, and sent to the next comm that opens.
 
 The frontend opens the comm, never the kernel: a kernel that opened comms on its own would
 reach frontends without the target (nbclient and nbconvert log "No handler found for comm
@@ -31,8 +42,9 @@ target 'soba_nb.monitor'", Notebook 7 closes it and the next message opens anoth
 that uses soba is about to run, after `%load_ext soba_nb` ran, and after a page reload when
 the kernel still holds a comm from the previous page. On open, and on a ``{"type":
 "refresh"}`` request, the kernel sends the last snapshot published, and the last result if it
-came after it. Every open comm gets every message (two browser tabs on one kernel both
-follow); the oldest is closed past `MAX_COMMS` (pages that were reloaded never say goodbye).
+came after it (on open, also the proposed cells no comm took). Every open comm gets every
+message (two browser tabs on one kernel both follow); the oldest is closed past `MAX_COMMS`
+(pages that were reloaded never say goodbye).
 
 Outside a kernel (terminal IPython, a bare `InteractiveShell`, a plain script) or before any
 frontend opened a comm, `publish` sends nothing and returns False, but the message is kept
@@ -49,7 +61,10 @@ from typing import Any
 TARGET_NAME = "soba_nb.monitor"
 """The comm target `%load_ext soba_nb` registers on the kernel; the sidebar opens comms to it."""
 
-MESSAGE_TYPES = frozenset({"snapshot", "progress", "result"})
+ADD_CELL = "add_cell"
+"""The message of a cell the agent proposed (`soba_nb.notebook.cell_insert` words it)."""
+
+MESSAGE_TYPES = frozenset({"snapshot", "progress", "result", ADD_CELL})
 """The kernel → frontend message types (see the module docstring for their fields)."""
 
 REFRESH = "refresh"
@@ -65,6 +80,8 @@ _comms: list[Any] = []
 """The comms the frontends opened and have not closed, oldest first."""
 _last_snapshot: dict[str, Any] | None = None
 _last_result: dict[str, Any] | None = None
+_undelivered_cells: list[dict[str, Any]] = []
+"""`add_cell` messages of the latest turn that no comm took, oldest first."""
 
 
 def publish(message: dict[str, Any]) -> bool:
@@ -79,7 +96,11 @@ def publish(message: dict[str, Any]) -> bool:
         with _lock:
             _remember(message)
             comms = list(_comms)
-        return sum(_send(channel, message) for channel in comms) > 0
+        delivered = sum(_send(channel, message) for channel in comms) > 0
+        if not delivered and message["type"] == ADD_CELL:
+            with _lock:
+                _keep_undelivered(message)
+        return delivered
     except Exception:  # the sidebar must never break the caller
         logger.debug("soba_nb.monitor: publish failed", exc_info=True)
         return False
@@ -95,6 +116,7 @@ def unregister(manager: Any) -> None:
     manager.targets.pop(TARGET_NAME, None)
     with _lock:
         comms, _comms[:] = list(_comms), []
+        _undelivered_cells.clear()
     for channel in comms:
         _close(channel)
 
@@ -122,6 +144,10 @@ def _opened(channel: Any, _open_message: dict[str, Any]) -> None:
     channel.on_close(lambda _message: _forget(channel))
     channel.on_msg(lambda message: _answer(channel, message))
     _replay(channel)
+    with _lock:
+        cells, _undelivered_cells[:] = list(_undelivered_cells), []
+    for message in cells:
+        _send(channel, message)
 
 
 def _answer(channel: Any, request: dict[str, Any]) -> None:
@@ -150,6 +176,14 @@ def _remember(message: dict[str, Any]) -> None:
         _last_snapshot, _last_result = dict(message), None
     elif message["type"] == "result":
         _last_result = dict(message)
+
+
+def _keep_undelivered(message: dict[str, Any]) -> None:
+    """Keep a proposed cell for the next comm; an older turn's are dropped (their cell has
+    run on since, and the frontend would no longer know where they go)."""
+    if _undelivered_cells and _undelivered_cells[-1].get("turn") != message.get("turn"):
+        _undelivered_cells.clear()
+    _undelivered_cells.append(dict(message))
 
 
 def _send(channel: Any, message: dict[str, Any]) -> bool:

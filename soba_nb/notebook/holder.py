@@ -30,6 +30,7 @@ from soba_nb.agent.tools.base import CellKind, NotebookAccess
 from soba_nb.compaction.cells_context import FIRST_TURN_CELLS
 from soba_nb.config import ConfigError, load_config
 from soba_nb.notebook.arguments import error_line
+from soba_nb.notebook.cell_insert import announce as announce_cell
 from soba_nb.notebook.cells import CellRecorder
 from soba_nb.notebook.location import locate
 from soba_nb.notebook.monitor import SidebarPublisher, snapshot_of
@@ -115,6 +116,10 @@ class SessionHolder:
 
     def _propose(self, source: str, kind: CellKind) -> str:
         self.proposed.append((source, kind))
+        # The labextension inserts it now (in order, with its kind); `place_proposed` still
+        # sends the last one as `set_next_input` for every other frontend.
+        if announce_cell(self.shell, source, kind, index=len(self.proposed) - 1):
+            return "it is put below this cell now, for the user to read and run"
         return "it goes below this cell when the turn ends, for the user to read and run"
 
     def place_proposed(self) -> list[tuple[str, CellKind]]:

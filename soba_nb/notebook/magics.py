@@ -21,6 +21,7 @@ The sidebar's other buttons arrive over the `soba_nb.control` comm (`controls`).
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from soba_nb.agent.rebuild import rebuild as rebuild_variables
 from soba_nb.agent.session import AgentSession, RewindError
 from soba_nb.agent.skills import SkillError
 from soba_nb.capsule_files.memory import mirror, should_mirror
+from soba_nb.compaction.cells_context import fence_for
 from soba_nb.notebook import controls, input_transform
 from soba_nb.notebook.arguments import PROMPT_VALUE_CHARS as PROMPT_VALUE_CHARS  # re-exported
 from soba_nb.notebook.arguments import (
@@ -49,6 +51,7 @@ from soba_nb.notebook.arguments import (
 from soba_nb.notebook.capsule_commands import CAPSULE_ERRORS, CapsuleMagics
 from soba_nb.notebook.checkpoints import KINDS as CHECKPOINT_KINDS
 from soba_nb.notebook.checkpoints import checkpoint_ids, checkpoint_lines
+from soba_nb.notebook.displays import ShellDisplays
 from soba_nb.notebook.holder import SESSION_ERRORS as SESSION_ERRORS  # re-exported
 from soba_nb.notebook.holder import SessionHolder, one_line_errors
 from soba_nb.notebook.monitor import BudgetView, SidebarPublisher, snapshot_of
@@ -82,9 +85,9 @@ Fix the notebook cell In [{count}], which failed. Its source:
 
 It raised:
 
-```
+{error_fence}
 {error}
-```
+{error_fence}
 
 Find the cause (check your idea with the python tool if it helps, without changing the \
 user's variables), then propose the corrected cell with add_cell and say in one or two \
@@ -225,6 +228,7 @@ class SobaMagics(Magics, Configurable):
                     turn_timeout_s=self.turn_timeout_s,
                     cells=self.holder.cells_since_turn(),
                     notebook=self.holder.notebook_access(),
+                    displays=ShellDisplays(self.shell),
                 )
             except KeyboardInterrupt:
                 result = TurnResult("cancelled", message="interrupted; the next %soba works")
@@ -394,15 +398,21 @@ class SobaMagics(Magics, Configurable):
         if cell is None:
             print("nothing to fix: no cell has raised since %load_ext soba_nb in this kernel")
             return
-        fence = "````" if "```" in cell.source else "```"
         extra = f"\n\nAlso: {line.strip()}" if line.strip() else ""
         count = cell.execution_count if cell.execution_count is not None else " "
-        self.run_prompt(FIX_REQUEST.format(count=count, source=cell.source, fence=fence, error=cell.error, extra=extra))
+        error = cell.error or ""
+        request = FIX_REQUEST.format(
+            count=count, source=cell.source, fence=fence_for(cell.source), error=error, error_fence=fence_for(error), extra=extra
+        )
+        self.run_prompt(request)
 
     def code(self, line: str) -> None:
         """`%soba /code [OUT] [--force]` — the code of the agent's successful python calls on
         the path, in order: printed, or written to OUT (`.ipynb`: a notebook; else a script)."""
-        words = line.split()
+        try:
+            words = shlex.split(line)  # a quoted OUT may hold spaces
+        except ValueError as exc:
+            raise UsageError(f"%soba /code: {exc}") from None
         force = "--force" in words
         rest = [word for word in words if word != "--force"]
         if len(rest) > 1:
@@ -410,13 +420,13 @@ class SobaMagics(Magics, Configurable):
         agent = self.get_session()
         out = Path(rest[0]).expanduser() if rest else None
         try:
-            text, written = export_code(agent.transcript.path_view(), out, title=f"soba session {agent.session_id}", force=force)
+            export = export_code(agent.transcript.path_view(), out, title=f"soba session {agent.session_id}", force=force)
         except CodeExportError as exc:
             raise UsageError(f"%soba /code: {exc}") from None
-        if written is None:
-            print(text, end="")
+        if export.written is None:
+            print(export.text, end="")
         else:
-            print(f"wrote the code of {text.count('# call ')} python calls to {shown(written)}")
+            print(export.receipt(shown(export.written)))
 
     def complete_checkpoint_ids(self, _shell: Any, event: Any) -> list[str]:
         """Tab after `%rewind`: the session's checkpoint ids, newest first."""

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from soba_nb.messages import ImagePart
 from soba_nb.providers.base import ChatMessage, ModelRequest, ModelResponse, ToolCall, Usage
 from soba_nb.providers.classify import classify_stream_error
 from soba_nb.providers.errors import IncompleteResponseError
@@ -104,10 +105,12 @@ def tool_input(arguments: str) -> dict[str, Any]:
 def message_blocks(message: ChatMessage) -> list[dict[str, Any]]:
     """The content blocks of one neutral message (empty text blocks are refused by the API)."""
     if message.role == "tool":
+        images = message.sent_images()
         block: dict[str, Any] = {
             "type": "tool_result",
             "tool_use_id": message.tool_call_id or "",
-            "content": message.content,
+            # The images a call displayed go inside its result, as image blocks (SPEC §10).
+            "content": [{"type": "text", "text": message.content}, *map(_image_block, images)] if images else message.content,
         }
         if message.is_error:
             block["is_error"] = True
@@ -125,6 +128,10 @@ def message_blocks(message: ChatMessage) -> list[dict[str, Any]]:
             }
         )
     return blocks
+
+
+def _image_block(part: ImagePart) -> dict[str, Any]:
+    return {"type": "image", "source": {"type": "base64", "media_type": part.mime, "data": part.data}}
 
 
 def native_messages(native: NativeContinuation | None) -> list[dict[str, Any]]:

@@ -10,11 +10,12 @@ call's `index` and are assembled here.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from soba_nb.messages import IMAGES_LABEL, ImagePart, image_label
 from soba_nb.providers.base import ChatMessage, ModelRequest, ModelResponse, ToolCall, Usage
 from soba_nb.providers.classify import classify_stream_error
 from soba_nb.providers.errors import IncompleteResponseError
@@ -81,6 +82,32 @@ def message_to_wire(message: ChatMessage) -> dict[str, Any]:
             ],
         }
     return {"role": message.role, "content": message.content}
+
+
+def messages_to_wire(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    """Neutral messages in Chat Completions shape. A tool message takes only text, so the
+    images of a run of tool results follow it as one `user` message of `image_url` parts
+    (`data:` URLs), each named by a text part (SPEC §10)."""
+    wire: list[dict[str, Any]] = []
+    pending: list[ImagePart] = []
+    for message in messages:
+        if message.role != "tool" and pending:
+            wire.append(_images_message(pending))
+            pending = []
+        wire.append(message_to_wire(message))
+        if message.role == "tool":
+            pending += message.sent_images()
+    if pending:
+        wire.append(_images_message(pending))
+    return wire
+
+
+def _images_message(parts: Sequence[ImagePart]) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": IMAGES_LABEL}]
+    for part in parts:
+        content.append({"type": "text", "text": image_label(part)})
+        content.append({"type": "image_url", "image_url": {"url": part.data_url()}})
+    return {"role": "user", "content": content}
 
 
 def usage_from_wire(usage: Any) -> Usage | None:
@@ -206,7 +233,7 @@ class OpenAIProvider(HttpProvider):
 
     def build_body(self, request: ModelRequest) -> dict[str, Any]:
         messages = [{"role": "system", "content": request.system}] if request.system else []
-        messages += [message_to_wire(message) for message in request.messages]
+        messages += messages_to_wire(request.messages)
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from soba_nb.messages import IMAGES_LABEL, ImagePart, image_label
 from soba_nb.providers.base import ChatMessage, ModelRequest, ModelResponse, ToolCall, Usage
 from soba_nb.providers.classify import classify_stream_error
 from soba_nb.providers.errors import IncompleteResponseError
@@ -77,11 +78,28 @@ def native_items(native: NativeContinuation | None) -> list[dict[str, Any]]:
 
 
 def input_items(request_messages: list[ChatMessage], native: NativeContinuation | None) -> list[dict[str, Any]]:
-    """The whole `input`: the native window first, then the messages."""
+    """The whole `input`: the native window first, then the messages. The images of a run of
+    tool results follow it as one user message of `input_image` items (SPEC §10)."""
     items = native_items(native)
+    pending: list[ImagePart] = []
     for message in request_messages:
+        if message.role != "tool" and pending:
+            items.append(_images_item(pending))
+            pending = []
         items += message_items(message)
+        if message.role == "tool":
+            pending += message.sent_images()
+    if pending:
+        items.append(_images_item(pending))
     return items
+
+
+def _images_item(parts: list[ImagePart]) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "input_text", "text": IMAGES_LABEL}]
+    for part in parts:
+        content.append({"type": "input_text", "text": image_label(part)})
+        content.append({"type": "input_image", "image_url": part.data_url(), "detail": "auto"})
+    return {"type": "message", "role": "user", "content": content}
 
 
 def usage_from_wire(usage: Any) -> Usage | None:

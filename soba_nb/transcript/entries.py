@@ -121,6 +121,20 @@ class ToolCallEntry(_Entry, tag="tool_call", kw_only=True, frozen=True):
     """JSON text of the arguments, as the model produced it."""
 
 
+ImageMime = Literal["image/png", "image/jpeg"]
+
+
+class Artifact(Struct, kw_only=True, frozen=True, rename="camel", gc=False):
+    """An image a tool call displayed, kept in the session folder (SPEC §10)."""
+
+    path: NonEmpty
+    """`<notebook-stem>.soba/artifacts/<sha256>.png` (or `.jpg`), relative to the notebook's folder."""
+    mime: ImageMime
+    sha256: Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]
+    width: Annotated[int, Meta(ge=1)]
+    height: Annotated[int, Meta(ge=1)]
+
+
 class ToolResultEntry(_Entry, tag="tool_result", kw_only=True, frozen=True):
     """The result of one tool call, whole (clipping happens only in model input)."""
 
@@ -130,6 +144,8 @@ class ToolResultEntry(_Entry, tag="tool_result", kw_only=True, frozen=True):
     content: str = ""
     is_error: bool = False
     duration_ms: int | None = None
+    artifacts: list[Artifact] | UnsetType = UNSET
+    """The images the call displayed (a `python` call's plots), in order; absent when none."""
 
 
 CellOutcome = Literal["ok", "error"]

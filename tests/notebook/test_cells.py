@@ -87,3 +87,163 @@ def test_printed_output_is_bounded_and_the_kernel_streams_restored(ip, scripted)
     assert sys.stdout is stdout
     recorded = magics(ip).holder.recorder.cells[-1]
     assert len(recorded.printed) < 9000 and "characters not kept" in recorded.printed
+
+
+# -- the recorder under a demanding user (and an attacker) ----------------------------------------
+
+
+def recorded(ip):
+    return magics(ip).holder.recorder.cells
+
+
+def test_a_cell_that_runs_a_cell_is_recorded_once_and_leaves_no_tee(ip):
+    import sys
+
+    stdout, stderr = sys.stdout, sys.stderr
+    run(ip, "get_ipython().run_cell('print(\"inner\")', store_history=True)\nprint('outer')")
+    assert sys.stdout is stdout and sys.stderr is stderr
+    cell = recorded(ip)[-1]
+    assert cell.source.startswith("get_ipython().run_cell(") and cell.printed == "inner\nouter\n"
+    run(ip, "print('next')")
+    assert recorded(ip)[-1].printed == "next\n"  # not twice
+    assert len(recorded(ip)) == 2
+
+
+def test_a_stream_the_cell_installs_is_the_users_and_stays(ip):
+    import sys
+
+    stdout = sys.stdout
+    try:
+        run(ip, "import io, sys\nbuffer = io.StringIO()\nsys.stdout = buffer\nprint('into the buffer')")
+        assert sys.stdout is ip.user_ns["buffer"]  # not clobbered by our restore
+        assert ip.user_ns["buffer"].getvalue() == "into the buffer\n"
+    finally:
+        sys.stdout = stdout
+    # A cell keeps the stream it saw (our tee) and puts it back in a later cell; another wraps
+    # it in a stream of its own: no tee stays installed and nothing is recorded twice.
+    run(ip, "saved = sys.stdout")
+    run(ip, "sys.stdout = saved\nprint('through the saved tee')")
+    assert sys.stdout is stdout
+    assert recorded(ip)[-1].printed == "through the saved tee\n"
+    try:
+        run(ip, "class Loud:\n    def __init__(self, s): self.s = s\n    def write(self, t): self.s.write(t)\n    def flush(self): self.s.flush()\nsys.stdout = Loud(sys.stdout)")
+        run(ip, "print('once')")
+        assert recorded(ip)[-1].printed == "once\n"
+    finally:
+        sys.stdout = stdout
+
+
+def test_a_syntax_error_is_the_error_not_printed_text(ip, scripted):
+    run(ip, "total = sum(\n")
+    cell = recorded(ip)[-1]
+    assert cell.execution_count == 1 and cell.printed == ""
+    assert (cell.error or "").startswith("SyntaxError") and "total = sum(" in (cell.error or "")
+    scripted.script(text("An unclosed parenthesis."))
+    run(ip, "%soba what is wrong?")
+    sent = last_request_text(scripted)
+    assert "SyntaxError" in sent and "\x1b[" not in sent
+
+
+def test_cells_run_without_history_are_not_the_notebooks(ip):
+    run(ip, "a = 1")
+    ip.run_cell("frontend_probe = 1", store_history=False)  # a frontend's or a library's own code
+    run(ip, "b = 2")
+    assert [cell.source for cell in recorded(ip)] == ["a = 1", "b = 2"]
+    assert [cell.execution_count for cell in recorded(ip)] == [1, 2]
+
+
+def test_an_interrupted_cell_is_recorded_and_the_next_one_too(ip):
+    import sys
+
+    stdout = sys.stdout
+    run(ip, "import signal, time\nprint('started')\nsignal.raise_signal(signal.SIGINT)\ntime.sleep(5)")
+    assert sys.stdout is stdout
+    cell = recorded(ip)[-1]
+    assert (cell.error or "").splitlines()[0] == "KeyboardInterrupt" and cell.printed == "started\n"
+    run(ip, "print('after')")
+    assert recorded(ip)[-1].printed == "after\n" and recorded(ip)[-1].error is None
+
+
+def test_a_result_is_recorded_as_shown_its_repr_run_once(ip):
+    run(ip, "class Counted:\n    shown = 0\n    def __repr__(self):\n        Counted.shown += 1\n        return f'Counted(shown={Counted.shown})'\nCounted()")
+    assert ip.user_ns["Counted"].shown == 1  # a slow or stateful repr is not run a second time
+    assert recorded(ip)[-1].result == "Counted(shown=1)"
+    run(ip, "class Broken:\n    def __repr__(self):\n        raise ValueError('no repr today')\nBroken()")
+    cell = recorded(ip)[-1]
+    assert cell.error is None and cell.result == "[its repr raised ValueError: no repr today]"
+    run(ip, "list(range(1_000_000))")
+    result = recorded(ip)[-1].result or ""
+    assert len(result) < 2200 and result.startswith("[0,\n 1,")
+
+
+def test_ten_megabytes_printed_keep_head_and_tail_with_the_count(ip):
+    import re
+
+    run(ip, "for i in range(100_000):\n    print(f'line {i:06d} ' + 'x' * 90)")
+    printed = recorded(ip)[-1].printed
+    head, count, tail = re.fullmatch(r"(.*)\n\[… (\d+) characters not kept …\]\n(.*)", printed, re.DOTALL).groups()
+    assert head.startswith("line 000000 ") and tail.endswith("line 099999 " + "x" * 90 + "\n")
+    assert int(count) == 100_000 * len("line 000000 " + "x" * 90 + "\n") - len(head) - len(tail)
+    assert len(printed) < 8200
+
+
+def test_terminal_codes_progress_bars_and_control_characters(ip):
+    run(ip, "import sys\nprint('\\x1b[1;31mred\\x1b[0m alert\\x07')\nfor p in range(0, 101, 10):\n    sys.stderr.write(f'\\rtraining {p:3d}%')\nsys.stderr.write('\\n')\nprint('done')")
+    assert recorded(ip)[-1].printed == "red alert\\x07\ntraining 100%\ndone\n"
+    run(ip, "raise ValueError('\\x1b[31mbad\\x1b[0m value\\rrewritten')")
+    assert (recorded(ip)[-1].error or "").splitlines()[0] == "ValueError: bad value\\rrewritten"  # as it is, escaped
+
+
+def test_magics_cells_are_recorded_with_their_output_once(ip):
+    run(ip, "%%time\nsquares = [n * n for n in range(10)]")
+    cell = recorded(ip)[-1]
+    assert cell.source.startswith("%%time") and cell.printed.count("Wall time") == 1
+    run(ip, "%%capture captured\nprint('kept by the capture')")
+    assert recorded(ip)[-1].printed == ""  # captured, not shown: not what the cell printed
+
+
+def test_a_soba_cell_is_not_teed(ip, llm_server, scripted):
+    import sys
+
+    seen = []
+
+    def answer(request):
+        seen.append(type(sys.stdout).__name__)
+        return text("Answered.")
+
+    llm_server.script(answer)
+    run(ip, "%soba hello")
+    assert seen and seen[0] != "_Tee"
+    assert [cell.source for cell in recorded(ip)] == []
+
+
+def test_images_are_bounded_over_the_whole_record(ip):
+    from soba_nb.notebook.cells import IMAGE_BYTES_KEPT
+
+    image = b"\x89PNG\r\n\x1a\n" + bytes(7 * 1024 * 1024)
+    for index in range(6):
+        ip.user_ns["image"] = image
+        run(ip, f"from IPython.display import display\ndisplay({{'image/png': image, 'text/plain': 'plot {index}'}}, raw=True)")
+    kept = [len(cell.images) for cell in recorded(ip)]
+    assert sum(len(raw) for cell in recorded(ip) for _, raw in cell.images) <= IMAGE_BYTES_KEPT
+    assert kept[-1] == 1 and kept[0] == 0  # the oldest cells' images go first
+    assert all(cell.displayed == ["image/png"] for cell in recorded(ip))
+
+
+SECRET = "zq9XvTpLmRwNs"
+
+
+def test_a_secret_is_redacted_whole_even_where_the_record_is_clipped(ip, nb_dir, scripted, monkeypatch):
+    """The printed text's head and tail are cut at 4,000 characters each: a secret lying across
+    a cut must not leave a piece the redaction no longer recognises."""
+    monkeypatch.setenv("ACME_SERVICE_TOKEN", SECRET)
+    run(ip, f"token = '{SECRET}'\nprint('word ' * 799 + token + ' done' * 2000 + ' ' + token + ' end' * 998)")
+    run(ip, "token")
+    run(ip, "raise PermissionError('refused: ' + token)")
+    scripted.script(text("Fine."))
+    run(ip, "%soba what happened?")
+    pieces = [SECRET[i : i + 5] for i in range(len(SECRET) - 4)]
+    written = magics(ip).agent.file.read_text()
+    sent = "\n".join(request.raw.decode() for request in scripted.server.requests)
+    assert "[redacted]" in written and "refused: [redacted]" in sent
+    assert [piece for piece in pieces if piece in written or piece in sent] == []

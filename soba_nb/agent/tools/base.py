@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -32,6 +33,29 @@ class NotebookAccess:
     """This notebook's file, when the kernel knows it."""
 
 
+@dataclass(frozen=True)
+class DisplayedImage:
+    """An image a tool call displayed: its mime type and bytes, as the frontend got them."""
+
+    mime: str
+    data: bytes
+
+
+class DisplayCapture(Protocol):
+    """What the notebook lends the `python` tool to see what a call displays (SPEC §10): the
+    images it shows reach the cell as usual and are kept for the receipt and the model."""
+
+    def capture(self) -> AbstractContextManager[list[DisplayedImage]]:
+        """Within the block, every image displayed is also appended to the list it yields
+        (a matplotlib figure under the inline backend is shown, and so kept, at its end)."""
+        ...
+
+    def show(self, value: Any) -> bool:
+        """Display `value` (a call's last expression) as the notebook would when it has an
+        image representation; True when it did."""
+        ...
+
+
 @dataclass
 class ToolContext:
     """Where and with what a tool call runs."""
@@ -46,6 +70,8 @@ class ToolContext:
     """Set when the user cancels the turn; long-running tools (shell) stop early."""
     notebook: NotebookAccess | None = None
     """The notebook's cells and the way to propose one (None outside a notebook)."""
+    displays: DisplayCapture | None = None
+    """How the `python` tool sees what a call displays (None outside a notebook: nothing)."""
     session_files: frozenset[Path] = frozenset()
     """The open session's own files (transcript and side-cars, resolved): the file tools never
     write them, even where `%soba --session PATH` put them outside a `.soba` folder."""
@@ -57,6 +83,9 @@ class ToolOutcome:
 
     content: str
     is_error: bool = False
+    images: tuple[DisplayedImage, ...] = ()
+    """Images the call displayed (kept as artifacts, named in the content, sent to models
+    that take images)."""
 
 
 class ToolError(Exception):

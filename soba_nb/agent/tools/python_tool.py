@@ -21,6 +21,11 @@ in the traceback (library internals are left out); each run gets its own file na
 `<soba-python-N>`, registered in `linecache` so functions defined in one call still show
 their source when they fail in a later one. An exception (including `SystemExit`) makes the
 outcome an error; `KeyboardInterrupt` is not caught, so the turn loop can stop the turn.
+
+Images the call displays (a matplotlib figure under the inline backend, `display(Image(…))`,
+a last expression with an image representation) show in the cell as usual and come back in
+the outcome (`images`); the turn loop keeps them as artifacts, names them in the content and
+sends them to a model that takes images.
 """
 
 from __future__ import annotations
@@ -36,7 +41,13 @@ from typing import Any
 
 from pydantic import Field
 
-from soba_nb.agent.tools.base import ToolArguments, ToolContext, ToolOutcome
+from soba_nb.agent.tools.base import (
+    DisplayCapture,
+    DisplayedImage,
+    ToolArguments,
+    ToolContext,
+    ToolOutcome,
+)
 
 NAME = "python"
 DESCRIPTION = (
@@ -71,17 +82,24 @@ def run(arguments: PythonArguments, ctx: ToolContext) -> ToolOutcome:
     stdout, stderr = io.StringIO(), io.StringIO()
     result: Any = None
     error: str | None = None
-    try:
-        body, last_expression = _compile(source, filename)
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-            if body is not None:
-                exec(body, ctx.namespace)
-            if last_expression is not None:
-                result = eval(last_expression, ctx.namespace)
-    except SyntaxError as exception:
-        error = _describe_syntax_error(exception)
-    except (Exception, SystemExit) as exception:
-        error = _describe_exception(exception)
+    shown: list[DisplayedImage] = []
+    displays = ctx.displays
+    with displays.capture() if displays is not None else contextlib.nullcontext(shown) as shown:
+        try:
+            body, last_expression = _compile(source, filename)
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+                if body is not None:
+                    exec(body, ctx.namespace)
+                if last_expression is not None:
+                    result = eval(last_expression, ctx.namespace)
+        except SyntaxError as exception:
+            error = _describe_syntax_error(exception)
+        except (Exception, SystemExit) as exception:
+            error = _describe_exception(exception)
+        # A last expression with an image representation (a figure, `Image(...)`) is shown,
+        # as a notebook cell shows it; its repr is reported all the same.
+        if result is not None and displays is not None:
+            _show_image(displays, result)
     sections = []
     if stdout.getvalue():
         sections.append("stdout:\n" + stdout.getvalue().rstrip("\n"))
@@ -91,7 +109,14 @@ def run(arguments: PythonArguments, ctx: ToolContext) -> ToolOutcome:
         sections.append("result: " + _clipped_repr(result))
     if error is not None:
         sections.append(error)
-    return ToolOutcome("\n".join(sections) or "(no output)", is_error=error is not None)
+    return ToolOutcome("\n".join(sections) or "(no output)", is_error=error is not None, images=tuple(shown))
+
+
+def _show_image(displays: DisplayCapture, value: Any) -> None:
+    """Show `value` when it has an image representation; a broken `_repr_*_` is the user's
+    object's problem, never the turn's."""
+    with contextlib.suppress(Exception):
+        displays.show(value)
 
 
 def _compile(source: str, filename: str) -> tuple[CodeType | None, CodeType | None]:
