@@ -5,7 +5,15 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from soba_nb.images import MAX_SENT_EDGE, MAX_SENT_PIXELS, ImageRule, anthropic_tokens, image_tokens, openai_tokens, sent_size
+from soba_nb.images import (
+    MAX_SENT_EDGE,
+    MAX_SENT_PIXELS,
+    ImageRule,
+    anthropic_tokens,
+    image_tokens,
+    openai_tokens,
+    sent_size,
+)
 
 
 def test_openai_tile_rule_matches_its_documented_examples() -> None:
