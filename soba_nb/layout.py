@@ -31,6 +31,8 @@ EXTRACT_SUFFIX = ".extract"
 SIDECAR_SUFFIXES = (TOKENS_SUFFIX, BUDGET_SUFFIX, EXTRACT_SUFFIX)
 FLIGHT_FILE = "flight.jsonl"
 """The folder's flight records (`compaction.flight`): not a transcript, though it ends so."""
+FILE_VERSIONS_FOLDER = "files"
+"""`<notebook-stem>.soba/files/<sha256>`: bytes of files the agent wrote, before and after."""
 ARTIFACTS_FOLDER = "artifacts"
 """`<notebook-stem>.soba/artifacts/<sha256>.png`: images the agent's calls displayed."""
 REPAIRED_SUFFIX = ".repaired.jsonl"
@@ -103,6 +105,11 @@ class SessionLayout:
     @property
     def flight(self) -> Path:
         return self.folder / FLIGHT_FILE
+
+    @property
+    def file_versions(self) -> Path:
+        """The folder's kept file versions (`<sha256>`), shared by its sessions."""
+        return self.folder / FILE_VERSIONS_FOLDER
 
     @property
     def artifacts(self) -> Path:

@@ -14,23 +14,20 @@ result stands.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import os
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from soba_nb.agent.tools.base import DisplayedImage
+from soba_nb.agent.vault import write_once
 from soba_nb.transcript.entries import Artifact
 
 EXTENSIONS = {"image/png": ".png", "image/jpeg": ".jpg"}
 FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg"}
 """Pillow's name of a format → the mime type an artifact is kept under."""
-FOLDER_MODE = 0o700
-FILE_MODE = 0o600
 
 
 class ArtifactError(OSError):
@@ -84,43 +81,8 @@ def _keep(image: DisplayedImage, folder: Path, relative_to: Path) -> Artifact:
     digest = hashlib.sha256(image.data).hexdigest()
     name = digest + EXTENSIONS[mime]
     try:
-        _write_once(folder, name, image.data)
+        write_once(folder, name, image.data)
     except OSError as error:
         raise ArtifactError(f"cannot write {folder / name} ({error.strerror or error})") from None
     path = Path(os.path.relpath(folder / name, relative_to)).as_posix()
     return Artifact(path=path, mime=mime, sha256=digest, width=width, height=height)  # type: ignore[arg-type]
-
-
-def _write_once(folder: Path, name: str, data: bytes) -> None:
-    """`folder/name` holds `data` afterwards: written through a temporary file and renamed
-    into place, or already there (the name is the content's hash). No link is followed."""
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(folder, FOLDER_MODE)
-    directory = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        try:
-            info = os.stat(name, dir_fd=directory, follow_symlinks=False)
-        except FileNotFoundError:
-            info = None
-        if info is not None:
-            if stat.S_ISREG(info.st_mode) and info.st_size == len(data):
-                return
-            raise OSError(f"{name} is already there and is not this image")
-        temporary = f".{name}.{os.getpid()}.tmp"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(temporary, flags, FILE_MODE, dir_fd=directory)
-        try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(temporary, dir_fd=directory)
-            raise
-        os.close(fd)
-        os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
-    finally:
-        os.close(directory)

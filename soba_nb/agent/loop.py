@@ -25,6 +25,7 @@ from soba_nb.agent.request_images import with_images
 from soba_nb.agent.session import AgentSession
 from soba_nb.agent.tools import ToolContext, run_tool, summarize_arguments
 from soba_nb.agent.tools.base import DisplayCapture, NotebookAccess
+from soba_nb.agent.vault import FileVault
 from soba_nb.compaction.cells_context import fit_cells
 from soba_nb.compaction.compactor import HardLimitExceeded
 from soba_nb.compaction.model_input import ModelInput
@@ -370,6 +371,7 @@ class TurnRunner:
             cancel=self.cancel,
             notebook=self.notebook,
             displays=self.displays,
+            keep_version=FileVault(self.session.layout.file_versions).keep,
             session_files=self.session.session_files(),
         )
         transcript = self.session.transcript
@@ -400,6 +402,7 @@ class TurnRunner:
                     call_id=call.id, name=call.name, content=content,
                     is_error=outcome.is_error, duration_ms=duration,
                     artifacts=UNSET if artifacts is None else artifacts,
+                    files=list(outcome.files) if outcome.files else UNSET,
                 )
             )
             preview = "\n".join(outcome.content.splitlines()[:PREVIEW_LINES])[:PREVIEW_CHARS]

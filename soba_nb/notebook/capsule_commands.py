@@ -44,7 +44,13 @@ from soba_nb.notebook.render import TextView, ipython_display
 from soba_nb.paths import shown
 from soba_nb.printable import note_line, printable
 from soba_nb.redact import redact
-from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry, Entry, MessageEntry
+from soba_nb.transcript.entries import (
+    CapsuleEntry,
+    CheckpointEntry,
+    Entry,
+    MessageEntry,
+    ToolResultEntry,
+)
 
 SLUG_CHARS = 60
 DEFAULT_SLUG = "capsule"
@@ -152,12 +158,19 @@ def path_checkpoint_lines(path: Sequence[Entry], *, limit: int | None = LIST_LIM
     At most `limit` lines (None: all), after a line counting the ones left out."""
     lines: list[str] = []
     request = ""
+    changed: dict[str, None] = {}
+    """Files the agent wrote or edited since the previous checkpoint (SPEC §11)."""
     for entry in path:
         if isinstance(entry, MessageEntry) and entry.role == "user":
             request = entry.content
+        elif isinstance(entry, ToolResultEntry) and entry.files:
+            changed.update((change.path, None) for change in entry.files)
         elif isinstance(entry, CheckpointEntry | CapsuleEntry):
             parts = [entry.checkpoint_id, *_kind_and_note(entry, request)]
             parts.insert(2, local_time(entry.timestamp))
+            if changed:
+                parts.append(f"changed {len(changed)} file(s): {', '.join(map(printable, changed))}")
+                changed = {}
             lines.append(" · ".join(part for part in parts if part))
     if limit is None or len(lines) <= limit:
         return lines

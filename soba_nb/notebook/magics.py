@@ -56,6 +56,7 @@ from soba_nb.notebook.holder import SESSION_ERRORS as SESSION_ERRORS  # re-expor
 from soba_nb.notebook.holder import SessionHolder, one_line_errors
 from soba_nb.notebook.monitor import BudgetView, SidebarPublisher, snapshot_of
 from soba_nb.notebook.render import TurnRenderer, ipython_display
+from soba_nb.notebook.rewind_files import rewind_with_files
 from soba_nb.paths import shown
 from soba_nb.providers.errors import ProviderError
 from soba_nb.providers.http import DEFAULT_IDLE_TIMEOUT_S
@@ -333,8 +334,12 @@ class SobaMagics(Magics, Configurable):
     @line_magic
     @magic_arguments()
     @argument("target", nargs="?", help="A checkpoint id (ck_…, Tab completes) or an entry id; omit to list them.")
+    @argument("--files", action="store_true", help="Also restore the files the agent wrote or edited after the target.")
+    @argument("--force", action="store_true", help="With --files: restore files changed since by someone else too.")
     def rewind(self, line: str) -> None:
-        """%rewind [CHECKPOINT_OR_ENTRY] — move the leaf back; later work branches from there.
+        """%rewind [CHECKPOINT_OR_ENTRY] [--files [--force]] — move the leaf back; later work
+        branches from there. The files the agent changed after the target are listed, and with
+        `--files` restored (a file someone else changed since is left alone unless `--force`).
         Without a target, lists the recent checkpoints with their notes and times."""
         args = parse(self.rewind, line)
         agent = self.get_session()
@@ -344,12 +349,14 @@ class SobaMagics(Magics, Configurable):
             if lines:
                 print("%rewind CHECKPOINT returns there (Tab completes the id)")
             return
+        if args.force and not args.files:
+            raise UsageError("%rewind: --force goes with --files")
         try:
             with one_line_errors("%rewind"):
-                leaf = agent.rewind(args.target)
+                lines = rewind_with_files(agent, args.target, files=args.files, force=args.force)
         except RewindError as exc:
             raise UsageError(error_line(exc)) from None
-        print(f"rewound to {args.target} (entry {leaf.target_id}); the next turn continues from there")
+        print("\n".join(lines))
         self.refresh_monitor()
 
     @line_magic

@@ -130,9 +130,24 @@ class Artifact(Struct, kw_only=True, frozen=True, rename="camel", gc=False):
     path: NonEmpty
     """`<notebook-stem>.soba/artifacts/<sha256>.png` (or `.jpg`), relative to the notebook's folder."""
     mime: ImageMime
-    sha256: Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]
+    sha256: Sha256
     width: Annotated[int, Meta(ge=1)]
     height: Annotated[int, Meta(ge=1)]
+
+
+Sha256 = Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]
+
+
+class FileChange(Struct, kw_only=True, frozen=True, rename="camel", gc=False):
+    """A file a tool call wrote or edited (SPEC §11): its bytes before and after, kept by
+    sha256 in `<notebook-stem>.soba/files/`, so `%rewind --files` can put it back."""
+
+    path: NonEmpty
+    """Relative to the project folder, `/`-separated."""
+    before: Sha256 | None
+    """The bytes before the call; null: the file did not exist."""
+    after: Sha256 | None
+    """The bytes after the call; null: the file is gone (a restore deleted it)."""
 
 
 class ToolResultEntry(_Entry, tag="tool_result", kw_only=True, frozen=True):
@@ -146,6 +161,46 @@ class ToolResultEntry(_Entry, tag="tool_result", kw_only=True, frozen=True):
     duration_ms: int | None = None
     artifacts: list[Artifact] | UnsetType = UNSET
     """The images the call displayed (a `python` call's plots), in order; absent when none."""
+    files: list[FileChange] | UnsetType = UNSET
+    """The file the call wrote or edited (`write_file`, `edit_file`); absent when none."""
+
+
+ApprovalDecision = Literal["approved", "declined", "approved_all", "no_input"]
+ApprovalMode = Literal["never", "edits", "all"]
+
+
+class ApprovalEntry(_Entry, tag="approval", kw_only=True, frozen=True):
+    """The user's answer before a tool call ran (SPEC §11), between the call and its result."""
+
+    type: ClassVar[str] = "approval"
+    call_id: str
+    decision: ApprovalDecision
+    mode: ApprovalMode
+    """The approval mode the call was asked under (`agent.approval` or `--approve`)."""
+
+
+RestoreAction = Literal["restored", "deleted", "left_alone", "failed"]
+
+
+class RestoredFile(Struct, kw_only=True, frozen=True, rename="camel", gc=False):
+    """One file `%rewind --files` looked at."""
+
+    path: NonEmpty
+    action: RestoreAction
+    """`restored` to its bytes at the target, `deleted` (the agent created it after the
+    target), `left_alone` (changed by someone else since; `--force` overrides), `failed`."""
+    sha256: Sha256 | None
+    """The bytes in place afterwards (null: no file)."""
+    previous: Sha256 | None = None
+    """The bytes in place before the restore (null: no file)."""
+
+
+class RestoreEntry(_Entry, tag="restore", kw_only=True, frozen=True):
+    """`%rewind TARGET --files`: the files put back as they were at the target (SPEC §11)."""
+
+    type: ClassVar[str] = "restore"
+    target_id: str
+    files: list[RestoredFile] = field(default_factory=list)
 
 
 CellOutcome = Literal["ok", "error"]
@@ -342,6 +397,8 @@ Entry = (
     | ToolCallEntry
     | ToolResultEntry
     | CellsEntry
+    | ApprovalEntry
+    | RestoreEntry
     | UsageEntry
     | CapsuleEntry
     | CheckpointEntry

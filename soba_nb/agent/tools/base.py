@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from soba_nb.transcript.entries import CellRecord
+from soba_nb.transcript.entries import CellRecord, FileChange
 
 CellKind = Literal["code", "markdown"]
 
@@ -72,6 +72,9 @@ class ToolContext:
     """The notebook's cells and the way to propose one (None outside a notebook)."""
     displays: DisplayCapture | None = None
     """How the `python` tool sees what a call displays (None outside a notebook: nothing)."""
+    keep_version: Callable[[bytes], str] | None = None
+    """Keep a file's bytes for `%rewind --files`, returning their sha256 (raises `OSError`
+    when it cannot); None: no session keeps versions (the write goes ahead unrecorded)."""
     session_files: frozenset[Path] = frozenset()
     """The open session's own files (transcript and side-cars, resolved): the file tools never
     write them, even where `%soba --session PATH` put them outside a `.soba` folder."""
@@ -86,6 +89,8 @@ class ToolOutcome:
     images: tuple[DisplayedImage, ...] = ()
     """Images the call displayed (kept as artifacts, named in the content, sent to models
     that take images)."""
+    files: tuple[FileChange, ...] = ()
+    """The file the call wrote or edited, its versions kept (`ToolContext.keep_version`)."""
 
 
 class ToolError(Exception):

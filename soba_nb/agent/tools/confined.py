@@ -119,8 +119,8 @@ class Confinement:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
-    def read_bytes(self) -> bytes:
-        """The whole content of a regular file inside the project."""
+    def read_bytes(self, limit: int = MAX_READ_BYTES) -> bytes:
+        """The whole content of a regular file inside the project (at most `limit` bytes)."""
         if not self.parts:
             raise ToolError(f"{self.tool}: '{self.shown}' is a folder; use list_files")
         with self.folder(self.parts[:-1]) as parent:
@@ -129,10 +129,10 @@ class Confinement:
         try:
             info = os.fstat(fd)
             self._regular(info.st_mode)
-            if info.st_size > MAX_READ_BYTES:
+            if info.st_size > limit:
                 raise ToolError(
                     f"{self.tool}: '{self.shown}' is {info.st_size:,} bytes, more than read_file takes "
-                    f"({MAX_READ_BYTES:,}); read part of it with the python or shell tool"
+                    f"({limit:,}); read part of it with the python or shell tool"
                 )
             return _read_at_most(fd, info.st_size)
         finally:
@@ -193,6 +193,21 @@ class Confinement:
             raise ToolError(f"{self.tool}: '{self.shown}' is a folder; use list_files")
         if not stat.S_ISREG(mode):
             raise ToolError(f"{self.tool}: '{self.shown}' is not a regular file (a FIFO, socket or device)")
+
+    @property
+    def relative(self) -> str:
+        """The path inside the project, normalised, `/`-separated."""
+        return "/".join(self.parts)
+
+    def remove(self) -> None:
+        """Delete the regular file (never a folder, never one of soba's own files)."""
+        if not self.parts:
+            raise ToolError(f"{self.tool}: '{self.shown}' is a folder")
+        self.refuse_own_files()
+        with self.folder(self.parts[:-1]) as parent:
+            info = os.stat(self.parts[-1], dir_fd=parent, follow_symlinks=False)
+            self._regular(info.st_mode)
+            os.unlink(self.parts[-1], dir_fd=parent)
 
     def names(self) -> list[str]:
         """The folder's entries, sorted; folders end with '/'."""

@@ -19,6 +19,8 @@ from soba_nb.agent.tools.base import (
     ToolOutcome,
 )
 from soba_nb.agent.tools.confined import Confinement
+from soba_nb.agent.vault import MAX_KEPT_BYTES
+from soba_nb.transcript.entries import FileChange
 
 MAX_LISTED_ENTRIES = 200
 """`list_files` shows at most this many entries, then "… and N more"."""
@@ -65,9 +67,11 @@ def read_file(arguments: ReadFileArguments, ctx: ToolContext) -> ToolOutcome:
 
 def write_file(arguments: WriteFileArguments, ctx: ToolContext) -> ToolOutcome:
     place = Confinement("write_file", arguments.path, ctx.project_root, ctx.session_files)
+    place.refuse_own_files()
     data = arguments.content.encode("utf-8")
+    change = _kept(place, ctx, _current(place, ctx), data)
     _write(place, data)
-    return ToolOutcome(f"wrote {len(data)} bytes to {arguments.path}")
+    return ToolOutcome(f"wrote {len(data)} bytes to {arguments.path}", files=change)
 
 
 def edit_file(arguments: EditFileArguments, ctx: ToolContext) -> ToolOutcome:
@@ -87,9 +91,11 @@ def edit_file(arguments: EditFileArguments, ctx: ToolContext) -> ToolOutcome:
             f"edit_file: 'old' text occurs {matches} times in {arguments.path}; "
             "include more surrounding text so it matches exactly once"
         )
-    _write(place, text.replace(arguments.old, arguments.new, 1).encode("utf-8"))
+    data = text.replace(arguments.old, arguments.new, 1).encode("utf-8")
+    change = _kept(place, ctx, text.encode("utf-8"), data)
+    _write(place, data)
     removed, added = _line_count(arguments.old), _line_count(arguments.new)
-    return ToolOutcome(f"edited {arguments.path}: replaced {removed} line(s) with {added} line(s)")
+    return ToolOutcome(f"edited {arguments.path}: replaced {removed} line(s) with {added} line(s)", files=change)
 
 
 def list_files(arguments: ListFilesArguments, ctx: ToolContext) -> ToolOutcome:
@@ -127,6 +133,37 @@ def _read_text(place: Confinement) -> str:
             f"{tool}: '{shown}' is not UTF-8 text ({len(data)} bytes; "
             f"invalid byte at offset {error.start})"
         ) from error
+
+
+def _current(place: Confinement, ctx: ToolContext) -> bytes | None:
+    """The file's bytes before a write (None: there is no file), when versions are kept."""
+    if ctx.keep_version is None:
+        return None
+    try:
+        return place.read_bytes(limit=MAX_KEPT_BYTES)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except IsADirectoryError:
+        raise ToolError(f"{place.tool}: '{place.shown}' is a folder") from None
+    except OSError as error:
+        raise ToolError(f"{place.tool}: cannot read '{place.shown}' to keep its version: {_reason(error)}") from error
+
+
+def _kept(place: Confinement, ctx: ToolContext, before: bytes | None, after: bytes) -> tuple[FileChange, ...]:
+    """Keep both versions before anything is written (SPEC §11: no change without a way
+    back): a version that cannot be kept stops the write."""
+    keep = ctx.keep_version
+    if keep is None:
+        return ()
+    try:
+        previous = None if before is None else keep(before)
+        new = keep(after)
+    except OSError as error:
+        raise ToolError(
+            f"{place.tool}: '{place.shown}' not written: its previous version could not be kept for "
+            f"%rewind --files ({error})"
+        ) from None
+    return (FileChange(path=place.relative, before=previous, after=new),)
 
 
 def _write(place: Confinement, data: bytes) -> None:
