@@ -33,9 +33,11 @@ from soba_nb.config.files import MAX_CONFIG_DEPTH, depth, read_config_file
 from soba_nb.config.files import find_project_config as find_project_config  # re-exported
 from soba_nb.config.settings import MAX_CONTEXT_WINDOW as MAX_CONTEXT_WINDOW  # re-exported
 from soba_nb.config.settings import MAX_TIMEOUT_MS as MAX_TIMEOUT_MS  # re-exported
+from soba_nb.config.settings import AgentSettings as AgentSettings  # re-exported
 from soba_nb.config.settings import CompactionSettings as CompactionSettings  # re-exported
 from soba_nb.config.settings import ModelSettings as ModelSettings  # re-exported
 from soba_nb.config.settings import NotebookSettings as NotebookSettings  # re-exported
+from soba_nb.config.settings import PricingSettings as PricingSettings  # re-exported
 from soba_nb.config.settings import Section
 from soba_nb.config.settings import SobaConfig as SobaConfig  # re-exported
 from soba_nb.layout import USER_CONFIG_PATH
@@ -108,7 +110,14 @@ def _apply_aliases(layer: Mapping[str, Any], source: str) -> dict[str, Any]:
     return out
 
 
-_SECTIONS: dict[str, type[Section]] = {"model": ModelSettings, "compaction": CompactionSettings, "notebook": NotebookSettings}
+_SECTIONS: dict[str, type[Section]] = {
+    "model": ModelSettings,
+    "compaction": CompactionSettings,
+    "notebook": NotebookSettings,
+    "agent": AgentSettings,
+}
+_NESTED: dict[tuple[str, str], type[Section]] = {("model", "pricing"): PricingSettings}
+"""Keys whose value is an object of keys of its own."""
 
 
 def _env_keys() -> dict[str, tuple[str, str]]:
@@ -185,6 +194,8 @@ def _one_line(exc: ValidationError, merged: Mapping[str, Any], prefix: tuple[str
         return f"{key} = {clip(json.dumps(value, default=str), VALUE_SHOWN_CHARS)}: {rule}" if loc else rule
     if err["type"] in ("model_type", "model_attributes_type", "dict_type"):
         return f"{key} = {clip(json.dumps(value, default=str), VALUE_SHOWN_CHARS)}: must be a JSON object"
+    if err["type"] == "missing":
+        return f"{key}: required"
     return f"{key} = {clip(json.dumps(value, default=str), VALUE_SHOWN_CHARS)}: {rule.lower()}"
 
 
@@ -193,6 +204,10 @@ VALUE_SHOWN_CHARS = 80
 
 def _known_keys(loc: list[str]) -> str:
     """The keys that may stand where an unknown one was found."""
+    nested = _NESTED.get((loc[0], loc[1])) if len(loc) >= 3 else None
+    if nested is not None:
+        names = [field.alias or name for name, field in nested.model_fields.items()]
+        return f"known keys in {loc[0]}.{loc[1]}: {', '.join(names)}"
     if len(loc) >= 2 and loc[0] in _SECTIONS:
         names = [field.alias or name for name, field in _SECTIONS[loc[0]].model_fields.items()]
         return f"known keys in {loc[0]}: {', '.join(names)}"

@@ -66,6 +66,28 @@ def base_url_problem(url: str) -> str | None:
     return None
 
 
+MAX_PRICE_PER_MTOK = 100_000.0
+"""US dollars per million tokens: no model is priced near this; a larger figure is a typo."""
+
+
+MAX_SESSION_COST_USD = 1_000_000.0
+"""The largest session cap accepted (a larger one is a typo, or no cap: use null)."""
+
+
+class PricingSettings(Section):
+    """`model.pricing` (SPEC §3, §11): US dollars per million tokens; it overrides the model
+    catalogue's prices."""
+
+    input_per_m_tok: float = Field(ge=0, le=MAX_PRICE_PER_MTOK, strict=True, allow_inf_nan=False)
+    """`inputPerMTok`: input tokens not read from the provider's prompt cache."""
+    output_per_m_tok: float = Field(ge=0, le=MAX_PRICE_PER_MTOK, strict=True, allow_inf_nan=False)
+    """`outputPerMTok`: answer tokens (reasoning tokens included, as the providers bill them)."""
+    cached_input_per_m_tok: float | None = Field(
+        None, ge=0, le=MAX_PRICE_PER_MTOK, strict=True, allow_inf_nan=False
+    )
+    """`cachedInputPerMTok`: input tokens read from the prompt cache; null: priced as input."""
+
+
 class ModelSettings(Section):
     """The active model definition."""
 
@@ -87,6 +109,8 @@ class ModelSettings(Section):
     """Tokens reserved for the answer."""
     vision: bool | None = Field(None, strict=True)
     """Whether the model takes images (null: the model catalogue decides by name)."""
+    pricing: PricingSettings | None = None
+    """What the model costs (null: the catalogue's prices, or none: SPEC §11)."""
 
     @field_validator("base_url")
     @classmethod
@@ -127,12 +151,29 @@ class NotebookSettings(Section):
     """The newest images a request carries to a model that takes images."""
 
 
+ApprovalMode = Literal["never", "edits", "all"]
+
+
+class AgentSettings(Section):
+    """The user stays in control (SPEC §11)."""
+
+    approval: ApprovalMode = "never"
+    """Which tool calls ask first: `never`, `edits` (shell, write_file, edit_file) or `all`
+    (python too)."""
+    max_session_cost_usd: float | None = Field(
+        None, ge=0, le=MAX_SESSION_COST_USD, strict=True, allow_inf_nan=False
+    )
+    """`maxSessionCostUsd`: no request is sent that could take the session's cost past this
+    many US dollars (null: no cap)."""
+
+
 class SobaConfig(Section):
     """The whole configuration."""
 
     model: ModelSettings = Field(default_factory=lambda: ModelSettings())
     compaction: CompactionSettings = Field(default_factory=lambda: CompactionSettings())
     notebook: NotebookSettings = Field(default_factory=lambda: NotebookSettings())
+    agent: AgentSettings = Field(default_factory=lambda: AgentSettings())
     _provider_source: str = PrivateAttr(default="defaults")
     _provider_steps: tuple[str, ...] = PrivateAttr(default=())
     _explicit: dict[str, str] = PrivateAttr(default_factory=dict)

@@ -28,6 +28,8 @@ SPEC_DEFAULTS = {
         "apiKeyEnv": "OPENAI_API_KEY",
         "contextWindow": 128000,
         "maxOutputTokens": 8000,
+        "vision": None,
+        "pricing": None,
     },
     "compaction": {
         "auto": True,
@@ -41,6 +43,8 @@ SPEC_DEFAULTS = {
         "autoCompactThresholdRatio": 0.8,
         "timeoutMs": 15000,
     },
+    "notebook": {"contextTokens": 2000, "maxImagesPerRequest": 4},
+    "agent": {"approval": "never", "maxSessionCostUsd": None},
 }
 
 
@@ -586,3 +590,57 @@ def test_a_recorded_configuration_refused_today_is_a_config_error() -> None:
     recorded["model"]["baseUrl"] = "file:///etc/passwd"
     message = one_line_refusal(lambda: recorded_config(recorded, {}, "recorded"))
     assert 'model.baseUrl = "file:///etc/passwd": must be an http:// or https:// URL' in message
+
+
+# -- agent and model.pricing (SPEC §3, §11) ------------------------------------------------
+
+
+def test_agent_section_and_pricing_take_the_spec_keys() -> None:
+    config = build_config(
+        [
+            (
+                "soba.json",
+                {
+                    "agent": {"approval": "edits", "maxSessionCostUsd": 2},
+                    "model": {"pricing": {"inputPerMTok": 2.5, "outputPerMTok": 10.0, "cachedInputPerMTok": 1.25}},
+                },
+            )
+        ]
+    )
+    assert config.agent.approval == "edits" and config.agent.max_session_cost_usd == 2.0
+    pricing = config.model.pricing
+    assert pricing is not None
+    assert (pricing.input_per_m_tok, pricing.output_per_m_tok, pricing.cached_input_per_m_tok) == (2.5, 10.0, 1.25)
+    assert config.to_json()["model"]["pricing"] == {"inputPerMTok": 2.5, "outputPerMTok": 10.0, "cachedInputPerMTok": 1.25}
+    assert config.set_by("agent.maxSessionCostUsd") == "soba.json"
+
+
+@pytest.mark.parametrize(
+    ("layer", "message"),
+    [
+        ({"agent": {"approval": "sometimes"}}, "agent.approval = \"sometimes\": input should be 'never', 'edits' or 'all'"),
+        ({"agent": {"maxSessionCostUsd": -1}}, "agent.maxSessionCostUsd = -1: input should be greater than or equal to 0"),
+        ({"agent": {"maxSessionCostUsd": True}}, "agent.maxSessionCostUsd = true: input should be a valid number"),
+        ({"agent": {"maxSessionCostUsd": "5"}}, "agent.maxSessionCostUsd = \"5\": input should be a valid number"),
+        ({"agent": {"budget": 5}}, "agent.budget: unknown key (value 5); known keys in agent: approval, maxSessionCostUsd"),
+        ({"model": {"pricing": "cheap"}}, 'model.pricing = "cheap": must be a JSON object'),
+        ({"model": {"pricing": {"inputPerMTok": 2.5}}}, "model.pricing.outputPerMTok: required"),
+        ({"model": {"pricing": {"inputPerMTok": -2, "outputPerMTok": 1}}}, "model.pricing.inputPerMTok = -2: input should be greater"),
+        (
+            {"model": {"pricing": {"inputPerMTok": 1, "outputPerMTok": 1, "cacheRead": 0.1}}},
+            "model.pricing.cacheRead: unknown key (value 0.1); known keys in model.pricing: inputPerMTok, outputPerMTok, cachedInputPerMTok",
+        ),
+    ],
+)
+def test_bad_agent_and_pricing_values_are_refused_in_one_line(layer: dict[str, Any], message: str) -> None:
+    assert message in refused(layer)
+
+
+def test_agent_and_pricing_from_the_environment() -> None:
+    assert env_layer({"SOBA_AGENT_APPROVAL": "all"}) == {"agent": {"approval": "all"}}
+    assert env_layer({"SOBA_AGENT_MAX_SESSION_COST_USD": "0.5"}) == {"agent": {"maxSessionCostUsd": 0.5}}
+    assert env_layer({"SOBA_MODEL_PRICING": '{"inputPerMTok": 1, "outputPerMTok": 4}'}) == {
+        "model": {"pricing": {"inputPerMTok": 1, "outputPerMTok": 4}}
+    }
+    with pytest.raises(ConfigError, match="SOBA_AGENT_MAX_SESSION_COST_USD: agent.maxSessionCostUsd = Infinity"):
+        env_layer({"SOBA_AGENT_MAX_SESSION_COST_USD": "Infinity"})
