@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from msgspec import UNSET
 
+from soba_nb.agent.approval import DECLINED, NO_INPUT, ApprovalGate, Approver, describe_call
 from soba_nb.agent.artifacts import keep_images
 from soba_nb.agent.events import AgentEvent, Notice, TextDelta, ToolFinished, ToolStarted, Waiting
 from soba_nb.agent.rebuild import note_missing
@@ -31,9 +32,11 @@ from soba_nb.compaction.compactor import HardLimitExceeded
 from soba_nb.compaction.model_input import ModelInput
 from soba_nb.compaction.outcomes import CompactionResult, Outcome
 from soba_nb.compaction.triggers import TurnState
-from soba_nb.providers.base import ModelRequest, ModelResponse
+from soba_nb.providers.base import ModelRequest, ModelResponse, ToolCall
 from soba_nb.providers.errors import Cancelled, ContextOverflowError, ProviderError
 from soba_nb.transcript.entries import (
+    ApprovalEntry,
+    ApprovalMode,
     CapsuleEntry,
     CellRecord,
     MessageEntry,
@@ -111,6 +114,8 @@ class TurnRunner:
         """The notebook tools' access (None outside a notebook: they say so)."""
         self.displays: DisplayCapture | None = None
         """How the `python` tool sees the images a call displays (None: it sees none)."""
+        self.approvals: ApprovalGate | None = None
+        """Which calls ask the user first, and how (None: none do)."""
         self._retry_ceiling: int | None = None
         """After an overflow that stated the limit: the most the retry may be on our scale."""
 
@@ -380,9 +385,11 @@ class TurnRunner:
                 self._cancel_rest(response, index)
                 return False
             summary = summarize_arguments(call.name, call.arguments)
-            self.emit(ToolStarted(call.id, call.name, summary))
             started = time.monotonic()
             try:
+                if not self._approved(call, summary):
+                    continue
+                self.emit(ToolStarted(call.id, call.name, summary))
                 outcome = run_tool(call.name, call.arguments, ctx)
             except KeyboardInterrupt:
                 self.cancel.set()
@@ -408,6 +415,28 @@ class TurnRunner:
             preview = "\n".join(outcome.content.splitlines()[:PREVIEW_LINES])[:PREVIEW_CHARS]
             self.emit(ToolFinished(call.id, call.name, summary, outcome.is_error, duration, preview))
         return True
+
+    def _approved(self, call: ToolCall, summary: str) -> bool:
+        """Ask the user first when the approval mode says so (SPEC §11); a declined call is
+        answered for the model and the turn goes on. The answer is an `approval` entry."""
+        gate = self.approvals
+        if gate is None or not gate.needs(call.name):
+            return True
+        decision, reason = gate.decide(describe_call(call.name, call.arguments, self.session.project_root))
+        transcript = self.session.transcript
+        transcript.append(ApprovalEntry(call_id=call.id, decision=decision, mode=gate.mode))
+        if decision in ("approved", "approved_all"):
+            return True
+        content = DECLINED if decision == "declined" else NO_INPUT
+        transcript.append(ToolResultEntry(call_id=call.id, name=call.name, content=content, is_error=True))
+        if decision == "no_input":
+            self.emit(Notice(
+                f"declined {call.name}: {reason}; approval mode '{gate.mode}' asks before it runs — "
+                "%soba --approve never runs the calls of a turn without asking (or set agent.approval in soba.json)",
+                "warning",
+            ))
+        self.emit(ToolFinished(call.id, call.name, summary, True, 0, content))
+        return False
 
     def _cancel_rest(self, response: ModelResponse, start: int) -> None:
         for call in response.tool_calls[start:]:
@@ -437,12 +466,17 @@ def run_turn(
     cells: Sequence[CellRecord] = (),
     notebook: NotebookAccess | None = None,
     displays: DisplayCapture | None = None,
+    approval: ApprovalMode | None = None,
+    approver: Approver | None = None,
 ) -> TurnResult:
     """Run one agent turn to its end. `cells`: the notebook cells run since the previous turn
     (newest last), carried ahead of the request within `notebook.contextTokens`; `notebook`:
     what the notebook tools read and where their proposed cells go; `displays`: how the
-    `python` tool sees the images a call displays."""
+    `python` tool sees the images a call displays; `approval`: this turn's approval mode
+    (default: `agent.approval`), `approver`: who is asked."""
     runner = TurnRunner(session, on_event=on_event, cancel=cancel, max_steps=max_steps, turn_timeout_s=turn_timeout_s)
     runner.notebook = notebook
     runner.displays = displays
+    mode = approval or session.config.agent.approval
+    runner.approvals = None if mode == "never" else ApprovalGate(mode, approver)
     return runner.run(prompt, cells)

@@ -40,6 +40,7 @@ from soba_nb.agent.skills import SkillError
 from soba_nb.capsule_files.memory import mirror, should_mirror
 from soba_nb.compaction.cells_context import fence_for
 from soba_nb.notebook import controls, input_transform
+from soba_nb.notebook.approval_prompt import InputApprover
 from soba_nb.notebook.arguments import PROMPT_VALUE_CHARS as PROMPT_VALUE_CHARS  # re-exported
 from soba_nb.notebook.arguments import (
     error_line,
@@ -60,7 +61,7 @@ from soba_nb.notebook.rewind_files import rewind_with_files
 from soba_nb.paths import shown
 from soba_nb.providers.errors import ProviderError
 from soba_nb.providers.http import DEFAULT_IDLE_TIMEOUT_S
-from soba_nb.transcript.entries import CapsuleEntry
+from soba_nb.transcript.entries import ApprovalMode, CapsuleEntry
 
 REGISTRY_KEY = "SobaMagics"
 SLASH_COMMANDS = {
@@ -169,6 +170,10 @@ class SobaMagics(Magics, Configurable):
     @argument("--new", action="store_true", help="Start a new session instead of resuming the latest.")
     @argument("--cancel", action="store_true", help="Cancel a turn running in another thread.")
     @argument("--skill", metavar="NAME", action="append", default=[], help="Activate a skill (repeatable).")
+    @argument(
+        "--approve", metavar="MODE", choices=("never", "edits", "all"),
+        help="Ask before calls run, for this turn: never, edits (shell and file writes) or all (python too).",
+    )
     @argument("prompt", nargs="*", help="What to ask (or /budget, /compact, /auto-compact, /capsule, /rewind).")
     def soba(self, line: str, cell: str | None = None) -> None:
         """Run one agent turn; the answer streams into the cell output.
@@ -185,7 +190,7 @@ class SobaMagics(Magics, Configurable):
         To cancel a running turn, interrupt the kernel (■ / `I I` / the sidebar's Cancel /
         Ctrl-C).
         """
-        options, prompt = split_options(line, frozenset({"--model", "--session", "--skill"}))
+        options, prompt = split_options(line, frozenset({"--model", "--session", "--skill", "--approve"}))
         prompt = unquote_prompt(prompt)
         args = parse(self.soba, options)
         if cell is not None:
@@ -212,10 +217,11 @@ class SobaMagics(Magics, Configurable):
         if slash is not None:
             self._slash(slash.group("name"), slash.group("rest") or "")
             return
-        self.run_prompt(substitute_variables(prompt, self.holder.user_ns))
+        self.run_prompt(substitute_variables(prompt, self.holder.user_ns), approval=args.approve)
 
-    def run_prompt(self, prompt: str) -> TurnResult:
-        """One turn of the current session, rendered; safe to call from another thread."""
+    def run_prompt(self, prompt: str, *, approval: ApprovalMode | None = None) -> TurnResult:
+        """One turn of the current session, rendered; safe to call from another thread.
+        `approval`: this turn's approval mode (`--approve`; default `agent.approval`)."""
         agent = self.get_session()
         renderer = self.holder.renderer()
         with self.holder.cancellable() as cancel:
@@ -230,6 +236,8 @@ class SobaMagics(Magics, Configurable):
                     cells=self.holder.cells_since_turn(),
                     notebook=self.holder.notebook_access(),
                     displays=ShellDisplays(self.shell),
+                    approval=approval,
+                    approver=InputApprover(renderer),
                 )
             except KeyboardInterrupt:
                 result = TurnResult("cancelled", message="interrupted; the next %soba works")

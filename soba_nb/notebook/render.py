@@ -277,6 +277,17 @@ class TurnRenderer:
         else:
             self.print_line(f"{heading}\n{source}")
 
+    def show_call(self, shown: str) -> None:
+        """A call waiting for the user's approval: what it would run or change."""
+        heading = "Approval needed before this call runs:"
+        if self.rich:
+            self._end_answer()
+            fence = "````" if "```" in shown else "```"
+            language = "diff" if "\n--- a/" in shown else "text"
+            self.display(TextView(f"**{heading}**\n\n{fence}{language}\n{shown}\n{fence}"))
+        else:
+            self.print_line(f"{heading}\n{shown}")
+
     # -- end -------------------------------------------------------------------------
 
     def finish(self, result: TurnResult | None) -> None:

@@ -1,0 +1,132 @@
+"""Approval before a tool call runs (SPEC §11).
+
+`agent.approval` (or `%soba --approve MODE` for one turn) says which calls are asked about:
+`never` (none), `edits` (`shell`, `write_file`, `edit_file`), `all` (those and `python`).
+Asking means showing the call as the user would judge it — the code, the command, or the file
+with a diff of the change — and reading one answer: `y` runs it, `n` does not (the model gets
+the error result `declined by the user` and goes on), `a` runs it and every later call of the
+turn. Where no answer can be read (nbconvert, a frontend without stdin, end of input) the call
+is declined and the cell says why and how to change the mode. Each answer is an `approval`
+entry between the call and its result.
+
+The question is put by whoever runs the turn (`Approver`: the notebook's `input()`); this
+module decides what is asked and words what is shown.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from soba_nb.agent.tools.base import ToolError
+from soba_nb.agent.tools.confined import Confinement
+from soba_nb.text import clip_middle
+from soba_nb.transcript.entries import ApprovalDecision, ApprovalMode
+
+EDIT_TOOLS = frozenset({"shell", "write_file", "edit_file"})
+ASKED: dict[str, frozenset[str]] = {"never": frozenset(), "edits": EDIT_TOOLS, "all": EDIT_TOOLS | {"python"}}
+"""Which tools each mode asks about."""
+QUESTION = "Run this call? [y]es / [n]o / [a]ll this turn: "
+ANSWERS: dict[str, ApprovalDecision] = {
+    "y": "approved", "yes": "approved", "n": "declined", "no": "declined", "a": "approved_all", "all": "approved_all",
+}
+ASKS = 3
+"""An answer that is none of these is asked for again, at most this many times in all."""
+DECLINED = "declined by the user"
+NO_INPUT = "declined: the call needs the user's approval and no answer could be read here"
+DIFF_LINES = 80
+SHOWN_CHARS = 4000
+"""What a call shows is clipped to about this many characters (its head and tail)."""
+
+
+class NoInput(Exception):
+    """No answer can be read (the message says why, in one line)."""
+
+
+class Approver(Protocol):
+    """Shows a call and reads the user's answer."""
+
+    def ask(self, shown: str, question: str) -> str:
+        """Show `shown`, ask `question`, return the answer; raise `NoInput` when none can be
+        read (`KeyboardInterrupt` stops the turn)."""
+        ...
+
+
+@dataclass
+class ApprovalGate:
+    """One turn's approvals: the mode, and whether the user said "all"."""
+
+    mode: ApprovalMode
+    approver: Approver | None
+    all_approved: bool = False
+
+    def needs(self, tool: str) -> bool:
+        return not self.all_approved and tool in ASKED[self.mode]
+
+    def decide(self, shown: str) -> tuple[ApprovalDecision, str | None]:
+        """The decision, and why no answer could be read (for `no_input`)."""
+        if self.approver is None:
+            return "no_input", "nothing here can ask the user"
+        for _ in range(ASKS):
+            try:
+                answer = self.approver.ask(shown, QUESTION)
+            except NoInput as reason:
+                return "no_input", str(reason)
+            decision = ANSWERS.get(answer.strip().lower())
+            if decision is not None:
+                self.all_approved = decision == "approved_all"
+                return decision, None
+            shown = ""  # asked again: the call is still on screen
+        return "declined", None
+
+
+def describe_call(tool: str, arguments: str, project_root: Any) -> str:
+    """The call as the user judges it: python's code, the shell command, or the file and a
+    diff of what the call would change."""
+    try:
+        given = json.loads(arguments, strict=False)
+    except (ValueError, RecursionError):
+        given = None
+    if not isinstance(given, dict):
+        return f"{tool} with arguments that are not a JSON object: {clip_middle(arguments, SHOWN_CHARS)}"
+    if tool == "python":
+        return f"python:\n{clip_middle(str(given.get('code', '')), SHOWN_CHARS)}"
+    if tool == "shell":
+        timeout = given.get("timeout_s", 60)
+        return f"shell (time limit {timeout} s):\n$ {clip_middle(str(given.get('command', '')), SHOWN_CHARS)}"
+    if tool in ("write_file", "edit_file"):
+        return _file_change(tool, given, project_root)
+    return f"{tool} {clip_middle(json.dumps(given, ensure_ascii=False), SHOWN_CHARS)}"
+
+
+def _file_change(tool: str, given: dict[str, Any], project_root: Any) -> str:
+    path = str(given.get("path", ""))
+    current = _current_text(tool, path, project_root)
+    if tool == "write_file":
+        new = str(given.get("content", ""))
+        heading = f"write_file {path} ({'new file' if current is None else 'replaces the file'})"
+    else:
+        old, replacement = str(given.get("old", "")), str(given.get("new", ""))
+        if current is None or not old or current.count(old) != 1:
+            return f"edit_file {path} (the edit will fail: 'old' is not found exactly once)\n- {old}\n+ {replacement}"
+        new = current.replace(old, replacement, 1)
+        heading = f"edit_file {path}"
+    diff = list(
+        difflib.unified_diff(
+            (current or "").splitlines(), new.splitlines(), "a/" + path, "b/" + path, lineterm="", n=2
+        )
+    )
+    if len(diff) > DIFF_LINES:
+        diff = [*diff[:DIFF_LINES], f"… {len(diff) - DIFF_LINES} more diff lines"]
+    return heading + "\n" + clip_middle("\n".join(diff) or "(no change)", SHOWN_CHARS * 2)
+
+
+def _current_text(tool: str, path: str, project_root: Any) -> str | None:
+    """The file as it is now (None: missing, unreadable, or outside the project — the call
+    itself will say why when it runs)."""
+    try:
+        return Confinement(tool, path, project_root).read_bytes().decode("utf-8", "replace")
+    except (ToolError, OSError):
+        return None

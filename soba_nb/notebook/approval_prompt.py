@@ -1,0 +1,34 @@
+"""The user's answer to an approval question (SPEC §11), read with `input()`.
+
+Every frontend answers `input()`: a kernel turns it into a stdin request that JupyterLab,
+Notebook 7 and VS Code show as an input box under the cell; terminal IPython reads the
+terminal. Where nothing can answer — nbconvert, a frontend that does not allow stdin
+(`StdinNotImplementedError`), an input that has ended (`EOFError`) — the call is declined
+and the cell says why.
+"""
+
+from __future__ import annotations
+
+from IPython.core.error import StdinNotImplementedError
+
+from soba_nb.agent.approval import NoInput
+from soba_nb.notebook.render import TurnRenderer
+
+
+class InputApprover:
+    """Shows the call in the turn's output and asks with `input()`."""
+
+    def __init__(self, renderer: TurnRenderer):
+        self.renderer = renderer
+
+    def ask(self, shown: str, question: str) -> str:
+        if shown:
+            self.renderer.show_call(shown)
+        try:
+            return input(question)
+        except StdinNotImplementedError:
+            raise NoInput("this frontend does not answer input() (nbconvert, or stdin is off)") from None
+        except EOFError:
+            raise NoInput("the input has ended (nothing left to read an answer from)") from None
+        except OSError as error:
+            raise NoInput(f"input() cannot be read here ({error.strerror or error})") from None
