@@ -3,7 +3,8 @@
 `jupyter_server` starts `python -m jupyterlab` (JupyterLab 4) or `python -m notebook`
 (Notebook 7) on a free loopback port, with a random token, in an environment from
 `server_env` (Jupyter's own folders in a temp folder, no news toast, the soba_nb under test
-importable), and always stops it. `browser_page` opens a page in Debian's chromium driven by
+importable; `isolated_env` adds its own HOME, no SOBA_* variables and the installed
+labextensions), and always stops it. `browser_page` opens a page in Debian's chromium driven by
 Playwright. `wait_for_kernel_idle` and `run_all_cells` drive a notebook in both frontends.
 `require_browser` skips a test, with the reason, without chromium or Playwright.
 """
@@ -65,6 +66,9 @@ JUPYTER_FOLDERS = {
 }
 """Environment variable → folder (in the server's temp folder): no user config, settings,
 workspaces or runtime files. The data folders (installed labextensions) stay as they are."""
+WIDGETS_EXTENSION = "@jupyter-widgets/jupyterlab-manager"
+NOTEBOOK_EXPOSE_APP = "--JupyterNotebookApp.expose_app_in_browser=True"
+"""Notebook 7's option for `window.jupyterapp` (JupyterLab's is `EXPOSE_APP`)."""
 
 
 # -- skip rules ----------------------------------------------------------------------------
@@ -118,6 +122,36 @@ def server_env(
     return env
 
 
+def installed_data_dirs(*extensions: str) -> list[str]:
+    """The Jupyter data folders that hold these prebuilt labextensions."""
+    from jupyter_core.paths import jupyter_path
+
+    found: list[str] = []
+    for folder in jupyter_path("labextensions"):
+        if any((Path(folder) / name / "package.json").is_file() for name in extensions):
+            found.append(str(Path(folder).parent))
+    return found
+
+
+def isolated_env(tmp: Path, extra: Mapping[str, str]) -> dict[str, str]:
+    """A server's (and so its kernels') environment: nothing from the user's Jupyter or soba
+    settings (its own HOME and Jupyter folders in `tmp`, no SOBA_* variables), the prebuilt
+    extensions (ours, the widget manager) visible wherever they are installed, the soba_nb
+    under test importable, and `extra` (e.g. the test API key)."""
+    base = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("SOBA_") and name != "JPY_SESSION_NAME"
+    }
+    folders = {"HOME": "home", **JUPYTER_FOLDERS, "JUPYTER_DATA_DIR": "data"}
+    env = server_env(tmp, base, folders)
+    # A user data folder holding them is hidden by the isolated JUPYTER_DATA_DIR otherwise.
+    shared = installed_data_dirs(SOBA_LABEXTENSION, WIDGETS_EXTENSION)
+    env["JUPYTER_PATH"] = os.pathsep.join(filter(None, [*shared, env.get("JUPYTER_PATH")]))
+    env.update(extra)
+    return env
+
+
 def wait_until_ready(process: subprocess.Popen[bytes], server: JupyterServer, log: Path) -> None:
     """Poll `/api/status` until it answers; fail (with the server's log) if the server exits
     or is not ready after SERVER_START_TIMEOUT_S."""
@@ -159,7 +193,6 @@ def jupyter_server(
     `EXPOSE_APP`)."""
     port = free_port()
     server = JupyterServer(f"http://127.0.0.1:{port}", secrets.token_hex(16), root, env)
-    app = "LabApp" if module == "jupyterlab" else "JupyterNotebookApp"
     tmp.mkdir(parents=True, exist_ok=True)
     log = tmp / f"{module}.log"
     with log.open("wb") as output:
@@ -175,8 +208,11 @@ def jupyter_server(
                 f"--IdentityProvider.token={server.token}",
                 f"--ServerApp.root_dir={root}",
                 "--ServerApp.disable_check_xsrf=True",
-                f"--{app}.news_url=None",
-                f"--{app}.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                # JupyterLab's server extension serves the news and update checks in both
+                # frontends. (These are not traits of Notebook 7's JupyterNotebookApp: given
+                # there, they made its config shim drop that app's whole section.)
+                "--LabApp.news_url=None",
+                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
                 # CI and these machines run as root; the server refuses that unless told.
                 *(["--allow-root"] if os.geteuid() == 0 else []),
                 *extra_args,

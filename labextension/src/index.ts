@@ -1,12 +1,13 @@
 /**
  * soba-nb-labextension: the "soba budget" panel in JupyterLab's right sidebar (SPEC §9),
- * its status-bar item, and `.capsule.md` files opened as Markdown with their own icon.
+ * its status-bar item, the cells the agent proposes inserted below the running cell
+ * (SPEC §10), and `.capsule.md` files opened as Markdown with their own icon.
  *
- * The comm target is registered on every notebook's kernel wherever the extension loads;
- * the panel itself is added only in JupyterLab (`ILabShell`), the status-bar item where
- * there is a status bar. Notebook 7 loads the same extensions but has no such panel: there
- * `%budget` renders inline, and the target just keeps the kernel's messages from being
- * refused.
+ * The budget store opens a comm to every notebook's kernel whose cells use soba, wherever
+ * the extension loads; the panel itself is added only in JupyterLab (`ILabShell`), the
+ * status-bar item where there is a status bar. Notebook 7 loads the same extensions but has
+ * no such panel: there `%budget` renders inline, and the comm carries the proposed cells
+ * (`cells.ts`, which needs nothing but the notebook tracker).
  */
 
 import {
@@ -20,6 +21,7 @@ import { INotebookTracker } from '@jupyterlab/notebook';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { capsuleFiles } from './capsule';
+import { proposedCells } from './cells';
 import { budgetIcon } from './icon';
 import { BudgetPanel } from './panel';
 import { BudgetStatus, STATUS_ITEM_ID } from './statusbar';
@@ -79,4 +81,4 @@ const budget: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default [budget, capsuleFiles];
+export default [budget, proposedCells, capsuleFiles];

@@ -1,6 +1,7 @@
 /**
  * The messages the kernel sends over the `soba_nb.monitor` comm
- * (their Python side is `soba_nb/notebook/comm.py`, which documents the same shapes).
+ * (their Python side is `soba_nb/notebook/comm.py`, which documents the same shapes):
+ * the budget sidebar's (`MonitorMessage`) and the cells the agent proposes (`IAddCell`).
  */
 
 /** The comm target registered on every notebook's kernel. */
@@ -123,4 +124,70 @@ export function parseMessage(data: unknown): MonitorMessage | null {
     default:
       return null;
   }
+}
+
+/** What a proposed cell becomes: a code cell or a Markdown cell. */
+export type CellKind = 'code' | 'markdown';
+
+/**
+ * The agent proposed a cell (`add_cell`, SPEC §10), sent while its turn runs
+ * (`soba_nb/notebook/cell_insert.py`). It goes below the cell being run, after the cells
+ * of the same run already put there, and is not run.
+ */
+export interface IAddCell {
+  type: 'add_cell';
+  /** The cell's whole source. */
+  source: string;
+  kind: CellKind;
+  /** The running cell's id (from the execute_request's metadata), or null if unknown. */
+  cellId: string | null;
+  /** The running cell's `In [n]`, or null if unknown. */
+  executionCount: number | null;
+  /** The turn's id; with `index` (its proposals counted from 0) it names the message. */
+  turn: string;
+  index: number;
+}
+
+/** The kernel's `set_next_input` text for a Markdown proposal starts so (a code cell). */
+export const MARKDOWN_NEXT_INPUT_PREFIX = '%%markdown\n';
+
+/**
+ * The `set_next_input` text the kernel also sends at the end of the turn, had this been
+ * its last proposal (`SessionHolder.place_proposed`): the source, or for Markdown the
+ * source as a `%%markdown` code cell.
+ */
+export function nextInputText(proposal: IAddCell): string {
+  return proposal.kind === 'code'
+    ? proposal.source
+    : MARKDOWN_NEXT_INPUT_PREFIX + proposal.source;
+}
+
+/** The proposed cell in a comm payload, or null when the payload is not one. */
+export function parseAddCell(data: unknown): IAddCell | null {
+  if (typeof data !== 'object' || data === null) {
+    return null;
+  }
+  const fields = data as Fields;
+  const ok =
+    fields.type === 'add_cell' &&
+    isString(fields.source) &&
+    (fields.kind === 'code' || fields.kind === 'markdown') &&
+    (fields.cellId === null || fields.cellId === undefined || isString(fields.cellId)) &&
+    (fields.executionCount === null ||
+      fields.executionCount === undefined ||
+      isInt(fields.executionCount)) &&
+    isString(fields.turn) &&
+    isInt(fields.index);
+  if (!ok) {
+    return null;
+  }
+  return {
+    type: 'add_cell',
+    source: fields.source as string,
+    kind: fields.kind as CellKind,
+    cellId: (fields.cellId as string | undefined) ?? null,
+    executionCount: (fields.executionCount as number | undefined) ?? null,
+    turn: fields.turn as string,
+    index: fields.index as number
+  };
 }

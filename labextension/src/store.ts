@@ -6,7 +6,8 @@
  * usual). It follows kernel changes and restarts through the notebook's session context.
  * The store opens the comm (the kernel never does: frontends without the target would log
  * errors), when a cell that uses soba is about to run or has run, or at once when the kernel
- * still holds a comm from before a page reload.
+ * still holds a comm from before a page reload. It does so in Notebook 7 too, with no panel
+ * to show: the comm also carries the cells the agent proposes (`cells.ts` reads them).
  */
 
 import { ISessionContext } from '@jupyterlab/apputils';

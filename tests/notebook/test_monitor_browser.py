@@ -49,17 +49,17 @@ from compaction_support import good_summary
 from conftest import SMALL_LIMITS, TEST_KEY_ENV, TEST_KEY_VALUE, ScriptedModel, write_soba_json
 from jupyter_support import (
     EXPOSE_APP,
-    JUPYTER_FOLDERS,
     LABEXTENSION_BUILD,
     SOBA_LABEXTENSION,
     UI_TIMEOUT_MS,
     JupyterServer,
     browser_page,
     cell,
+    installed_data_dirs,
+    isolated_env,
     jupyter_server,
     require_browser,
     run_all_cells,
-    server_env,
     wait_for_kernel_idle,
     write_code_notebook,
 )
@@ -70,7 +70,6 @@ from soba_nb.notebook.monitor import MAX_UPDATES_PER_S, capsule_line
 from soba_nb.transcript.entries import CapsuleEntry
 from soba_nb.transcript.store import Transcript
 
-WIDGETS_EXTENSION = "@jupyter-widgets/jupyterlab-manager"
 SCREENSHOT_ENV = "SOBA_SCREENSHOT"
 VIEWPORT: Any = {"width": 1440, "height": 900}
 SCREENSHOT_VIEWPORT: Any = {"width": 1280, "height": 720}
@@ -191,36 +190,7 @@ def expected_figures(root: Path, env: dict[str, str], notebook: str = NOTEBOOK) 
     return Expected(config.hard_limit, config.soft_limit, capsule_line(capsules[0]))
 
 
-# -- the server -----------------------------------------------------------------------------
-
-
-def _installed_data_dirs(*extensions: str) -> list[str]:
-    """The Jupyter data folders that hold these prebuilt labextensions."""
-    from jupyter_core.paths import jupyter_path
-
-    found: list[str] = []
-    for folder in jupyter_path("labextensions"):
-        if any((Path(folder) / name / "package.json").is_file() for name in extensions):
-            found.append(str(Path(folder).parent))
-    return found
-
-
-def _server_env(tmp: Path) -> dict[str, str]:
-    """The server's (and so the kernel's) environment: nothing from the user's Jupyter or
-    soba settings, the test API key, and the soba_nb under test importable."""
-    base = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith("SOBA_") and name != "JPY_SESSION_NAME"
-    }
-    folders = {"HOME": "home", **JUPYTER_FOLDERS, "JUPYTER_DATA_DIR": "data"}
-    env = server_env(tmp, base, folders)
-    # The prebuilt extensions (ours, the widget manager) stay visible wherever they are
-    # installed, including a user data folder the isolated JUPYTER_DATA_DIR hides.
-    shared = _installed_data_dirs(SOBA_LABEXTENSION, WIDGETS_EXTENSION)
-    env["JUPYTER_PATH"] = os.pathsep.join(filter(None, [*shared, env.get("JUPYTER_PATH")]))
-    env[TEST_KEY_ENV] = TEST_KEY_VALUE
-    return env
+# -- the fixtures ---------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -464,12 +434,12 @@ def test_inline_monitor_and_sidebar_in_jupyterlab(
     tmp_path: Path, root: Path, model: ScriptedModel
 ) -> None:
     require_browser()
-    if not _installed_data_dirs(SOBA_LABEXTENSION):
+    if not installed_data_dirs(SOBA_LABEXTENSION):
         pytest.skip(f"{SOBA_LABEXTENSION} is not built and installed ({LABEXTENSION_BUILD})")
     from playwright.sync_api import expect
 
     jupyter = tmp_path / "jupyter"
-    env = _server_env(jupyter)
+    env = isolated_env(jupyter, {TEST_KEY_ENV: TEST_KEY_VALUE})
     with jupyter_server("jupyterlab", jupyter, root, env) as server, browser_page(VIEWPORT) as page:
         page.goto(server.url(f"/lab/tree/{NOTEBOOK}"))
         panel = open_soba_panel(page)
@@ -516,7 +486,7 @@ def test_inline_monitor_in_notebook_7(tmp_path: Path, root: Path, model: Scripte
     from playwright.sync_api import expect
 
     jupyter = tmp_path / "jupyter"
-    env = _server_env(jupyter)
+    env = isolated_env(jupyter, {TEST_KEY_ENV: TEST_KEY_VALUE})
     with jupyter_server("notebook", jupyter, root, env) as server, browser_page(VIEWPORT) as page:
         page.goto(server.url(f"/notebooks/{NOTEBOOK}"))
         record_and_run_all(page)
@@ -664,14 +634,14 @@ def cancel_a_slow_turn(page: Any, panel: Any) -> None:
 @pytest.mark.timeout(120)
 def test_sidebar_controls_in_jupyterlab(tmp_path: Path, root: Path, model: ScriptedModel) -> None:
     require_browser()
-    if not _installed_data_dirs(SOBA_LABEXTENSION):
+    if not installed_data_dirs(SOBA_LABEXTENSION):
         pytest.skip(f"{SOBA_LABEXTENSION} is not built and installed ({LABEXTENSION_BUILD})")
     from playwright.sync_api import expect
 
     write_code_notebook(root / CONTROLS_NOTEBOOK, CONTROL_CELLS)
     model.script(text(STORY, chunks=STORY_CHUNKS, chunk_delay_s=STORY_CHUNK_DELAY_S))
     jupyter = tmp_path / "jupyter"
-    env = _server_env(jupyter)
+    env = isolated_env(jupyter, {TEST_KEY_ENV: TEST_KEY_VALUE})
     with (
         jupyter_server("jupyterlab", jupyter, root, env, [EXPOSE_APP]) as server,
         browser_page(VIEWPORT) as page,
