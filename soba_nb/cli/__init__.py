@@ -21,6 +21,7 @@ on stderr; a transcript problem reads `SESSION:LINE: problem`.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -30,6 +31,7 @@ from soba_nb.cli.table import subcommand as subcommand  # re-exported: tests add
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog=PROG, description="Inspect and check soba-nb session transcripts.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in SUBCOMMANDS.values():
         command.arguments(commands.add_parser(command.name, help=command.help))
@@ -48,6 +50,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandError as error:
         print(error, file=sys.stderr)
         return error.exit_code
+    except BrokenPipeError:
+        # `soba-nb inspect S | head`: the reader has gone, which is no error of ours. Output
+        # still buffered must not fail again at exit (Python's own advice for SIGPIPE).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+EXIT_BROKEN_PIPE = 128 + 13
+"""What a command killed by SIGPIPE exits with (the shell's convention, as `yes | head`)."""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("soba-nb")
+    except PackageNotFoundError:
+        return "(not installed)"
 
 
 # -- the subcommands, one module per family --------------------------------------------------

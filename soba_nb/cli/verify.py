@@ -60,6 +60,8 @@ def verify_command(args: argparse.Namespace) -> int:
     if args.repair:
         return _repair(args.session)
     transcript = load_session(args.session)
+    if not len(transcript):
+        raise CommandError(f"{args.session}: empty: no session entry, so no soba transcript")
     for line, warning in structure_warnings(transcript):
         print(f"{args.session}:{line}: warning: {warning}", file=sys.stderr)
     problems = integrity_problems(transcript)
@@ -81,5 +83,9 @@ def _repair(path: Path) -> int:
         raise CommandError(f"{PROG} verify --repair: {error}") from None
     for line, why in report.dropped:
         print(f"{path}:{line}: left out: {why}", file=sys.stderr)
-    print(f"repaired copy: {report.output} ({report.kept} entries kept, {len(report.dropped)} lines left out)")
+    for line, parent, now in report.reattached:
+        print(f"{path}:{line}: re-attached to the entry on line {now} (its parent {parent!r} was on a line left out)", file=sys.stderr)
+    reattached = f", {len(report.reattached)} re-attached to the entry before a bad line" if report.reattached else ""
+    left_out = f"{len(report.dropped)} line{'' if len(report.dropped) == 1 else 's'} left out"
+    print(f"repaired copy: {report.output} ({report.kept} entries kept, {left_out}{reattached})")
     return EXIT_OK

@@ -3,7 +3,9 @@
 Loading refuses a file with a bad line in the middle (anything but the torn lines a crash
 leaves, which it tolerates). To get a session back, `repair` reads the file line by line,
 keeps every entry that parses and hangs from a kept entry, and reports every line it leaves
-out and why. The copy goes beside the original as `<stem>.repaired.jsonl`, written to a
+out and why. An entry whose parent was on a line left out is kept, hung from the entry kept
+just before it (so one bad line in the middle costs that line, not the rest of the session),
+and reported as re-attached. The copy goes beside the original as `<stem>.repaired.jsonl`, written to a
 temporary file first and then linked into place, so it is never half-written and never
 replaces anything; the original is not touched.
 """
@@ -45,6 +47,9 @@ class RepairReport:
     kept: int = 0
     dropped: list[tuple[int, str]] = field(default_factory=list)
     """(line number, why) for each line left out."""
+    reattached: list[tuple[int, str, int]] = field(default_factory=list)
+    """(line number, its lost parent's id, the line of the entry it now hangs from) for each
+    entry whose parent was on a line left out."""
 
 
 def repaired_path(path: Path) -> Path:
@@ -66,6 +71,8 @@ def _why_not(entry: Entry, kept: dict[str, Entry]) -> str | None:
 def _kept_lines(raw: bytes, report: RepairReport) -> list[bytes]:
     kept: dict[str, Entry] = {}
     out: list[bytes] = []
+    last_kept: tuple[str, int] | None = None
+    """(id, line) of the entry kept last: what an entry whose parent was lost hangs from."""
     for number, line in enumerate(raw.split(b"\n"), start=1):
         if not line.strip():
             if line:
@@ -77,11 +84,18 @@ def _kept_lines(raw: bytes, report: RepairReport) -> list[bytes]:
             why = "not valid JSON (torn by a crash?)" if is_json_error(exc) else f"bad entry ({describe_error(exc)})"
             report.dropped.append((number, why))
             continue
+        lost_parent = entry.parent_id is not None and entry.parent_id not in kept and entry.id not in kept
+        if lost_parent and report.dropped and last_kept is not None and not isinstance(entry, LeafEntry):
+            # Its parent was most likely on a line left out: the entries after a bad line are
+            # kept, hung from the entry before it, rather than dropped with it.
+            report.reattached.append((number, str(entry.parent_id), last_kept[1]))
+            entry = msgspec.structs.replace(entry, parent_id=last_kept[0])
         problem = _why_not(entry, kept)
         if problem is not None:
             report.dropped.append((number, problem))
             continue
         kept[entry.id] = entry
+        last_kept = (entry.id, number)
         data = redact_data(entry_to_dict(entry))
         data.pop(TORN_MARKER, None)
         out.append(entry_to_json(entry_from_dict(data)).encode("utf-8", "replace"))

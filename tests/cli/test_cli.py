@@ -325,11 +325,11 @@ def test_verify_repair_writes_a_copy_beside_the_original_and_names_what_it_left_
     code, out, err = run(capsys, "verify", str(session), "--repair")
     assert code == 0
     repaired = session.with_name(session.stem + ".repaired.jsonl")
-    assert f"repaired copy: {repaired} (12 entries kept, 2 lines left out)" in out
+    assert f"repaired copy: {repaired} (13 entries kept, 1 line left out, 1 re-attached to the entry before a bad line)" in out
     assert f"{session}:13: left out: not valid JSON" in err
-    assert f"{session}:14: left out: its parent 'gone' was left out or never written" in err
+    assert f"{session}:14: re-attached to the entry on line 12 (its parent 'gone' was on a line left out)" in err
     assert session.read_bytes() == before  # never in place
-    assert len(Transcript.load(repaired)) == 12
+    assert len(Transcript.load(repaired)) == 13
     code, _, err = run(capsys, "verify", str(session), "--repair")
     assert code == 1 and "already exists" in err  # never replaces an earlier copy
 
