@@ -100,6 +100,8 @@ class SessionHolder:
             # the session keeps it after a restart (when the setting is None again).
             settings = self.settings
             reconfigure(self.agent, config, auto=settings.auto_compact, idle_timeout_s=settings.idle_timeout_s)
+        except TranscriptError as exc:
+            raise UsageError(error_line(exc) + _repair_hint(exc)) from None
         except SESSION_ERRORS as exc:
             raise UsageError(error_line(exc)) from None
         return self.agent
@@ -197,6 +199,18 @@ class SessionHolder:
             return False
         cancel.set()
         return True
+
+
+def _repair_hint(error: TranscriptError) -> str:
+    """A transcript with a bad line: the way back to the session, and the way around it."""
+    marker = f":{error.line}:"
+    if error.line is None or marker not in str(error):
+        return ""
+    path = str(error).split(marker, 1)[0]  # the message names the file first: `PATH:LINE: problem`
+    return (
+        f" — soba-nb verify {path} --repair writes a repaired copy beside it "
+        "(then %soba --session COPY); %soba --new starts a new session"
+    )
 
 
 def _as_markdown_cell(source: str) -> str:
