@@ -83,3 +83,14 @@ def _request_of(transcript: Transcript, entry: Entry) -> str | None:
     return None
 
 
+def resume_line(transcript: Transcript, session_id: str) -> str:
+    """What a new kernel says at its first turn on a session from before: which one, how
+    much it holds, and when it was last used (issue 26: resuming is never silent)."""
+    path = transcript.path_view()
+    turns = sum(1 for entry in path if isinstance(entry, CheckpointEntry) and entry.kind == "turn")
+    last = local_time(path[-1].timestamp) if path else "-"
+    return (
+        f"resumed session {session_id} ({turns} turn{'' if turns == 1 else 's'}, last at {last}); "
+        "%soba --new starts a new one"
+    )
+

@@ -69,6 +69,8 @@ class SessionHolder:
         """The cells the user runs (registered with the magics)."""
         self.proposed: list[tuple[str, CellKind]] = []
         """Cells the agent proposed (`add_cell`) in the running turn."""
+        self._announced: set[str] = set()
+        """Sessions from before whose resumption this kernel has announced."""
         self._cancel: threading.Event | None = None
         self._guard = threading.Lock()
 
@@ -105,6 +107,14 @@ class SessionHolder:
         except SESSION_ERRORS as exc:
             raise UsageError(error_line(exc)) from None
         return self.agent
+
+    def first_turn_here(self, agent: AgentSession) -> bool:
+        """True once per session in this kernel: the first turn on a session from before
+        says so (`checkpoints.resume_line`)."""
+        if not agent.resumed or agent.session_id in self._announced:
+            return False
+        self._announced.add(agent.session_id)
+        return True
 
     def notebook_access(self) -> NotebookAccess:
         """What the notebook tools read and where their proposed cells go, for one turn."""

@@ -51,7 +51,7 @@ from soba_nb.notebook.arguments import (
 )
 from soba_nb.notebook.capsule_commands import CAPSULE_ERRORS, CapsuleMagics
 from soba_nb.notebook.checkpoints import KINDS as CHECKPOINT_KINDS
-from soba_nb.notebook.checkpoints import checkpoint_ids, checkpoint_lines
+from soba_nb.notebook.checkpoints import checkpoint_ids, checkpoint_lines, resume_line
 from soba_nb.notebook.displays import ShellDisplays
 from soba_nb.notebook.holder import SESSION_ERRORS as SESSION_ERRORS  # re-exported
 from soba_nb.notebook.holder import SessionHolder, one_line_errors
@@ -224,6 +224,8 @@ class SobaMagics(Magics, Configurable):
         `approval`: this turn's approval mode (`--approve`; default `agent.approval`)."""
         agent = self.get_session()
         renderer = self.holder.renderer()
+        if self.holder.first_turn_here(agent):
+            renderer.print_line(resume_line(agent.transcript, agent.session_id))
         with self.holder.cancellable() as cancel:
             try:
                 result = run_turn(
