@@ -20,6 +20,7 @@ from msgspec import UNSET
 
 from soba_nb.agent.approval import DECLINED, NO_INPUT, ApprovalGate, Approver, describe_call
 from soba_nb.agent.artifacts import keep_images
+from soba_nb.agent.cost import CostCapExceeded
 from soba_nb.agent.events import AgentEvent, Notice, TextDelta, ToolFinished, ToolStarted, Waiting
 from soba_nb.agent.rebuild import note_missing
 from soba_nb.agent.request_images import with_images
@@ -118,6 +119,8 @@ class TurnRunner:
         """Which calls ask the user first, and how (None: none do)."""
         self._retry_ceiling: int | None = None
         """After an overflow that stated the limit: the most the retry may be on our scale."""
+        self._operation_id = ""
+        """The latest inference request's `X-Soba-Operation-Id` (its usage entry names it)."""
 
     def run(self, prompt: str, cells: Sequence[CellRecord] = ()) -> TurnResult:
         session = self.session
@@ -136,7 +139,7 @@ class TurnRunner:
             return self._loop()
         except KeyboardInterrupt:
             self.cancel.set()
-            return self._end("cancelled", "cancelled: interrupted; the transcript is consistent and the next %soba works")
+            return self._end("cancelled", "interrupted; the transcript is consistent and the next %soba works")
         except TranscriptWriteError as exc:  # a full disk, a deleted transcript: one line, nothing lost
             return self._end("failed", str(exc).splitlines()[0])
         finally:
@@ -238,6 +241,11 @@ class TurnRunner:
                 f"the turn has waited {self.turn_timeout_s:g} s for the model in all (its limit, "
                 "%config SobaMagics.turn_timeout_s); ask again to continue",
             )
+        try:  # the spending cap, fail-closed like the hard limit (SPEC §11)
+            session.check_spend(request)
+        except CostCapExceeded as exc:
+            return self._end("failed", str(exc))
+        self._operation_id = request.operation_id
         started = time.monotonic()
 
         def on_wait(status: str) -> None:
@@ -252,7 +260,8 @@ class TurnRunner:
         except (Cancelled, KeyboardInterrupt):
             self.cancel.set()
             self._record_partial("".join(streamed))
-            return self._end("cancelled", "cancelled while the answer streamed")
+            partly = "; the part that had arrived is kept" if streamed else ""
+            return self._end("cancelled", f"interrupted while the answer streamed{partly}")
         except ProviderError as exc:
             return self._end("failed", f"{self.session.config.model.provider}: {exc}")
         finally:
@@ -352,11 +361,11 @@ class TurnRunner:
             transcript.append(ToolCallEntry(call_id=call.id, name=call.name, arguments=call.arguments))
         if response.usage is not None:
             transcript.append(
-                UsageEntry(
-                    input_tokens=response.usage.input_tokens,
-                    output_tokens=response.usage.output_tokens,
+                response.usage.entry(
                     provider=response.provider,
                     model=response.model,
+                    operation="inference",
+                    operation_id=self._operation_id,
                     sent_tokens=sent,
                     truncated=truncated,
                 )

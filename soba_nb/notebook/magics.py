@@ -334,11 +334,13 @@ class SobaMagics(Magics, Configurable):
             self.auto_compact = args.state == "on"
         with one_line_errors("%auto_compact"):
             agent = self.get_session()
-        state = "on" if agent.limits.auto else "off"
-        print(
-            f"auto compaction {state} (soft triggers {state}; hard_limit and context_overflow always apply; "
-            f"{agent.limits.auto_source}, kept in the session)"
-        )
+        limits = agent.limits
+        if limits.auto:
+            what = "auto compaction on: soba compacts before the window fills, at the end of a turn and at milestones"
+        else:
+            what = "auto compaction off: only the hard limit and a context overflow compact now"
+        where = "set with %auto_compact, kept in this session" if limits.auto_source != "config" else "from compaction.auto"
+        print(f"{what} ({where})")
         self.refresh_monitor()
 
     @line_magic

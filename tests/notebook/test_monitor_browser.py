@@ -625,7 +625,7 @@ def cancel_a_slow_turn(page: Any, panel: Any) -> None:
     cancel = panel.locator(".soba-Budget-cancel")
     expect(cancel).to_be_enabled()
     cancel.click()
-    expect(slow).to_contain_text("cancelled: cancelled while the answer streamed")
+    expect(slow).to_contain_text("cancelled: interrupted while the answer streamed")
     expect(slow).not_to_contain_text("Traceback")
     run_cells(page, ALIVE_CELL, ALIVE_CELL)
     expect(cell(page, ALIVE_CELL).locator(".jp-OutputArea")).to_have_text("kernel alive 42")
