@@ -67,6 +67,12 @@ def slug(title: str) -> str:
 def capsule_create(holder: SessionHolder, agent: AgentSession, rest: str) -> None:
     args = parse(_create_arguments, rest)
     title = redact(" ".join(args.title))  # it names the file and is shown in the cell
+    create_capsule_file(holder, agent, title, agent.project_root / f"{slug(title)}{FILE_SUFFIX}", force=args.force)
+
+
+def create_capsule_file(holder: SessionHolder, agent: AgentSession, title: str, target: Path, *, force: bool) -> None:
+    """A capsule of the session as it is, written to `target` (nothing compacted), and a
+    checkpoint on the path saying so: `%capsule list` shows it and `%rewind` finds it."""
     agent.ensure_summarizer()
     try:
         with holder.cancellable() as cancel:
@@ -79,12 +85,12 @@ def capsule_create(holder: SessionHolder, agent: AgentSession, rest: str) -> Non
     capsule_file = capsule_file_from_entry(
         entry, notebook=agent.notebook, session_id=agent.session_id, title=title
     )
-    target = agent.project_root / f"{slug(title)}{FILE_SUFFIX}"
-    written = write_capsule_file(target, capsule_file, force=args.force)
+    written = write_capsule_file(target, capsule_file, force=force)
     fallback = " · fallback" if entry.quality == "degraded" else ""
+    mark = agent.compactor.record_checkpoint("user", f"capsule {title!r} written to {shown(written)}")
     print(
         f"capsule {title!r} written to {shown(written)} "
-        f"({capsule_file.metadata.tokens:,} tokens · quality {entry.quality}{fallback})"
+        f"({capsule_file.metadata.tokens:,} tokens · quality {entry.quality}{fallback}) · {mark.checkpoint_id}"
     )
 
 

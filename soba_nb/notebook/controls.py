@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
+from soba_nb.capsule_files.file import FILE_SUFFIX
 from soba_nb.notebook import comm
+from soba_nb.notebook.capsule_commands import create_capsule_file
 from soba_nb.notebook.comm import kernel_comm_manager
 
 if TYPE_CHECKING:
@@ -52,9 +55,19 @@ def _export(holder: SessionHolder, data: dict[str, Any]) -> None:
     path = data.get("path")
     if not isinstance(path, str) or not path.strip():
         raise UsageError("export: give the path of the .capsule.md file to write")
-    capsules = holder.get_session().capsules()
+    agent = holder.get_session()
+    capsules = agent.capsules()
     if not capsules:
-        raise UsageError("export: this session has no capsule yet; compact first")
+        # Nothing compacted yet: a capsule of the session as it is (what `%capsule create`
+        # writes), never a dead end.
+        target = Path(path.strip()).expanduser()
+        if not target.is_absolute():  # as `%capsule export` takes it: inside the project
+            target = agent.project_root / target
+            if not target.resolve().is_relative_to(agent.project_root.resolve()):
+                raise UsageError(f"export: {path.strip()} is outside the project folder {agent.project_root}")
+        title = target.name.removesuffix(FILE_SUFFIX).removesuffix(".md") or "capsule"
+        create_capsule_file(holder, agent, title, target, force=False)
+        return
     _magic(holder, "capsule")(f"export {capsules[-1].checkpoint_id} {_quoted(path.strip())}")
 
 

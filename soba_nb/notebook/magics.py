@@ -39,6 +39,7 @@ from soba_nb.agent.session import AgentSession, RewindError
 from soba_nb.agent.skills import SkillError
 from soba_nb.capsule_files.memory import mirror, should_mirror
 from soba_nb.compaction.cells_context import fence_for
+from soba_nb.compaction.outcomes import Outcome
 from soba_nb.notebook import controls, input_transform
 from soba_nb.notebook.approval_prompt import InputApprover
 from soba_nb.notebook.arguments import PROMPT_VALUE_CHARS as PROMPT_VALUE_CHARS  # re-exported
@@ -292,6 +293,11 @@ class SobaMagics(Magics, Configurable):
         finally:
             agent.compactor.listeners.remove(renderer.on_event)
         renderer.finish(None)
+        if result.outcome is Outcome.SKIPPED:
+            renderer.show(
+                'to hand the session over as it is, %capsule create "TITLE" writes a capsule file without compacting',
+                "muted",
+            )
         self._mirror(agent, result.entry, renderer)
         self.refresh_monitor()
 

@@ -65,12 +65,14 @@ def test_compact_with_nothing_to_compact_answers_skipped(ip, scripted):
     with capture_output():
         ip.run_line_magic("soba", "hello")
     answer = handle(magics(ip).holder, {"type": "compact"})
-    assert answer["ok"] is True and answer["text"].startswith("skipped: ")
+    skipped, hint = answer["text"].splitlines()
+    assert answer["ok"] is True and skipped.startswith("skipped: ")
+    assert hint.startswith('to hand the session over as it is, %capsule create "TITLE"')  # no dead end
     assert capsules(ip) == []
     ip.run_line_magic("config", "SobaMagics.display_mode = 'plain'")
     with capture_output() as budget:
         ip.run_line_magic("budget", "")
-    assert f"Last attempt: {answer['text']}" in budget.stdout.splitlines()
+    assert f"Last attempt: {skipped}" in budget.stdout.splitlines()
 
 
 def test_auto_turns_soft_triggers_off_and_on(ip, scripted):
@@ -129,14 +131,19 @@ def test_export_to_a_bad_path_is_a_one_line_error(ip, scripted, nb_dir: Path, pa
     assert not (nb_dir.parent / "outside.capsule.md").exists()
 
 
-def test_export_before_any_capsule_says_to_compact_first(ip):
-    answer = handle(magics(ip).holder, {"type": "export", "path": "x.capsule.md"})
-    assert answer == {
-        "type": "done",
-        "request": "export",
-        "ok": False,
-        "text": "export: this session has no capsule yet; compact first",
-    }
+def test_export_before_any_capsule_writes_one_of_the_session_as_it_is(ip, scripted, nb_dir: Path):
+    scripted.script(text("Hello there."))
+    with capture_output():
+        ip.run_line_magic("soba", "hello")
+    answer = handle(magics(ip).holder, {"type": "export", "path": "handoff.capsule.md"})
+    assert answer["ok"] is True and answer["text"].startswith("capsule 'handoff' written to handoff.capsule.md (")
+    assert (nb_dir / "handoff.capsule.md").read_text().startswith("---")
+    assert not capsules(ip)  # nothing was compacted
+    with capture_output() as listed:
+        ip.run_line_magic("capsule", "list")
+    assert "capsule 'handoff' written to handoff.capsule.md" in listed.stdout.splitlines()[-1]
+    outside = handle(magics(ip).holder, {"type": "export", "path": "../outside.capsule.md"})
+    assert outside["ok"] is False and "outside the project folder" in outside["text"]
 
 
 def test_an_unknown_request_is_answered_not_raised(ip):
