@@ -120,6 +120,8 @@ def run_demo(folder: Path | None = None, *, write: Callable[[str], None] | None 
             f"\nbudget · effective {measurement.effective:,} tokens ({measurement.source}) · "
             f"hardLimit {thresholds.hard_limit:,} · softLimit {thresholds.soft_limit:,} · "
             f"auto {'on' if thresholds.auto else 'off'}\n"
+            f"         (the demo reserves {session.limits.max_output_tokens:,} tokens for each answer to keep them "
+            "short, so its hardLimit is larger than your notebooks'; soba-nb doctor shows theirs)\n"
         )
         out("\n%compact\n")
         compaction = session.compactor.compact()

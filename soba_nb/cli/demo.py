@@ -31,6 +31,7 @@ def demo_command(args: argparse.Namespace) -> int:
 @subcommand("doctor", "which model would be used and why, and the limits", demo_arguments)
 def doctor_command(args: argparse.Namespace) -> int:
     from soba_nb.catalogue import lookup
+    from soba_nb.cli.sidebar import sidebar_state
     from soba_nb.config import ConfigError, load_config
     from soba_nb.providers.discovery import discover_window
     from soba_nb.resolution import embedded_model_installed
@@ -56,6 +57,7 @@ def doctor_command(args: argparse.Namespace) -> int:
         f"baseUrl    {model.base_url or '(provider default)'}",
         f"api key    {key_env or '-'} {key_state}",
         f"embedded   {'installed' if embedded_model_installed() else 'not installed'}",
+        f"sidebar    {sidebar_state()}",
         f"hardLimit  {limits.hard_limit:,}",
         f"softLimit  {limits.soft_limit(config):,}",
         f"auto       {'on' if limits.auto else 'off'} (config; a session's %auto_compact setting wins)",
