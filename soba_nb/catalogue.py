@@ -19,6 +19,12 @@ Figures for hosted APIs are the vendors' published limits. Open-weight models ha
 `OPEN_WEIGHTS_OUTPUT_CAP` tokens. A server may run a model with a smaller window than the
 model supports (llama.cpp `-c`, Ollama `num_ctx`); `soba_nb.providers.discovery` asks the
 server for its real figure, which beats this table.
+
+Prices (SPEC §11) are a second table, `list_prices`: the vendors' public list prices in US
+dollars per million tokens (input, cached input, output) for the OpenAI and Anthropic models
+named here, as of `PRICES_TAKEN`. Names are matched exactly (a dated snapshot included), not
+by family: a new version or a `-pro` variant is priced differently, and a model this table
+does not name is not priced (`model.pricing` prices it).
 """
 
 from __future__ import annotations
@@ -31,6 +37,27 @@ OPEN_WEIGHTS_OUTPUT_CAP = 8192
 OPEN_WEIGHTS_OUTPUT_SHARE = 4
 """An open-weight model reserves at most 1/this of its window for the answer."""
 GGUF_SUFFIX = ".gguf"
+
+
+PRICES_TAKEN = "2025-12"
+"""When the list prices below were taken from the vendors' pricing pages (year-month)."""
+
+
+@dataclass(frozen=True)
+class ListPrice:
+    """A model's list price, US dollars per million tokens (decimal strings: exact)."""
+
+    family: str
+    input: str
+    cached_input: str
+    """Input read from the provider's prompt cache (Anthropic: a cache hit)."""
+    output: str
+    vendor: str = "openai"
+    """Whose API bills it so (`ModelSettings.provider`): "openai" or "anthropic"."""
+
+
+def _claude(family: str, input_price: str, cached_input: str, output: str) -> ListPrice:
+    return ListPrice(family, input_price, cached_input, output, vendor="anthropic")
 
 
 @dataclass(frozen=True)
@@ -178,6 +205,62 @@ _TABLE: tuple[tuple[str, CatalogueEntry], ...] = (
 _COMPILED: tuple[tuple[re.Pattern[str], CatalogueEntry], ...] = tuple(
     (re.compile(pattern), entry) for pattern, entry in _TABLE
 )
+
+
+# A dated snapshot of the same model: `gpt-4o-2024-08-06`, `claude-sonnet-4-5-20250929`.
+_DATED = r"(?:-\d{4}-\d{2}-\d{2}|-\d{8})?$"
+
+_PRICES: tuple[tuple[str, ListPrice], ...] = (
+    # -- OpenAI (platform.openai.com/docs/pricing, standard tier) --------------------------
+    (r"^gpt-4o-mini", ListPrice("GPT-4o mini", "0.15", "0.075", "0.60")),
+    (r"^gpt-4o-2024-05-13$", ListPrice("GPT-4o (2024-05-13)", "5.00", "5.00", "15.00")),
+    (r"^gpt-4o", ListPrice("GPT-4o", "2.50", "1.25", "10.00")),
+    (r"^gpt-4\.1-mini", ListPrice("GPT-4.1 mini", "0.40", "0.10", "1.60")),
+    (r"^gpt-4\.1-nano", ListPrice("GPT-4.1 nano", "0.10", "0.025", "0.40")),
+    (r"^gpt-4\.1", ListPrice("GPT-4.1", "2.00", "0.50", "8.00")),
+    (r"^gpt-5-mini", ListPrice("GPT-5 mini", "0.25", "0.025", "2.00")),
+    (r"^gpt-5-nano", ListPrice("GPT-5 nano", "0.05", "0.005", "0.40")),
+    (r"^gpt-5(?:-chat-latest|-codex)?", ListPrice("GPT-5", "1.25", "0.125", "10.00")),
+    (r"^gpt-5\.1(?:-chat-latest|-codex)?", ListPrice("GPT-5.1", "1.25", "0.125", "10.00")),
+    (r"^gpt-5\.1-codex-mini", ListPrice("GPT-5.1 Codex mini", "0.25", "0.025", "2.00")),
+    (r"^gpt-5\.2(?:-chat-latest)?", ListPrice("GPT-5.2", "1.75", "0.175", "14.00")),
+    (r"^o1-mini", ListPrice("o1-mini", "1.10", "0.55", "4.40")),
+    (r"^o1(?:-preview)?", ListPrice("o1", "15.00", "7.50", "60.00")),
+    (r"^o3-mini", ListPrice("o3-mini", "1.10", "0.55", "4.40")),
+    (r"^o3", ListPrice("o3", "2.00", "0.50", "8.00")),
+    (r"^o4-mini", ListPrice("o4-mini", "1.10", "0.275", "4.40")),
+    (r"^gpt-4-turbo", ListPrice("GPT-4 Turbo", "10.00", "10.00", "30.00")),
+    (r"^gpt-4(?:-0613)?", ListPrice("GPT-4", "30.00", "30.00", "60.00")),
+    (r"^gpt-3\.5-turbo(?:-0125)?", ListPrice("GPT-3.5 Turbo", "0.50", "0.50", "1.50")),
+    # -- Anthropic (docs.anthropic.com pricing; cached input = a cache hit) -----------------
+    (r"^claude-opus-4-5", _claude("Claude Opus 4.5", "5.00", "0.50", "25.00")),
+    (r"^claude-opus-4-1", _claude("Claude Opus 4.1", "15.00", "1.50", "75.00")),
+    (r"^claude-opus-4(?:-0)?", _claude("Claude Opus 4", "15.00", "1.50", "75.00")),
+    (r"^claude-sonnet-4-5", _claude("Claude Sonnet 4.5", "3.00", "0.30", "15.00")),
+    (r"^claude-sonnet-4(?:-0)?", _claude("Claude Sonnet 4", "3.00", "0.30", "15.00")),
+    (r"^claude-haiku-4-5", _claude("Claude Haiku 4.5", "1.00", "0.10", "5.00")),
+    (r"^claude-3-7-sonnet(?:-latest)?", _claude("Claude Sonnet 3.7", "3.00", "0.30", "15.00")),
+    (r"^claude-3-5-sonnet(?:-latest)?", _claude("Claude Sonnet 3.5", "3.00", "0.30", "15.00")),
+    (r"^claude-3-5-haiku(?:-latest)?", _claude("Claude Haiku 3.5", "0.80", "0.08", "4.00")),
+    (r"^claude-3-opus(?:-latest)?", _claude("Claude Opus 3", "15.00", "1.50", "75.00")),
+    (r"^claude-3-haiku", _claude("Claude Haiku 3", "0.25", "0.03", "1.25")),
+)
+"""Most specific first; each pattern is the whole name but for a date (see `_DATED`)."""
+
+_COMPILED_PRICES: tuple[tuple[re.Pattern[str], ListPrice], ...] = tuple(
+    (re.compile(pattern + _DATED), price) for pattern, price in _PRICES
+)
+
+
+def list_price(model: str) -> ListPrice | None:
+    """The list price of `model` as the vendor's own API bills it, or None when this table
+    does not name it. The caller decides whether the vendor's API is the one spoken to (a
+    gateway or a local server bills its own way)."""
+    name = _normalize(model)
+    for pattern, price in _COMPILED_PRICES:
+        if pattern.match(name):
+            return price
+    return None
 
 
 def entries() -> tuple[CatalogueEntry, ...]:

@@ -92,6 +92,11 @@ class Reply:
     input_tokens: int | None = None
     """Reported prompt size; None means a crude count of the request."""
     output_tokens: int | None = None
+    cached_input_tokens: int = 0
+    """The part of the prompt reported as read from the cache, in each format's own way
+    (Chat Completions `prompt_tokens_details.cached_tokens`, Responses
+    `input_tokens_details.cached_tokens`, Anthropic `cache_read_input_tokens` beside an
+    `input_tokens` that leaves it out); 0 reports none, as before."""
     usage: bool = True
     """Report usage at all (streams: only when the client asks for it, like OpenAI)."""
     finish: str | None = None
@@ -527,13 +532,23 @@ class _Answer:
             "choices": [choice],
         }
 
-    def _openai_usage(self) -> dict[str, int]:
+    def _openai_usage(self) -> dict[str, Any]:
         total = self.input_tokens + self.output_tokens
-        return {
+        usage: dict[str, Any] = {
             "prompt_tokens": self.input_tokens,
             "completion_tokens": self.output_tokens,
             "total_tokens": total,
         }
+        if self.reply.cached_input_tokens:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.reply.cached_input_tokens}
+        return usage
+
+    def _anthropic_input(self) -> dict[str, int]:
+        """Anthropic's `input_tokens` leaves out what was read from the cache."""
+        cached = self.reply.cached_input_tokens
+        if not cached:
+            return {"input_tokens": self.input_tokens}
+        return {"input_tokens": self.input_tokens - cached, "cache_read_input_tokens": cached}
 
     def _openai_stream(self) -> None:
         self._event(self._openai_chunk({"role": "assistant", "content": ""}))
@@ -599,7 +614,7 @@ class _Answer:
     # -- Anthropic Messages ---------------------------------------------------------
 
     def _anthropic_stream(self) -> None:
-        usage = {"input_tokens": self.input_tokens, "output_tokens": 1} if self.reply.usage else {}
+        usage = {**self._anthropic_input(), "output_tokens": 1} if self.reply.usage else {}
         start = {
             "id": "msg_test",
             "type": "message",
@@ -680,7 +695,7 @@ class _Answer:
         }
         if self.reply.usage:
             answer["usage"] = {
-                "input_tokens": self.input_tokens,
+                **self._anthropic_input(),
                 "output_tokens": self.output_tokens,
             }
         return answer

@@ -203,7 +203,7 @@ class ResponsesAnswer(_Answer):
     def _usage(self, input_tokens: int, output_tokens: int) -> dict[str, Any]:
         return {
             "input_tokens": input_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": self.reply.cached_input_tokens},
             "output_tokens": output_tokens,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": input_tokens + output_tokens,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from soba_nb.agent.provider_summarizer import ProviderSummarizer
 from soba_nb.compaction.compactor import SummaryModels
-from soba_nb.providers.base import Provider
+from soba_nb.providers.base import Provider, SpendCheck
 from soba_nb.providers.native_compactors import native_compactor_for
 
 
@@ -25,5 +25,9 @@ class ModelBinding:
     models: SummaryModels
 
     @classmethod
-    def of(cls, provider: Provider) -> ModelBinding:
-        return cls(provider, SummaryModels(ProviderSummarizer(provider), native_compactor_for(provider)))
+    def of(cls, provider: Provider, spend_check: SpendCheck | None = None) -> ModelBinding:
+        """`spend_check` runs before each compaction request leaves (the session's cap)."""
+        return cls(
+            provider,
+            SummaryModels(ProviderSummarizer(provider, spend_check), native_compactor_for(provider, spend_check)),
+        )

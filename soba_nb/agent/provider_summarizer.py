@@ -1,20 +1,23 @@
-"""The compaction `Summarizer` implemented on a provider (`X-Soba-Operation: compaction`)."""
+"""The compaction `Summarizer` implemented on a provider (`X-Soba-Operation: compaction`):
+the session's spending cap is checked before the request leaves, and its usage figures come
+back with the summary (`operation: compaction`) for the barrier to record once it ended."""
 
 from __future__ import annotations
 
 import threading
 
 from soba_nb.compaction.summarizer import ProgressCallback, SummaryOutput
-from soba_nb.providers.base import ChatMessage, ModelRequest, Provider
+from soba_nb.providers.base import ChatMessage, ModelRequest, Provider, SpendCheck
 
 
 class ProviderSummarizer:
     """Asks the session's model for the capsule, streaming so progress can be shown."""
 
-    def __init__(self, provider: Provider):
+    def __init__(self, provider: Provider, spend_check: SpendCheck | None = None):
         self.provider_impl = provider
         self.model = provider.model
         self.provider = provider.name
+        self.spend_check = spend_check
 
     def summarize(
         self,
@@ -43,11 +46,19 @@ class ProviderSummarizer:
             operation_id=operation_id,
             stream=True,
         )
+        if self.spend_check is not None:
+            self.spend_check(request)
         response = self.provider_impl.complete(request, on_text=on_text, cancel=cancel, timeout_s=timeout_s)
+        usage = response.usage
         return SummaryOutput(
             text=response.text,
             finish_reason=response.finish_reason,
             has_tool_calls=bool(response.tool_calls),
             model=response.model,
             provider=response.provider,
+            usage=None
+            if usage is None
+            else usage.entry(
+                provider=response.provider, model=response.model, operation="compaction", operation_id=operation_id
+            ),
         )

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from soba_nb.agent.binding import ModelBinding
+from soba_nb.agent.cost import CostLedger, SessionCost
 from soba_nb.agent.kernel_state import kernel_state
 from soba_nb.agent.prompt import SYSTEM_PROMPT
 from soba_nb.agent.provenance import Provenance, trace
@@ -27,7 +28,7 @@ from soba_nb.config import MAX_CONTEXT_WINDOW, SobaConfig
 from soba_nb.images import ImageRule
 from soba_nb.layout import SessionLayout
 from soba_nb.providers import make_provider
-from soba_nb.providers.base import Provider
+from soba_nb.providers.base import ModelRequest, Provider
 from soba_nb.providers.discovery import ServerWindow, discover_window
 from soba_nb.providers.errors import ProviderError
 from soba_nb.providers.http import DEFAULT_IDLE_TIMEOUT_S
@@ -152,6 +153,8 @@ class AgentSession:
         self._shown_notes: set[str] = set()
         """The limits' notes shown in this session so far (`notes_to_show`)."""
         self._provenance: tuple[tuple[int, str], Provenance] | None = None
+        self.ledger = CostLedger()
+        """What the session's requests cost (SPEC §11), followed as the transcript grows."""
         self.compactor = Compactor(
             self.transcript,
             self.counter,
@@ -210,7 +213,10 @@ class AgentSession:
 
     def apply_config(self, config: SobaConfig) -> None:
         """New settings (e.g. soba.json edited); a model change also changes the provider."""
-        model_changed = config.model != self.config.model
+        # A new price is not a new model: the binding (and its native state) stays.
+        model_changed = config.model.model_copy(update={"pricing": None}) != self.config.model.model_copy(
+            update={"pricing": None}
+        )
         self.config = config
         self._record_config()
         if model_changed:
@@ -304,7 +310,7 @@ class AgentSession:
         """The session's model binding, made on first use and given to the compactor whole:
         the provider, its summarizer and its native compaction (`agent.binding`)."""
         if self._binding is None:
-            binding = ModelBinding.of(self._make_provider())
+            binding = ModelBinding.of(self._make_provider(), self.check_spend)
             self.compactor.bind(binding.models)
             self._binding = binding
         return self._binding
@@ -329,6 +335,23 @@ class AgentSession:
                 warm_up()
         self._made_providers.append(provider)
         return provider
+
+    def cost(self) -> SessionCost:
+        """What the session has cost so far, priced as SPEC §11 says (`agent.cost`)."""
+        self.ledger.follow(self.transcript)
+        return self.ledger.cost(self.config)
+
+    def check_spend(self, request: ModelRequest) -> None:
+        """Before a request leaves (inference and compaction alike): `CostCapExceeded` when its
+        worst case could take the session past `agent.maxSessionCostUsd` (fail-closed)."""
+        if self.config.agent.max_session_cost_usd is None:
+            return
+        tokens = request.input_tokens
+        if tokens is None:  # a summary request: counted here, as the model input is
+            count = self.counter
+            tokens = count.count_text(request.system) + sum(count.count_message(m.role, m.content) for m in request.messages)
+        self.ledger.follow(self.transcript)
+        self.ledger.check(self.config, tokens, request.max_output_tokens)
 
     def ensure_summarizer(self) -> None:
         """Bind the session's model for compaction; without one (no key, no model) compaction

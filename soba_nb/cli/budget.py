@@ -1,4 +1,5 @@
-"""`soba-nb budget SESSION [--json]`: hardLimit / softLimit and effective tokens."""
+"""`soba-nb budget SESSION [--json]`: hardLimit / softLimit, effective tokens and what the
+session cost (SPEC §11, priced from its own transcript as `%budget` prices it)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from soba_nb.cli.table import EXIT_OK, print_json, subcommand
     "budget", "hardLimit, softLimit and effective tokens of a session", session_and_json_arguments
 )
 def budget_command(args: argparse.Namespace) -> int:
+    from soba_nb.agent.cost import CostLedger, cap_note
     from soba_nb.agent.session import session_limits
 
     transcript = load_session(args.session)
@@ -27,6 +29,9 @@ def budget_command(args: argparse.Namespace) -> int:
     hard, soft = limits.hard_limit, limits.soft_limit(config)
     tokens = token_figures(transcript, config)
     effective = tokens["effectiveTokens"]
+    ledger = CostLedger()
+    ledger.follow(transcript)
+    cost = ledger.cost(config)
     info = {
         "session": str(args.session),
         "configFolder": str(folder),
@@ -44,6 +49,8 @@ def budget_command(args: argparse.Namespace) -> int:
         "autoSource": limits.auto_source,
         "overHardLimit": effective > hard,
         "overSoftLimit": effective >= soft,
+        "cost": cost.to_json(),
+        "maxSessionCostUsd": config.agent.max_session_cost_usd,
     }
     if args.json:
         print_json(info)
@@ -67,6 +74,7 @@ def budget_command(args: argparse.Namespace) -> int:
                 f"effective  {effective} ({tokens['source']}) · {share:.0%} of hardLimit · {state}",
                 f"estimated  {tokens['estimatedTokens']}",
                 f"auto       {'on' if limits.auto else 'off'} ({limits.auto_source})",
+                cost.line() + cap_note(config),
             ]
         )
     )

@@ -91,7 +91,8 @@ def token_figures(transcript: Transcript, config: SobaConfig | None = None) -> d
     provider, name = model_of(transcript)
     counter, measurement = measure_recorded(transcript, config, None if config is not None else TokenCounter.for_model(provider, name))
     path = transcript.path_view()
-    last_usage = next((e for e in reversed(path) if isinstance(e, UsageEntry)), None)
+    # A compaction request's figure measures its summary prompt, not the path.
+    last_usage = next((e for e in reversed(path) if isinstance(e, UsageEntry) and e.operation == "inference"), None)
     return {
         "encoding": counter.choice.encoding,
         "exactTokenizer": counter.choice.exact,

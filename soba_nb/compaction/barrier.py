@@ -65,6 +65,7 @@ def run_barrier(plan: CompactionPlan, ctx: BarrierContext, cancel: threading.Eve
         result = result_of(plan, Outcome.CANCELLED, "interrupted", started, code=Reason.INTERRUPTED)
     if result.outcome in (Outcome.SKIPPED, Outcome.FAILED):
         _record_without_capsule(plan, ctx, result)
+    record_spent(ctx)
     if ctx.flight is not None:
         ctx.flight.record(_flight(plan, result))
     emit_event(ctx, CompactionEvent("compaction_end", plan.operation_id, plan.trigger.value, 100, result))
@@ -176,6 +177,13 @@ def _record_without_capsule(plan: CompactionPlan, ctx: BarrierContext, result: C
             tokens_before=plan.tokens_before,
         )
     )
+
+def record_spent(ctx: BarrierContext) -> None:
+    """The usage of the operation's requests, after its capsule or `compaction` entry (SPEC
+    §11: compaction requests are priced too; their figures never measure the budget)."""
+    spent, ctx.spent = ctx.spent, []
+    for usage in spent:
+        ctx.transcript.append(usage)
 
 def _flight(plan: CompactionPlan, result: CompactionResult) -> FlightRecord:
     return FlightRecord(

@@ -57,8 +57,14 @@ class Measurement:
 
 
 def _trusted(entry: Entry, ceiling: int | None) -> bool:
-    """A usage figure that measures what was sent: not one of a prompt the server cut."""
-    return isinstance(entry, UsageEntry) and not entry.truncated and (ceiling is None or entry.input_tokens < ceiling)
+    """A usage figure that measures what was sent: the path (an inference request's, never a
+    compaction request's: its input is the summary prompt), and not a prompt the server cut."""
+    return (
+        isinstance(entry, UsageEntry)
+        and entry.operation == "inference"
+        and not entry.truncated
+        and (ceiling is None or entry.input_tokens < ceiling)
+    )
 
 
 def _usage_after(path: Sequence[Entry], index: int, ceiling: int | None) -> bool:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
 
-from soba_nb.compaction.barrier import run_barrier
+from soba_nb.compaction.barrier import record_spent, run_barrier
 from soba_nb.compaction.budget import BudgetTracker, Measurement
 from soba_nb.compaction.budget_state import BudgetStateFile
 from soba_nb.compaction.extract_snapshots import ExtractSnapshots
@@ -321,8 +321,8 @@ class Compactor:
 
         The same generation as a compaction (model summary within `timeoutMs`, else the
         deterministic capsule, `quality: degraded`), over everything since the previous
-        capsule's kept tail, with nothing kept. The session is left unchanged; None if
-        cancelled.
+        capsule's kept tail, with nothing kept. The session is left unchanged but for the
+        summary request's usage (it was paid for); None if cancelled.
         """
         cancel = cancel or threading.Event()
         measurement = self.measure()
@@ -333,6 +333,7 @@ class Compactor:
         # A handoff is portable by nature: the provider's native item is not asked for.
         context = replace(self._barrier_context(), native=None)
         generated = generate_capsule(plan, cut, context, cancel, time.monotonic())
+        record_spent(context)
         if isinstance(generated, CompactionResult) or cancel.is_set():
             return None
         return generated.entry

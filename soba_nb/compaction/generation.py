@@ -54,7 +54,7 @@ from soba_nb.compaction.outcomes import (
     result_of,
 )
 from soba_nb.compaction.planner import Cut
-from soba_nb.compaction.summarizer import Summarizer, SummaryOutput
+from soba_nb.compaction.summarizer import RequestNotSent, Summarizer, SummaryOutput
 from soba_nb.compaction.summary_prompt import ScanStarts, build_summary_prompt
 from soba_nb.compaction.triggers import Trigger
 from soba_nb.transcript.entries import (
@@ -315,7 +315,8 @@ def _ask_native(
             emit_event(ctx, CompactionEvent("compaction_progress", plan.operation_id, plan.trigger.value, percent))
 
     asked = ask_native(
-        compactor, request, cancel=cancel, deadline=started + timeout_s, timeout_ms=ctx.timeout_ms, on_poll=on_poll
+        compactor, request, cancel=cancel, deadline=started + timeout_s, timeout_ms=ctx.timeout_ms, on_poll=on_poll,
+        on_usage=ctx.spent.append,
     )
     if asked is None:
         return result_of(plan, Outcome.CANCELLED, "cancelled while the native compaction ran", started, code=Reason.CANCELLED)
@@ -387,9 +388,13 @@ def _summarize(
         # The summarizer was given the same deadline: its own timeout may end it a moment
         # before ours. That is the deadline, not a failure of the model.
         return Note(f"the model summary did not finish within timeoutMs={ctx.timeout_ms}", Reason.FALLBACK_TIMEOUT)
+    if isinstance(run.error, RequestNotSent):
+        return Note(f"the model summary was not asked ({run.error})", Reason.FALLBACK_FAILED)
     if run.error is not None:
         return Note(f"the model summary failed ({type(run.error).__name__}: {run.error})", Reason.FALLBACK_FAILED)
     assert run.output is not None
+    if run.output.usage is not None:
+        ctx.spent.append(run.output.usage)
     try:
         return validate_summary(
             run.output.text, finish_reason=run.output.finish_reason, has_tool_calls=run.output.has_tool_calls

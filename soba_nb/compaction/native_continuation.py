@@ -15,13 +15,13 @@ input. No provider or IPython import: the compaction core stays pure.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from soba_nb.messages import ChatMessage, ToolSchema
 from soba_nb.tokens import TOKENS_PER_MESSAGE, TokenCounter
-from soba_nb.transcript.entries import CapsuleEntry, Continuation, NativeContinuation
+from soba_nb.transcript.entries import CapsuleEntry, Continuation, NativeContinuation, UsageEntry
 
 ENCRYPTED_FIELD = "encrypted_content"
 """The providers' name for opaque state (OpenAI items, Anthropic compaction blocks)."""
@@ -72,14 +72,27 @@ class NativeRequest:
     max_output_tokens: int
 
 
+UsageSink = Callable[[UsageEntry], None]
+"""Receives the usage figures of a request the operation made (`operation: compaction`)."""
+
+
 class NativeCompactor(Protocol):
     """The provider side of native compaction (`soba_nb.providers.native_compactors`)."""
 
     target: NativeTarget
 
-    def compact(self, request: NativeRequest, *, cancel: threading.Event, timeout_s: float) -> NativeContinuation:
+    def compact(
+        self,
+        request: NativeRequest,
+        *,
+        cancel: threading.Event,
+        timeout_s: float,
+        on_usage: UsageSink | None = None,
+    ) -> NativeContinuation:
         """The provider's compaction of `request`. Raises `NativeRefused` when the provider
-        did not compact, any other error when the request failed; stops promptly on cancel."""
+        did not compact, `RequestNotSent` when it was not asked (the spending cap), any other
+        error when the request failed; stops promptly on cancel. `on_usage` gets the figures
+        of the request it answered, refused or not."""
         ...
 
 

@@ -22,8 +22,10 @@ from soba_nb.compaction.native_continuation import (
     NativeRefused,
     NativeRequest,
     NativeTarget,
+    UsageSink,
 )
 from soba_nb.compaction.planner import Cut
+from soba_nb.compaction.summarizer import RequestNotSent
 from soba_nb.messages import ToolSchema
 from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import NativeContinuation, SkillEntry
@@ -79,6 +81,7 @@ def ask_native(
     deadline: float,
     timeout_ms: int,
     on_poll: Callable[[], None],
+    on_usage: UsageSink | None = None,
 ) -> NativeContinuation | NativeFailure | None:
     """The provider's item, why there is none, or None when cancelled (nothing is appended).
 
@@ -93,7 +96,7 @@ def ask_native(
 
     def work() -> None:
         try:
-            outcome.append(compactor.compact(request, cancel=abort, timeout_s=remaining))
+            outcome.append(compactor.compact(request, cancel=abort, timeout_s=remaining, on_usage=on_usage))
         except BaseException as exc:  # reported to the barrier, never raised in a thread
             outcome.append(exc)
         finally:
@@ -121,4 +124,6 @@ def ask_native(
         return late  # the provider's own deadline (the same one) ended it
     if isinstance(result, NativeRefused):
         return NativeFailure(f"native compaction refused ({result})", refused=True)
+    if isinstance(result, RequestNotSent):
+        return NativeFailure(f"native compaction not asked ({result})", refused=True)
     return NativeFailure(f"native compaction failed ({type(result).__name__}: {result})")

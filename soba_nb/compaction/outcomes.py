@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from soba_nb.compaction.extract_snapshots import ExtractSnapshots
@@ -27,6 +27,7 @@ from soba_nb.transcript.entries import (
     CapsuleEntry,
     Continuation,
     SkillEntry,
+    UsageEntry,
 )
 from soba_nb.transcript.store import Transcript
 
@@ -159,6 +160,10 @@ class BarrierContext:
     """The provider's own compaction, when it offers one (asked before the model summary)."""
     snapshots: ExtractSnapshots | None = None
     """Snapshots of the extract's scan (the summarized entries are read from the newest one on)."""
+    spent: list[UsageEntry] = field(default_factory=list)
+    """The usage of the requests the operation made (summary, native compaction), appended to
+    the transcript once it ended: never during it, where an entry would move the leaf and
+    make the operation stale."""
 
 def result_of(
     plan: CompactionPlan,

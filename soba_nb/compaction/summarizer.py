@@ -11,6 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from soba_nb.transcript.entries import UsageEntry
+
+
+class RequestNotSent(RuntimeError):
+    """A rule of the session kept the request from being sent (its spending cap, SPEC §11):
+    the compaction goes on without that model (the deterministic capsule), never fails for it."""
+
 
 @dataclass(frozen=True)
 class SummaryOutput:
@@ -21,6 +28,8 @@ class SummaryOutput:
     has_tool_calls: bool = False
     model: str | None = None
     provider: str | None = None
+    usage: UsageEntry | None = None
+    """The request's usage figures (`operation: compaction`), recorded once the operation ends."""
 
 
 ProgressCallback = Callable[[int], None]
@@ -44,5 +53,6 @@ class Summarizer(Protocol):
         on_progress: ProgressCallback | None,
         timeout_s: float,
     ) -> SummaryOutput:
-        """Return the summary. Must stop promptly when `cancel` is set (raise any error)."""
+        """Return the summary. Must stop promptly when `cancel` is set (raise any error;
+        `RequestNotSent` when the request was not sent at all)."""
         ...

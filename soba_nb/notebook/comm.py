@@ -12,9 +12,12 @@ Messages (JSON objects, discriminated on "type"):
 - ``{"type": "snapshot", "effective": int, "hardLimit": int, "softLimit": int,
   "source": "provider_usage" | "estimated", "auto": bool, "lastResult": str | None,
   "lastAttempt": str | None, "degraded": bool, "provider": str, "session": str,
-  "contextWindow": int, "windowSource": str}`` — the budget figures of the session (what
-  ``%budget`` shows); ``lastResult`` is the last compaction's result line (``%budget``'s
-  "Last compaction") and ``degraded`` says whether its capsule was a fallback;
+  "contextWindow": int, "windowSource": str, "cost": str}`` — the budget figures of the
+  session (what ``%budget`` shows); ``lastResult`` is the last compaction's result line
+  (``%budget``'s "Last compaction") and ``degraded`` says whether its capsule was a fallback;
+  ``cost`` is the session's cost line (SPEC §11: ``Cost: $0.0123 this session (inference
+  $0.0100 · compaction $0.0023) · prices: <source>`` or ``Cost: not priced``, then the cap
+  when ``agent.maxSessionCostUsd`` sets one), shown as is;
   ``lastAttempt`` is the result line of this kernel's latest operation when it did not
   complete (``%budget``'s "Last attempt"), else None.
 - ``{"type": "progress", "percent": int, "trigger": str, "line": str}`` — during a

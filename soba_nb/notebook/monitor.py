@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from soba_nb.agent.cost import cap_note
 from soba_nb.compaction.native_continuation import continuation_label
 from soba_nb.compaction.outcomes import CompactionEvent, CompactionResult, Outcome
 from soba_nb.compaction.triggers import Trigger
@@ -138,6 +139,9 @@ class BudgetSnapshot:
     """Where the context window came from (`soba_nb.window`)."""
     paused: str | None = None
     """Why soft triggers are paused (the loop guard), when they are."""
+    cost: str = ""
+    """The session's cost line (SPEC §11: `Cost: $0.0123 this session (…) · prices: …` or
+    `Cost: not priced`), with the cap when one is set."""
 
     @property
     def percent(self) -> float:
@@ -176,6 +180,8 @@ class BudgetSnapshot:
         if self.model:
             source = f" · {self.provider_source}" if self.provider_source else ""
             out.append(f"Model: {self.model}{source}")
+        if self.cost:
+            out.append(self.cost)
         return out
 
     def text(self) -> str:
@@ -197,6 +203,7 @@ class BudgetSnapshot:
             "session": self.session,
             "contextWindow": self.context_window,
             "windowSource": self.window_source,
+            "cost": self.cost,
         }
 
 
@@ -233,6 +240,7 @@ def snapshot_of(session: AgentSession) -> BudgetSnapshot:
         max_output_tokens=limits.max_output_tokens,
         window_source=limits.window_source,
         paused=paused,
+        cost=session.cost().line() + cap_note(session.config),
     )
 
 

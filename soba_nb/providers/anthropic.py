@@ -24,7 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from soba_nb.messages import ImagePart
-from soba_nb.providers.base import ChatMessage, ModelRequest, ModelResponse, ToolCall, Usage
+from soba_nb.providers.base import (
+    ChatMessage,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    Usage,
+    cached_part,
+)
 from soba_nb.providers.classify import classify_stream_error
 from soba_nb.providers.errors import IncompleteResponseError
 from soba_nb.providers.http import HttpProvider
@@ -70,6 +77,30 @@ def input_tokens_from_wire(usage: Any) -> int | None:
         usage[name] for name in INPUT_TOKEN_FIELDS if isinstance(usage.get(name), int)
     ]
     return sum(figures)
+
+
+CACHE_READ_FIELD = "cache_read_input_tokens"
+"""The prompt tokens read from the cache (priced as cached input; `input_tokens` excludes them)."""
+
+
+def cached_tokens_from_wire(usage: Any) -> int | None:
+    """The cache-read part of the prompt, when the answer says."""
+    if not isinstance(usage, dict) or (whole := input_tokens_from_wire(usage)) is None:
+        return None
+    return cached_part(usage, CACHE_READ_FIELD, whole)
+
+
+def usage_from_wire(usage: Any) -> Usage | None:
+    """A whole answer's `usage` → `Usage`; None when absent or malformed."""
+    input_tokens = input_tokens_from_wire(usage)
+    if input_tokens is None:
+        return None
+    output = usage.get("output_tokens")
+    return Usage(
+        input_tokens=input_tokens,
+        output_tokens=output if isinstance(output, int) else 0,
+        cached_input_tokens=cached_tokens_from_wire(usage),
+    )
 
 
 NOT_GROWTH = ("type", "id")
@@ -190,6 +221,7 @@ class _StreamState:
     stop_reason: str | None = None
     input_tokens: int | None = None
     output_tokens: int = 0
+    cached_input_tokens: int | None = None
     model: str | None = None
 
 
@@ -261,19 +293,11 @@ class AnthropicProvider(HttpProvider):
         reason = data.get("stop_reason")
         if not isinstance(reason, str):
             raise IncompleteResponseError(f"{self.source}: answer has no stop reason")
-        usage = data.get("usage")
-        input_tokens = input_tokens_from_wire(usage)
-        output_tokens = usage.get("output_tokens") if isinstance(usage, dict) else None
         return ModelResponse(
             text="".join(text),
             tool_calls=calls,
             finish_reason=normalise_stop_reason(reason),
-            usage=None
-            if input_tokens is None
-            else Usage(
-                input_tokens=input_tokens,
-                output_tokens=output_tokens if isinstance(output_tokens, int) else 0,
-            ),
+            usage=usage_from_wire(data.get("usage")),
             model=str(data.get("model") or self.model),
             provider=self.name,
         )
@@ -303,6 +327,7 @@ class AnthropicProvider(HttpProvider):
             message = payload.get("message") or {}
             state.model = message.get("model") if isinstance(message.get("model"), str) else None
             state.input_tokens = input_tokens_from_wire(message.get("usage"))
+            state.cached_input_tokens = cached_tokens_from_wire(message.get("usage"))
         elif kind == "content_block_start":
             block = payload.get("content_block") or {}
             state.blocks[int(payload.get("index", len(state.blocks)))] = _Block(
@@ -325,6 +350,7 @@ class AnthropicProvider(HttpProvider):
                 state.output_tokens = usage["output_tokens"]
             # Newer API versions repeat the (cumulative) input figures here.
             state.input_tokens = input_tokens_from_wire(usage) or state.input_tokens
+            state.cached_input_tokens = cached_tokens_from_wire(usage) or state.cached_input_tokens
         return ""
 
     def _apply_delta(self, payload: dict[str, Any], state: _StreamState) -> str:
@@ -354,7 +380,11 @@ class AnthropicProvider(HttpProvider):
         usage = (
             None
             if state.input_tokens is None
-            else Usage(input_tokens=state.input_tokens, output_tokens=state.output_tokens)
+            else Usage(
+                input_tokens=state.input_tokens,
+                output_tokens=state.output_tokens,
+                cached_input_tokens=state.cached_input_tokens,
+            )
         )
         return ModelResponse(
             text="".join(text),

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
+from msgspec import UNSET
 from pydantic import BaseModel, ConfigDict, Field
 
 from soba_nb.messages import ChatMessage, ToolCall, ToolSchema
-from soba_nb.transcript.entries import NativeContinuation
+from soba_nb.transcript.entries import NativeContinuation, UsageEntry
 
 Operation = Literal["inference", "compaction"]
 
@@ -35,7 +36,44 @@ class Usage(BaseModel):
     """Token figures a provider reported for one request."""
 
     input_tokens: int
+    """The whole prompt, cached part included."""
     output_tokens: int = 0
+    cached_input_tokens: int | None = None
+    """The part of `input_tokens` read from the provider's prompt cache; None when the
+    provider did not say."""
+
+    def entry(
+        self,
+        *,
+        provider: str,
+        model: str,
+        operation: Operation,
+        operation_id: str,
+        sent_tokens: int | None = None,
+        truncated: bool = False,
+    ) -> UsageEntry:
+        """The transcript's `usage` entry of these figures."""
+        cached = self.cached_input_tokens
+        return UsageEntry(
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            cached_input_tokens=UNSET if cached is None else cached,
+            provider=provider,
+            model=model,
+            operation_id=operation_id,
+            operation=operation,
+            sent_tokens=sent_tokens,
+            truncated=truncated,
+        )
+
+
+def cached_part(details: Any, name: str, input_tokens: int) -> int | None:
+    """`details[name]` when it is a count within `input_tokens` (a server's figures are data:
+    a negative or larger one is not a count of this prompt), else None."""
+    value = details.get(name) if isinstance(details, dict) else None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= input_tokens:
+        return value
+    return None
 
 
 class ModelRequest(BaseModel):
@@ -75,6 +113,10 @@ class ModelResponse(BaseModel):
     model: str
     provider: str
 
+
+SpendCheck = Callable[[ModelRequest], None]
+"""Called before a request is sent; raises (a `RequestNotSent`) when it must not be (the
+session's spending cap, SPEC §11)."""
 
 TextCallback = Callable[[str], None]
 WaitCallback = Callable[[str], None]

@@ -13,8 +13,10 @@ compaction` headers, deadline, cancel, retries, error classification):
   (a smaller request is refused here without a call). The answer's `compaction` block is
   the item. Kind `anthropic.compact_20260112`.
 
-A provider that does not compact (no item in the answer, a null summary, the request below
-its minimum) raises `NativeRefused`; after a request the server rejected (4xx: the model or
+Each request is checked against the session's spending cap before it leaves (`SpendCheck`),
+and its usage figures go to `on_usage` (`operation: compaction`) whenever the provider
+answered. A provider that does not compact (no item in the answer, a null summary, the
+request below its minimum) raises `NativeRefused`; after a request the server rejected (4xx: the model or
 server does not offer the feature), this session stops asking, so a model without native
 compaction costs one refused request, not one per compaction.
 """
@@ -24,7 +26,12 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from soba_nb.compaction.native_continuation import NativeRefused, NativeRequest, NativeTarget
+from soba_nb.compaction.native_continuation import (
+    NativeRefused,
+    NativeRequest,
+    NativeTarget,
+    UsageSink,
+)
 from soba_nb.providers.anthropic import (
     ANTHROPIC_KIND,
     BETA_HEADER,
@@ -33,10 +40,12 @@ from soba_nb.providers.anthropic import (
     AnthropicProvider,
     compact_edit,
 )
-from soba_nb.providers.base import ModelRequest, Provider
+from soba_nb.providers.anthropic import usage_from_wire as anthropic_usage
+from soba_nb.providers.base import ModelRequest, Provider, SpendCheck, Usage
 from soba_nb.providers.classify import classify_stream_error
 from soba_nb.providers.errors import RequestRejectedError
 from soba_nb.providers.responses import RESPONSES_KIND, ResponsesProvider, input_items
+from soba_nb.providers.responses import usage_from_wire as responses_usage
 from soba_nb.transcript.entries import NativeContinuation
 
 RESPONSES_COMPACTION_OBJECT = "response.compaction"
@@ -52,8 +61,9 @@ class _Remembering:
 
     target: NativeTarget
 
-    def __init__(self) -> None:
+    def __init__(self, spend_check: SpendCheck | None = None) -> None:
         self.rejected: str | None = None
+        self.spend_check = spend_check
 
     def _check(self) -> None:
         if self.rejected is not None:
@@ -62,17 +72,36 @@ class _Remembering:
     def _remember(self, exc: RequestRejectedError) -> None:
         self.rejected = str(exc)
 
+    def _check_spend(self, request: NativeRequest) -> None:
+        if self.spend_check is not None:
+            self.spend_check(
+                ModelRequest(
+                    system=request.system, messages=list(request.messages), max_output_tokens=request.max_output_tokens,
+                    operation="compaction", operation_id=request.operation_id, input_tokens=request.input_tokens,
+                )
+            )
+
+    def _report(self, usage: Usage | None, request: NativeRequest, on_usage: UsageSink | None) -> None:
+        if usage is not None and on_usage is not None:
+            on_usage(usage.entry(
+                provider=self.target.provider, model=self.target.model, operation="compaction",
+                operation_id=request.operation_id,
+            ))
+
 
 class ResponsesNative(_Remembering):
     """`POST /responses/compact` for a `ResponsesProvider`."""
 
-    def __init__(self, provider: ResponsesProvider):
-        super().__init__()
+    def __init__(self, provider: ResponsesProvider, spend_check: SpendCheck | None = None):
+        super().__init__(spend_check)
         self.provider = provider
         self.target = NativeTarget(provider.name, provider.model, frozenset({RESPONSES_KIND}))
 
-    def compact(self, request: NativeRequest, *, cancel: threading.Event, timeout_s: float) -> NativeContinuation:
+    def compact(
+        self, request: NativeRequest, *, cancel: threading.Event, timeout_s: float, on_usage: UsageSink | None = None
+    ) -> NativeContinuation:
         self._check()
+        self._check_spend(request)
         body: dict[str, Any] = {
             "model": self.provider.model,
             "input": input_items(list(request.messages), request.native),
@@ -87,6 +116,7 @@ class ResponsesNative(_Remembering):
         except RequestRejectedError as exc:
             self._remember(exc)
             raise
+        self._report(responses_usage(data.get("usage")), request, on_usage)
         if data.get("error"):
             raise classify_stream_error(self.provider.source, data)
         output = data.get("output")
@@ -103,18 +133,21 @@ class ResponsesNative(_Remembering):
 class AnthropicNative(_Remembering):
     """The `compact_20260112` edit with `pause_after_compaction` for an `AnthropicProvider`."""
 
-    def __init__(self, provider: AnthropicProvider):
-        super().__init__()
+    def __init__(self, provider: AnthropicProvider, spend_check: SpendCheck | None = None):
+        super().__init__(spend_check)
         self.provider = provider
         self.target = NativeTarget(provider.name, provider.model, frozenset({ANTHROPIC_KIND}))
 
-    def compact(self, request: NativeRequest, *, cancel: threading.Event, timeout_s: float) -> NativeContinuation:
+    def compact(
+        self, request: NativeRequest, *, cancel: threading.Event, timeout_s: float, on_usage: UsageSink | None = None
+    ) -> NativeContinuation:
         self._check()
         if request.input_tokens < MIN_COMPACT_TRIGGER_TOKENS:
             raise NativeRefused(
                 f"the history to compact is about {request.input_tokens:,} tokens, below the provider's "
                 f"minimum of {MIN_COMPACT_TRIGGER_TOKENS:,}"
             )
+        self._check_spend(request)
         body = self.provider.build_body(
             ModelRequest(
                 system=request.system,
@@ -139,6 +172,7 @@ class AnthropicNative(_Remembering):
         except RequestRejectedError as exc:
             self._remember(exc)
             raise
+        self._report(anthropic_usage(data.get("usage")), request, on_usage)
         if data.get("type") == "error" or data.get("error"):
             raise classify_stream_error(self.provider.source, data)
         content = data.get("content")
@@ -153,10 +187,12 @@ class AnthropicNative(_Remembering):
         )
 
 
-def native_compactor_for(provider: Provider) -> ResponsesNative | AnthropicNative | None:
+def native_compactor_for(
+    provider: Provider, spend_check: SpendCheck | None = None
+) -> ResponsesNative | AnthropicNative | None:
     """The native compaction a provider offers, or None (Chat Completions, local models)."""
     if isinstance(provider, ResponsesProvider):
-        return ResponsesNative(provider)
+        return ResponsesNative(provider, spend_check)
     if isinstance(provider, AnthropicProvider):
-        return AnthropicNative(provider)
+        return AnthropicNative(provider, spend_check)
     return None

@@ -16,7 +16,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from soba_nb.messages import IMAGES_LABEL, ImagePart, image_label
-from soba_nb.providers.base import ChatMessage, ModelRequest, ModelResponse, ToolCall, Usage
+from soba_nb.providers.base import (
+    ChatMessage,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    Usage,
+    cached_part,
+)
 from soba_nb.providers.classify import classify_stream_error
 from soba_nb.providers.errors import IncompleteResponseError
 from soba_nb.providers.http import HttpProvider
@@ -111,13 +118,15 @@ def _images_message(parts: Sequence[ImagePart]) -> dict[str, Any]:
 
 
 def usage_from_wire(usage: Any) -> Usage | None:
-    """`{"prompt_tokens", "completion_tokens"}` → `Usage`; None when absent or malformed."""
+    """`{"prompt_tokens", "completion_tokens", "prompt_tokens_details": {"cached_tokens"}}`
+    → `Usage` (the prompt figure includes the cached part); None when absent or malformed."""
     if not isinstance(usage, dict) or not isinstance(usage.get("prompt_tokens"), int):
         return None
     completion = usage.get("completion_tokens")
     return Usage(
         input_tokens=usage["prompt_tokens"],
         output_tokens=completion if isinstance(completion, int) else 0,
+        cached_input_tokens=cached_part(usage.get("prompt_tokens_details"), "cached_tokens", usage["prompt_tokens"]),
     )
 
 

@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from soba_nb.messages import IMAGES_LABEL, ImagePart, image_label
-from soba_nb.providers.base import ChatMessage, ModelRequest, ModelResponse, ToolCall, Usage
+from soba_nb.providers.base import (
+    ChatMessage,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    Usage,
+    cached_part,
+)
 from soba_nb.providers.classify import classify_stream_error
 from soba_nb.providers.errors import IncompleteResponseError
 from soba_nb.providers.http import HttpProvider
@@ -103,11 +110,16 @@ def _images_item(parts: list[ImagePart]) -> dict[str, Any]:
 
 
 def usage_from_wire(usage: Any) -> Usage | None:
-    """`{"input_tokens", "output_tokens"}` → `Usage`; None when absent or malformed."""
+    """`{"input_tokens", "output_tokens", "input_tokens_details": {"cached_tokens"}}` → `Usage`
+    (the input figure includes the cached part); None when absent or malformed."""
     if not isinstance(usage, dict) or not isinstance(usage.get("input_tokens"), int):
         return None
     output = usage.get("output_tokens")
-    return Usage(input_tokens=usage["input_tokens"], output_tokens=output if isinstance(output, int) else 0)
+    return Usage(
+        input_tokens=usage["input_tokens"],
+        output_tokens=output if isinstance(output, int) else 0,
+        cached_input_tokens=cached_part(usage.get("input_tokens_details"), "cached_tokens", usage["input_tokens"]),
+    )
 
 
 def output_text(item: dict[str, Any]) -> str:

@@ -6,7 +6,8 @@ leaves open, documented in the README:
 - tool calls are their own `tool_call` entries, one per call, following the assistant
   `message` that made them; each `tool_result` names its call by `callId`;
 - provider usage figures are their own `usage` entries, following the assistant message
-  whose request they measure;
+  whose request they measure; a compaction operation's requests (`operation: compaction`)
+  are recorded once it ended, after its capsule or `compaction` entry;
 - a compaction operation that ends without a capsule (skipped / failed) is recorded as a
   `compaction` entry (outcome, reason, the intents it consumed), so intents are consumed
   once and the loop guard's pause holds even across a kernel restart;
@@ -230,6 +231,9 @@ class CellsEntry(_Entry, tag="cells", kw_only=True, frozen=True):
     """Cells run since the previous turn but left out to fit `notebook.contextTokens`."""
 
 
+UsageOperation = Literal["inference", "compaction"]
+
+
 class UsageEntry(_Entry, tag="usage", kw_only=True, frozen=True):
     """Usage figures the provider reported for one request."""
 
@@ -244,6 +248,13 @@ class UsageEntry(_Entry, tag="usage", kw_only=True, frozen=True):
     truncated: bool = False
     """The server counted far fewer input tokens than were sent: it cut the prompt silently
     (Ollama does when its num_ctx is smaller). Not used to measure the budget."""
+    cached_input_tokens: Annotated[int, Meta(ge=0)] | UnsetType = UNSET
+    """`cachedInputTokens`: the part of `inputTokens` the provider read from its prompt cache
+    (priced at `cachedInputPerMTok`); absent when it did not say."""
+    operation: UsageOperation = "inference"
+    """What the request was: `inference` (its input is the path: the budget's figure) or
+    `compaction` (a summary or native compaction request: priced, never a budget figure).
+    Absent in files written before it was recorded: those are inference."""
 
 
 class NativeContinuation(Struct, kw_only=True, frozen=True, rename="camel", gc=False):

@@ -35,7 +35,7 @@ from soba_nb.transcript.entries import (
 from soba_nb.transcript.store import Transcript
 
 STEP = st.sampled_from(
-    ["user", "assistant", "call", "result", "usage", "truncated usage", "intent", "soft compaction",
+    ["user", "assistant", "call", "result", "usage", "truncated usage", "compaction usage", "intent", "soft compaction",
      "skill a", "skill b", "capsule", "capsule keeping", "rewind", "measure"]
 )  # fmt: skip
 
@@ -48,6 +48,8 @@ def apply(t: Transcript, step: str, n: int) -> None:
         t.append(ToolCallEntry(call_id=f"c{n}_{len(t)}", name="python", arguments='{"code": "x = 1"}'))
     elif step == "result" and calls:
         t.append(ToolResultEntry(call_id=calls[n % len(calls)], name="python", content=words(5 + n % 90)))
+    elif step == "compaction usage":  # a summary request's figure: its prompt, not the path
+        t.append(UsageEntry(input_tokens=100_000 + n, operation="compaction", operation_id=f"op{n}"))
     elif step.endswith("usage"):
         t.append(UsageEntry(input_tokens=100 + 37 * n, truncated=step.startswith("truncated")))
     elif step == "intent":
@@ -130,7 +132,9 @@ def guard_and_intents(path: list[Entry]) -> tuple[LoopGuard, list[str]]:
 def effective_after_usage(tracker: BudgetTracker, path: list[Entry], estimated: int) -> int:
     """SPEC §2 on a path without capsules or skills: the last usage figure that measured what
     was sent, plus our count of what came after the assistant message it produced."""
-    usages = [i for i, e in enumerate(path) if isinstance(e, UsageEntry) and not e.truncated]
+    usages = [
+        i for i, e in enumerate(path) if isinstance(e, UsageEntry) and not e.truncated and e.operation == "inference"
+    ]
     if not usages:
         return estimated
     usage = path[usages[-1]]
@@ -164,3 +168,27 @@ def test_a_tracker_kept_up_to_date_agrees_with_a_fresh_one_and_a_plain_walk(step
         if not any(isinstance(e, SkillEntry | CapsuleEntry) for e in path):
             assert fresh.measure(path).effective == effective_after_usage(fresh, path, estimated)
         assert fresh.fixed == fixed_tokens("You are a test agent.", engine.tools, fresh.counter)
+
+
+def test_a_compaction_requests_usage_leaves_the_budget_figure_as_it_was(tmp_path: Path) -> None:
+    """Its input is the summary prompt: taken as the path's figure, it would move the budget
+    (SPEC §2 measures the path; SPEC §11 prices the request all the same)."""
+    t = open_transcript(tmp_path)
+    engine = make_compactor(t)
+    t.append(MessageEntry(role="user", content=words(30)))
+    t.append(MessageEntry(role="assistant", content=words(30)))
+    t.append(UsageEntry(input_tokens=700, operation="inference"))
+    before = engine.measure()
+    assert before.source == "provider_usage" and before.reported_input_tokens == 700
+    t.append(UsageEntry(input_tokens=90_000, output_tokens=900, operation="compaction", operation_id="op_1"))
+    assert engine.measure() == before
+    state_path(t.file).unlink(missing_ok=True)
+    assert make_compactor(t).measure() == before  # measured afresh (a resumed session): the same
+
+    t.append(CapsuleEntry(operation_id="op_2", checkpoint_id="ck_00000002", trigger="user", quality="full",
+                          tokens_before=900, tokens_after=300, estimated_before=900, first_kept_entry_id=None,
+                          content="## Goal and constraints\n" + words(4)))  # fmt: skip
+    after_capsule = engine.measure()
+    assert after_capsule.source == "estimated" and after_capsule.reported_input_tokens is None
+    t.append(UsageEntry(input_tokens=90_000, operation="compaction", operation_id="op_2"))
+    assert engine.measure() == after_capsule

@@ -24,7 +24,13 @@ from soba_nb.notebook.magics import (
     split_options,
     substitute_variables,
 )
-from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry, MessageEntry, SkillEntry
+from soba_nb.transcript.entries import (
+    CapsuleEntry,
+    CheckpointEntry,
+    MessageEntry,
+    SkillEntry,
+    UsageEntry,
+)
 from soba_nb.transcript.store import Transcript
 
 MAGIC_NAMES = ("soba", "compact", "budget", "capsule", "auto_compact", "rewind")
@@ -387,7 +393,11 @@ def test_capsule_commands(ip, nb_dir, scripted, capsys):
     ip.run_line_magic("capsule", 'create "Churn model — handoff"')
     created = nb_dir / "churn-model-handoff.capsule.md"
     assert created.is_file() and "## Goal and constraints" in created.read_text()
-    assert len(transcript(ip)) == entries_before  # create leaves the session unchanged
+    # create leaves the conversation unchanged: it records a user checkpoint naming the file,
+    # and the usage of its summary request (SPEC §11: compaction requests are priced too)
+    added = transcript(ip).entries[entries_before:]
+    assert sorted(type(e).__name__ for e in added) == ["CheckpointEntry", "UsageEntry"]
+    assert [e.operation for e in added if isinstance(e, UsageEntry)] == ["compaction"]
     assert "quality full" in capsys.readouterr().out
 
     ip.run_line_magic("soba", "--new")

@@ -1,0 +1,326 @@
+"""What a session costs (SPEC §11): every `usage` entry priced, the cost line, and the cap.
+
+Prices: `model.pricing`; else the catalogue's list prices (`catalogue.list_price`, as of
+`PRICES_TAKEN`) when the requests go to the vendor's own API (an OpenAI model at OpenAI's,
+a Claude model at Anthropic's); the embedded model costs nothing. Any other model — a local
+server, a gateway (its bill is its own), a model the catalogue does not name — is not priced
+until `model.pricing` says so.
+
+Which prices a `usage` entry gets: those of the configuration in effect when it was recorded
+(the latest `config` entry before it in the file), so a resumed session shows the same cost.
+An entry recorded while its model had no price is priced once `model.pricing` prices that
+same model (provider, baseUrl and name). Every branch of the file counts: a rewind does not
+give back what a request cost. A request cut short (cancelled, failed) reports no usage and
+is not counted; nor is one whose summary arrived after the compaction's deadline.
+
+The arithmetic is decimal: prices are decimal numbers (a JSON float through its shortest
+repr, so 2.5 is exactly 2.5), token counts integers, and
+cost = (uncached input × inputPerMTok + cached input × cachedInputPerMTok + output ×
+outputPerMTok) / 10^6 exactly ("input" in SPEC §11's formula is the input not read from the
+cache: the providers' input figures include the cached part). Only the display rounds, to
+`SHOWN_PLACES`: half up, and a worst case up, so the cap's refusal never shows a figure
+below what the request could reach. Anthropic's cache writes are priced as input (they cost
+1.25× input at Anthropic: `model.pricing` has no key for them).
+
+The cap (`agent.maxSessionCostUsd`) is checked before every request leaves, inference and
+compaction alike: the session's cost so far plus the request's worst case (its input tokens
+as if none were cached, and its maxOutputTokens, at the model's prices) must not pass it.
+Fail-closed: with a cap set, a model without prices (or a session with requests that are not
+priced) sends nothing, because what it would cost cannot be known.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, ROUND_UP, Decimal
+from itertools import islice
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import ValidationError
+
+from soba_nb.catalogue import PRICES_TAKEN, list_price
+from soba_nb.compaction.summarizer import RequestNotSent
+from soba_nb.config import ModelSettings, SobaConfig
+from soba_nb.transcript.entries import ConfigEntry, Entry, UsageEntry, UsageOperation
+from soba_nb.transcript.store import Transcript
+
+MILLION = Decimal(1_000_000)
+SHOWN_PLACES = Decimal("0.0001")
+"""Dollars are shown to four decimals (`$0.0123`)."""
+EMBEDDED_PROVIDER = "local"
+EMBEDDED_SOURCE = "embedded model, free"
+VENDOR_HOSTS = {"openai": "api.openai.com", "anthropic": "api.anthropic.com"}
+"""Where the catalogue's list prices apply: the vendor's own API (no baseUrl, or this host)."""
+CAP_KEY = "agent.maxSessionCostUsd"
+CAP_ENV = "SOBA_AGENT_MAX_SESSION_COST_USD"
+OPERATIONS: tuple[UsageOperation, ...] = ("inference", "compaction")
+
+
+class CostCapExceeded(RequestNotSent):
+    """The request would take the session past `agent.maxSessionCostUsd`: not sent."""
+
+
+def decimal_of(value: float) -> Decimal:
+    """A configured figure as the decimal number it was written as (2.5 → 2.5, not the float)."""
+    return Decimal(repr(value))
+
+
+@dataclass(frozen=True)
+class Prices:
+    """US dollars per million tokens, and where they come from."""
+
+    input: Decimal
+    cached_input: Decimal
+    output: Decimal
+    source: str
+    """What the cost line says after `prices:`."""
+
+    def cost(self, input_tokens: int, cached_input_tokens: int, output_tokens: int) -> Decimal:
+        """Exact: `input_tokens` is the whole prompt, `cached_input_tokens` the part of it read
+        from the cache."""
+        cached = min(max(cached_input_tokens, 0), input_tokens)
+        total = (input_tokens - cached) * self.input + cached * self.cached_input + output_tokens * self.output
+        return total / MILLION
+
+
+def _vendor_api(model: ModelSettings) -> bool:
+    host = VENDOR_HOSTS.get(model.provider)
+    if host is None:
+        return False
+    return model.base_url is None or (urlsplit(model.base_url).hostname or "").lower() == host
+
+
+def prices_for(model: ModelSettings, set_in: str | None = None) -> Prices | None:
+    """The model's prices (see the module docstring), or None when it is not priced.
+    `set_in`: the layer that set `model.pricing`, named in the source."""
+    pricing = model.pricing
+    if pricing is not None:
+        given = decimal_of(pricing.input_per_m_tok)
+        cached = pricing.cached_input_per_m_tok
+        where = f" ({set_in})" if set_in else ""
+        return Prices(given, given if cached is None else decimal_of(cached), decimal_of(pricing.output_per_m_tok),
+                      f"model.pricing{where}")
+    if model.provider == EMBEDDED_PROVIDER:
+        return Prices(Decimal(0), Decimal(0), Decimal(0), EMBEDDED_SOURCE)
+    listed = list_price(model.name)
+    if listed is None or listed.vendor != model.provider or not _vendor_api(model):
+        return None
+    return Prices(
+        Decimal(listed.input), Decimal(listed.cached_input), Decimal(listed.output),
+        f"catalogue, {listed.family} list price as of {PRICES_TAKEN}",
+    )
+
+
+def config_prices(config: SobaConfig) -> Prices | None:
+    """The prices of a configuration's model."""
+    return prices_for(config.model, config.set_by("model.pricing"))
+
+
+def usd(amount: Decimal, rounding: str = ROUND_HALF_UP) -> str:
+    """`$0.0123`: four decimals, rounded half up (`ROUND_UP` for a figure never to understate)."""
+    return f"${amount.quantize(SHOWN_PLACES, rounding=rounding)}"
+
+
+def _shown_cap(cap: Decimal) -> str:
+    """The cap as written, with at least four decimals (`$0.5000`, `$0.00005`)."""
+    exponent = cap.as_tuple().exponent
+    places = SHOWN_PLACES if not isinstance(exponent, int) or exponent >= -4 else Decimal(1).scaleb(exponent)
+    return f"${cap.quantize(places)}"
+
+
+Identity = tuple[str, str | None, str]
+"""A model as priced: (provider, baseUrl, name)."""
+
+
+def identity(model: ModelSettings) -> Identity:
+    return (model.provider, model.base_url, model.name)
+
+
+@dataclass
+class _Tokens:
+    """Token sums of requests that had no price when recorded (priced later if they can be)."""
+
+    uncached: int = 0
+    cached: int = 0
+    output: int = 0
+    requests: int = 0
+
+    def add(self, entry: UsageEntry) -> None:
+        cached = entry.cached_input_tokens if isinstance(entry.cached_input_tokens, int) else 0
+        cached = min(cached, entry.input_tokens)
+        self.uncached += entry.input_tokens - cached
+        self.cached += cached
+        self.output += entry.output_tokens
+        self.requests += 1
+
+    def priced(self, prices: Prices) -> Decimal:
+        return prices.cost(self.uncached + self.cached, self.cached, self.output)
+
+
+@dataclass(frozen=True)
+class SessionCost:
+    """The session's cost as of now."""
+
+    inference: Decimal
+    compaction: Decimal
+    priced_requests: int
+    unpriced_requests: int
+    """Requests whose model had (and has) no price."""
+    prices: Prices | None
+    """The current model's prices (None: not priced)."""
+
+    @property
+    def total(self) -> Decimal:
+        return self.inference + self.compaction
+
+    @property
+    def priced(self) -> bool:
+        """Something is priced: the current model, or requests made before."""
+        return self.prices is not None or self.priced_requests > 0
+
+    def line(self) -> str:
+        """SPEC §11's line: `Cost: $0.0123 this session (inference $0.0100 · compaction
+        $0.0023) · prices: <source>`, or `Cost: not priced`."""
+        if not self.priced:
+            return "Cost: not priced"
+        source = self.prices.source if self.prices is not None else "none for the current model"
+        text = (
+            f"Cost: {usd(self.total)} this session (inference {usd(self.inference)} · "
+            f"compaction {usd(self.compaction)}) · prices: {source}"
+        )
+        if self.unpriced_requests:
+            plural = "s" if self.unpriced_requests != 1 else ""
+            text += f" · {self.unpriced_requests} request{plural} not priced"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        """For `soba-nb budget --json` (dollars as exact decimal strings)."""
+        return {
+            "line": self.line(),
+            "priced": self.priced,
+            "totalUsd": _plain(self.total) if self.priced else None,
+            "inferenceUsd": _plain(self.inference) if self.priced else None,
+            "compactionUsd": _plain(self.compaction) if self.priced else None,
+            "prices": None if self.prices is None else self.prices.source,
+            "pricedRequests": self.priced_requests,
+            "unpricedRequests": self.unpriced_requests,
+        }
+
+
+def _plain(amount: Decimal) -> str:
+    """The exact amount without trailing zeros or an exponent (`0.0255`, `21`)."""
+    return f"{amount.normalize():f}"
+
+
+def _recorded_model(entry: ConfigEntry) -> tuple[ModelSettings | None, str | None]:
+    """The model section a `config` entry recorded and who set its pricing (None: a section
+    today's rules refuse, whose requests are then not priced)."""
+    model = entry.config.get("model") if isinstance(entry.config, dict) else None
+    try:
+        return ModelSettings.model_validate(model or {}), entry.explicit.get("model.pricing")
+    except ValidationError:
+        return None, None
+
+
+@dataclass
+class CostLedger:
+    """The cost of one transcript, followed incrementally (each entry read once)."""
+
+    _seen: int = 0
+    _model: ModelSettings | None = None
+    _prices: Prices | None = None
+    _started: bool = False
+    """A `config` entry was read (before one, entries are priced by the current model)."""
+    _priced: dict[str, Decimal] = field(default_factory=lambda: dict.fromkeys(OPERATIONS, Decimal(0)))
+    _priced_requests: int = 0
+    _pending: dict[tuple[Identity | None, str], _Tokens] = field(default_factory=dict)
+
+    def follow(self, transcript: Transcript) -> None:
+        """Read what was appended since the last call."""
+        if len(transcript) < self._seen:  # not the same file any more: start again
+            self._seen, self._model, self._prices, self._started = 0, None, None, False
+            self._priced, self._priced_requests = dict.fromkeys(OPERATIONS, Decimal(0)), 0
+            self._pending = {}
+        self.add(islice(transcript, self._seen, None))
+
+    def add(self, entries: Iterable[Entry]) -> None:
+        for entry in entries:
+            self._seen += 1
+            if isinstance(entry, ConfigEntry):
+                self._started = True
+                self._model, set_in = _recorded_model(entry)
+                self._prices = None if self._model is None else prices_for(self._model, set_in)
+            elif isinstance(entry, UsageEntry):
+                self._add_usage(entry)
+
+    def _add_usage(self, entry: UsageEntry) -> None:
+        if self._prices is not None:
+            cached = entry.cached_input_tokens if isinstance(entry.cached_input_tokens, int) else 0
+            self._priced[entry.operation] += self._prices.cost(entry.input_tokens, cached, entry.output_tokens)
+            self._priced_requests += 1
+            return
+        who = None if not self._started else identity(self._model) if self._model is not None else ("", None, "")
+        self._pending.setdefault((who, entry.operation), _Tokens()).add(entry)
+
+    def cost(self, config: SobaConfig) -> SessionCost:
+        """The session's cost, `config` being the one it runs with now."""
+        prices = config_prices(config)
+        now = identity(config.model)
+        totals = dict(self._priced)
+        priced, unpriced = self._priced_requests, 0
+        for (who, operation), tokens in self._pending.items():
+            if prices is not None and who in (None, now):
+                totals[operation] += tokens.priced(prices)
+                priced += tokens.requests
+            else:
+                unpriced += tokens.requests
+        return SessionCost(totals["inference"], totals["compaction"], priced, unpriced, prices)
+
+    def check(self, config: SobaConfig, input_tokens: int, max_output_tokens: int) -> None:
+        """Raise `CostCapExceeded` when a request of `input_tokens` that may answer with
+        `max_output_tokens` could take the session past `agent.maxSessionCostUsd`."""
+        cap = config.agent.max_session_cost_usd
+        if cap is None:
+            return
+        limit = decimal_of(cap)
+        now = self.cost(config)
+        raise_it = how_to_raise(config)
+        if now.prices is None:
+            raise CostCapExceeded(
+                f"request not sent: {CAP_KEY} is {_shown_cap(limit)}, but {config.model.provider}/"
+                f"{config.model.name} has no prices, so what a request costs cannot be known; set "
+                f"model.pricing (inputPerMTok, outputPerMTok) in soba.json, or remove {CAP_KEY}{raise_it}"
+            )
+        if now.unpriced_requests:
+            count = now.unpriced_requests
+            raise CostCapExceeded(
+                f"request not sent: {count} earlier request{'s' if count != 1 else ''} of this session "
+                f"{'have' if count != 1 else 'has'} no prices, so its cost so far cannot be known against "
+                f"{CAP_KEY} {_shown_cap(limit)}; "
+                f"price their model with model.pricing, remove {CAP_KEY}{raise_it}, or start a new session"
+            )
+        reach = now.total + now.prices.cost(input_tokens, 0, max_output_tokens)
+        if reach > limit:
+            raise CostCapExceeded(
+                f"request not sent: this session has cost {usd(now.total)}; the next request could "
+                f"reach {usd(reach, ROUND_UP)}, over {CAP_KEY} {_shown_cap(limit)}. To go on, raise "
+                f"{CAP_KEY}{raise_it} and run the cell again"
+            )
+
+
+def cap_note(config: SobaConfig) -> str:
+    """` · cap $5.0000 (agent.maxSessionCostUsd)` after the cost line, when a cap is set."""
+    cap = config.agent.max_session_cost_usd
+    return "" if cap is None else f" · cap {_shown_cap(decimal_of(cap))} ({CAP_KEY})"
+
+
+def how_to_raise(config: SobaConfig) -> str:
+    """Where the cap was set, for the refusal: ` (in ~/proj/soba.json)`, ` (SOBA_AGENT_…)`."""
+    layer = config.set_by(CAP_KEY)
+    if layer == "environment":
+        return f" ({CAP_ENV})"
+    if layer and layer != "arguments":
+        return f" (in {layer})"
+    return " (soba.json)"
