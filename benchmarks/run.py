@@ -20,7 +20,8 @@ Then the older rows, on `periodic` sessions (a capsule every 40 turns):
 
 And the large inputs (benchmarks/large_input_bench.py): redaction throughput, a 50 MB
 message appended and the session resumed after it, 100 MB of shell output through the
-`shell` tool.
+`shell` tool. And recording the user's cells (benchmarks/cells_bench.py, `--only cells`):
+the added cost per cell after 10,000 cells, the record's memory, a cell printing 10 MB.
 
 Adding a benchmark: decorate a function `(workspace) -> list[Row]` with `@benchmark("name")`
 (here or in a module that imports this one and then calls `main()`); each `Row` is one line
@@ -43,10 +44,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 try:
-    from benchmarks import compaction_bench, large_input_bench, resume_bench
+    from benchmarks import cells_bench, compaction_bench, large_input_bench, resume_bench
     from benchmarks.generate import LARGE_SIZE, SIZES, compact_session, write_session
     from benchmarks.pi_runner import find_pi
 except ImportError:  # run as a script: benchmarks/ itself is on sys.path
+    import cells_bench  # type: ignore[no-redef]
     import compaction_bench  # type: ignore[no-redef]
     import large_input_bench  # type: ignore[no-redef]
     import resume_bench  # type: ignore[no-redef]
@@ -289,6 +291,7 @@ def preflight_benchmark(workspace: Workspace) -> list[Row]:
 
 
 compaction_bench.register(benchmark, Row, milliseconds, preflight_entries)
+cells_bench.register(benchmark, Row, milliseconds, megabytes)
 
 
 # -- the table ---------------------------------------------------------------------------------

@@ -22,41 +22,39 @@ from __future__ import annotations
 import re
 import sys
 import threading
-import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from soba_nb.printable import printable
+from soba_nb.notebook.cell_text import (
+    PrintedText,
+    clip_words,
+    error_text,
+    exception_line,
+    terminal_text,
+)
 from soba_nb.redact import redact
 from soba_nb.transcript.entries import CellRecord
 
 KEPT_CELLS = 200
 """Cells kept in memory (the oldest go first)."""
-PRINTED_CHARS = 8000
-"""Printed text kept per cell: its head and tail."""
 RESULT_CHARS = 2000
 """A cell's result (`Out[n]`) as the shell showed it, clipped."""
 SOURCE_CHARS = 64_000
-ERROR_CHARS = 16_000
-"""A cell's source and its error text, kept at most this long (head and tail)."""
+"""A cell's source, kept at most this long (head and tail)."""
 IMAGE_BYTES = 8 * 1024 * 1024
 """An image kept per cell at most this large (bytes of the PNG/JPEG)."""
 IMAGES_PER_CELL = 4
 IMAGE_BYTES_KEPT = 32 * 1024 * 1024
 """Images kept over all recorded cells; the oldest cells' images go first."""
-TOKEN_WINDOW = 512
-"""A cut moves back (or on) to the nearest whitespace within this many characters, so no word
-is split: a secret cut in two would no longer be recognised by the redaction."""
 SOBA_MAGICS = re.compile(
-    r"^\s*%{1,2}(soba|compact|budget|capsule|auto_compact|rewind|checkpoint)\b|^\s*%(re|un)?load_ext\s+soba_nb\b",
+    r"^[ \t]*%{1,2}(soba|compact|budget|capsule|auto_compact|rewind|checkpoint)\b|^[ \t]*%(re|un)?load_ext[ \t]+soba_nb\b",
     re.MULTILINE,
 )
-"""A cell that uses soba's own magics is part of the conversation, not of the notebook."""
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+"""A cell that uses soba's own magics is part of the conversation, not of the notebook. (No
+`\\s` before the `%`: it would cross lines, and a cell of many blank lines took quadratic time.)"""
 IMAGE_TYPES = ("image/png", "image/jpeg")
-CLIPPED = "[… {count} characters not kept …]"
 
 
 @dataclass
@@ -70,7 +68,7 @@ class RecordedCell:
     result: str | None = None
     printed: str = ""
     displayed: list[str] = field(default_factory=list)
-    """Mime types of the rich outputs, in order."""
+    """Mime types of the rich outputs, each once, in the order first displayed."""
     images: list[tuple[str, bytes]] = field(default_factory=list)
     """(mime type, bytes) of the images displayed."""
 
@@ -83,7 +81,7 @@ class RecordedCell:
         if self.result is not None:
             parts.append(self.result)
         if self.displayed:
-            parts.append("[displayed: " + ", ".join(dict.fromkeys(self.displayed)) + "]")
+            parts.append("[displayed: " + ", ".join(self.displayed) + "]")
         return CellRecord(
             execution_count=self.execution_count,
             source=redact(self.source),
@@ -94,11 +92,19 @@ class RecordedCell:
 
 
 class _Tee:
-    """A stream that writes through to `stream` and tells the recorder what passed."""
+    """A stream that writes through to `stream` and tells the recorder what passed.
+
+    It passes for the stream it wraps (`isinstance(sys.stdout, OutStream)`, or click asking
+    whether its class comes from ipykernel, answer as without soba); `type()` still tells."""
 
     def __init__(self, stream: TextIO, recorder: CellRecorder):
         self._stream = stream
         self._recorder = recorder
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        stream = self.__dict__.get("_stream")
+        return _Tee if stream is None else type(stream)
 
     def write(self, text: str) -> Any:
         return self._recorder.printed_through(self._stream, text)
@@ -115,48 +121,9 @@ class _Tee:
 
 def _untee(stream: Any) -> Any:
     """The stream under any of our tees (one a cell saved and put back, say)."""
-    while isinstance(stream, _Tee):
+    while type(stream) is _Tee:
         stream = stream._stream
     return stream
-
-
-class _Printed:
-    """The head and the tail of a cell's printed text, bounded; amortised O(1) a write."""
-
-    def __init__(self, limit: int = PRINTED_CHARS):
-        self.half = limit // 2
-        self.head: list[str] = []
-        self.head_size = 0
-        self.tail: list[str] = []
-        self.tail_size = 0
-        self.seen = 0
-
-    def add(self, text: str) -> None:
-        if not isinstance(text, str) or not text:
-            return
-        self.seen += len(text)
-        if self.head_size < self.half:
-            take = text[: self.half - self.head_size]
-            self.head.append(take)
-            self.head_size += len(take)
-            text = text[len(take) :]
-            if not text:
-                return
-        if len(text) >= self.half:
-            self.tail, self.tail_size = [text[-self.half :]], self.half
-            return
-        self.tail.append(text)
-        self.tail_size += len(text)
-        if self.tail_size > 2 * self.half or len(self.tail) > 2 * self.half // 16:
-            kept = "".join(self.tail)[-self.half :]
-            self.tail, self.tail_size = [kept], len(kept)
-
-    def text(self) -> str:
-        head, tail = "".join(self.head), "".join(self.tail)[-self.half :]
-        if self.seen == len(head) + len(tail):
-            return head + tail
-        head, tail = _word_head(head), _word_tail(tail)
-        return f"{head}\n{CLIPPED.format(count=self.seen - len(head) - len(tail))}\n{tail}"
 
 
 @dataclass
@@ -164,7 +131,7 @@ class _Capture:
     """What is being recorded of the running cell."""
 
     cell: RecordedCell
-    printed: _Printed = field(default_factory=_Printed)
+    printed: PrintedText = field(default_factory=PrintedText)
     result: str | None = None
 
 
@@ -238,7 +205,7 @@ class CellRecorder:
         source = getattr(info, "raw_cell", "") or ""
         if not getattr(info, "store_history", True) or SOBA_MAGICS.search(source):
             return
-        self._capture = _Capture(RecordedCell(execution_count=None, source=_clip_words(source, SOURCE_CHARS)))
+        self._capture = _Capture(RecordedCell(execution_count=None, source=clip_words(source, SOURCE_CHARS)))
         self._install_tees()
 
     def post_run_cell(self, result: Any) -> None:
@@ -263,7 +230,7 @@ class CellRecorder:
         cell.execution_count = count if isinstance(count, int) else None
         error = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
         if error is not None:
-            cell.error = error_text(error)
+            cell.error = error_text(error, self._cell_name)
         elif capture.result is not None:
             cell.result = capture.result
         cell.printed = terminal_text(_without_output_prompt(capture.printed.text(), cell.execution_count))
@@ -272,6 +239,13 @@ class CellRecorder:
         self.cells.append(cell)
         self._recorded += 1
         self._bound_images()
+
+    def _cell_name(self, filename: str) -> str | None:
+        """`In [3]` for a file name the shell compiled a cell under (`<ipython-input-3-…>`, a
+        kernel's `/tmp/ipykernel_…/….py`), as a notebook shows it; None for any other file."""
+        compiled = getattr(getattr(self.shell, "compile", None), "_filename_map", None)
+        number = compiled.get(filename) if isinstance(compiled, dict) else None
+        return f"In [{number}]" if number is not None else None
 
     def _bound_images(self) -> None:
         self._image_bytes += sum(len(raw) for _, raw in self.cells[-1].images)
@@ -302,7 +276,7 @@ class CellRecorder:
         def shown(*args: Any, **kwargs: Any) -> Any:
             capture = self._capture
             if self._formatting and capture is not None and len(args) > 1:
-                capture.result = f"[its repr raised {_exception_line(args[1])}]"
+                capture.result = f"[its repr raised {exception_line(args[1])}]"
             self._quiet = True
             try:
                 return original(*args, **kwargs)
@@ -323,7 +297,7 @@ class CellRecorder:
             if capture is not None and isinstance(format_dict, dict):
                 text = format_dict.get("text/plain")
                 if isinstance(text, str):
-                    capture.result = terminal_text(_clip_words(text, RESULT_CHARS))
+                    capture.result = terminal_text(clip_words(text, RESULT_CHARS))
             return data
 
         return formatted
@@ -333,7 +307,8 @@ class CellRecorder:
             capture = self._capture
             if capture is not None and isinstance(data, dict):
                 cell = capture.cell
-                cell.displayed.extend(str(key) for key in data if key != "text/plain")
+                # Each kind once, in order: a loop displaying a million times keeps a few names.
+                cell.displayed.extend(str(key) for key in data if key != "text/plain" and key not in cell.displayed)
                 for mime in IMAGE_TYPES:
                     image = data.get(mime)
                     if image is not None and len(cell.images) < IMAGES_PER_CELL:
@@ -351,9 +326,9 @@ class CellRecorder:
     @staticmethod
     def _remove_tees() -> None:
         """No tee stays installed; a stream the cell put there itself stays (it is the user's)."""
-        if isinstance(sys.stdout, _Tee):
+        if type(sys.stdout) is _Tee:
             sys.stdout = _untee(sys.stdout)
-        if isinstance(sys.stderr, _Tee):
+        if type(sys.stderr) is _Tee:
             sys.stderr = _untee(sys.stderr)
 
     # -- reading -------------------------------------------------------------------------
@@ -390,74 +365,6 @@ def _without_output_prompt(printed: str, count: int | None) -> str:
     if count is None or at < 0 or (at > 0 and printed[at - 1] != "\n"):
         return printed
     return printed[:at]
-
-
-def terminal_text(text: str, *, rewrites: bool = True) -> str:
-    """Text as a terminal (or Jupyter) would show it: ANSI codes stripped, a line rewritten
-    after `\\r` (a progress bar) shown as it ends (`rewrites`), other control characters
-    escaped."""
-    text = _ANSI.sub("", text)
-    if rewrites and "\r" in text:
-        lines = []
-        for line in text.replace("\r\n", "\n").split("\n"):
-            shown, *rewrites = line.split("\r")
-            for rewrite in rewrites:
-                shown = rewrite + shown[len(rewrite) :]
-            lines.append(shown)
-        text = "\n".join(lines)
-    return printable(text, lines=True)
-
-
-def _word_head(text: str) -> str:
-    """`text` without the word it ends in the middle of (within `TOKEN_WINDOW`)."""
-    if not text or text[-1].isspace():
-        return text
-    at = max(text.rfind(" ", len(text) - TOKEN_WINDOW), text.rfind("\n", len(text) - TOKEN_WINDOW))
-    return text[: at + 1] if at >= 0 else text
-
-
-def _word_tail(text: str) -> str:
-    """`text` without the word it starts in the middle of (within `TOKEN_WINDOW`)."""
-    if not text or text[0].isspace():
-        return text
-    found = [at for at in (text.find(" ", 0, TOKEN_WINDOW), text.find("\n", 0, TOKEN_WINDOW)) if at >= 0]
-    return text[min(found) :] if found else text
-
-
-def _clip_words(text: str, limit: int) -> str:
-    """`text`, or its head and tail around a note when longer than `limit`, cut between words."""
-    if len(text) <= limit:
-        return text
-    head, tail = _word_head(text[: limit // 2]), _word_tail(text[len(text) - limit // 2 :])
-    return f"{head}\n{CLIPPED.format(count=len(text) - len(head) - len(tail))}\n{tail}"
-
-
-def _exception_line(error: BaseException) -> str:
-    """`Type: message` (the message's own `str` may raise: the user's exception class)."""
-    try:
-        message = str(error)
-    except Exception:
-        message = "<the message could not be shown>"
-    name = type(error).__name__
-    return f"{name}: {message}" if message else name
-
-
-def error_text(error: BaseException) -> str:
-    """`Type: message`, then the traceback without IPython's own frames (repeated frames, as
-    in a RecursionError, said once with a count), bounded."""
-    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if not _ipython_frame(frame.filename)]
-    lines = traceback.StackSummary.from_list(frames).format()
-    body = "Traceback (most recent call last):\n" + "".join(lines) if lines else ""
-    if isinstance(error, SyntaxError) and error.text:
-        body += f"  line {error.lineno}: {error.text.rstrip()}\n"
-    head = _clip_words(_exception_line(error), ERROR_CHARS // 4)
-    text = head + ("\n" + body.rstrip() if body else "")
-    return terminal_text(_clip_words(text, ERROR_CHARS), rewrites=False)
-
-
-def _ipython_frame(filename: str) -> bool:
-    normalised = filename.replace("\\", "/")
-    return "/IPython/" in normalised or "/ipykernel/" in normalised or "/soba_nb/notebook/cells.py" in normalised
 
 
 def image_bytes(image: Any) -> bytes | None:

@@ -13,19 +13,26 @@ from soba_nb.transcript.entries import CellRecord
 
 COUNTER = TokenCounter.for_model("openai", "gpt-4o")
 
-CELL = st.builds(
-    lambda count, source, error, output: CellRecord(
-        execution_count=count, source=source, outcome="error" if error else "ok", error=error, output=output
-    ),
-    st.integers(1, 500),
-    st.text(min_size=0, max_size=3000),
-    st.one_of(st.none(), st.text(min_size=1, max_size=8000).map(lambda t: "KeyError: 'x'\n" + t)),
-    st.one_of(st.none(), st.text(max_size=5000)),
+PIECE = st.text(alphabet=st.sampled_from("ab c`\n\t\x1b\r{}é漢🙂"), max_size=120)
+TEXT = st.one_of(PIECE, st.tuples(PIECE, st.integers(1, 60)).map(lambda p: p[0] * p[1]))
+"""Short and long texts (up to ~7,000 characters) with fences, controls and wide characters."""
+ERROR = st.builds(
+    lambda message, frames: "KeyError: " + message + "\nTraceback (most recent call last):\n" + "\n".join(frames),
+    TEXT,
+    st.lists(st.text(max_size=80), max_size=120),
 )
+CELL = st.builds(
+    lambda source, error, output: CellRecord(source=source, outcome="error" if error else "ok", error=error, output=output),
+    TEXT,
+    st.one_of(st.none(), ERROR),
+    st.one_of(st.none(), TEXT),
+)
+BUDGET = st.one_of(st.integers(0, 64), st.integers(64, 3000), st.integers(3000, 100_000))
+"""From nothing fits to everything fits."""
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.lists(CELL, min_size=1, max_size=12), st.integers(0, 3000))
+@settings(max_examples=200, deadline=None)
+@given(st.lists(CELL, min_size=1, max_size=14), BUDGET)
 def test_the_block_never_exceeds_its_budget_and_keeps_the_newest_error(cells, budget):
     records = [msgspec.structs.replace(cell, execution_count=index + 1) for index, cell in enumerate(cells)]
     entry = fit_cells(records, budget, COUNTER)
@@ -34,15 +41,14 @@ def test_the_block_never_exceeds_its_budget_and_keeps_the_newest_error(cells, bu
     assert COUNTER.count_message("user", render_cells(entry)) <= budget
     assert entry.omitted + len(entry.cells) == len(records)
     counts = [cell.execution_count for cell in entry.cells]
-    assert counts == sorted(counts)  # newest last, as run
+    assert counts == sorted(counts) and len(set(counts)) == len(counts)  # in the order they ran
     newest_error = max((r.execution_count for r in records if r.outcome == "error"), default=None)
     others = [c for c in range(1, len(records) + 1) if c != newest_error]
     ordinary = [c for c in counts if c != newest_error]
     assert ordinary == others[len(others) - len(ordinary) :]  # the oldest went first
-    errors = [i for i, r in enumerate(records) if r.outcome == "error"]
-    if errors:
-        newest = records[errors[-1]]
-        assert any(cell.execution_count == newest.execution_count and cell.outcome == "error" for cell in entry.cells)
+    if newest_error is not None:  # anything kept: the newest error is among it
+        kept = next(cell for cell in entry.cells if cell.execution_count == newest_error)
+        assert kept.outcome == "error" and (kept.error or "").startswith("KeyError")
 
 
 def test_the_oldest_cells_go_first():
@@ -64,3 +70,19 @@ def test_a_long_traceback_keeps_its_last_lines():
 
 def test_zero_turns_it_off():
     assert fit_cells([CellRecord(execution_count=1, source="x = 1")], 0, COUNTER) is None
+
+
+def test_a_long_error_message_is_clipped_not_dropped():
+    message = "ValueError: " + " ".join(f"column_{n}" for n in range(600))  # ~1,800 tokens
+    record = CellRecord(execution_count=3, source="check(df)", outcome="error", error=message + "\nTraceback (most recent call last):\n  File \"In [3]\", line 1")
+    for budget in (100, 300, 800):
+        entry = fit_cells([record], budget, COUNTER)
+        assert entry is not None, budget
+        assert (entry.cells[0].error or "").startswith("ValueError: column_0")
+        assert COUNTER.count_message("user", render_cells(entry)) <= budget
+
+
+def test_a_fence_in_a_cell_does_not_end_its_block():
+    source = 'print("````")\nnotes = """```python\nx\n```"""'
+    rendered = render_cells(fit_cells([CellRecord(execution_count=4, source=source)], 1000, COUNTER))
+    assert f"`````python\n{source}\n`````" in rendered

@@ -3,8 +3,17 @@ the user ran reaches the model ahead of the request, with the error and its trac
 
 from __future__ import annotations
 
-from llm_server import text
+import os
+import re
+from contextlib import contextmanager
 
+import pytest
+from conftest import TEST_KEY_ENV, TEST_KEY_VALUE, write_soba_json
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from llm_server import LLMServer, text, tool_calls
+
+from soba_nb.notebook.cell_text import PrintedText
 from soba_nb.transcript.entries import CellsEntry, MessageEntry
 
 
@@ -176,9 +185,22 @@ def test_a_result_is_recorded_as_shown_its_repr_run_once(ip):
     assert len(result) < 2200 and result.startswith("[0,\n 1,")
 
 
-def test_ten_megabytes_printed_keep_head_and_tail_with_the_count(ip):
-    import re
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet="ab \n", max_size=3000), max_size=40))
+def test_printed_text_keeps_a_head_and_a_tail_and_counts_the_rest(writes):
+    printed = PrintedText(limit=1000)
+    for written in writes:
+        printed.add(written)
+    whole, kept = "".join(writes), printed.text()
+    if len(whole) <= 1000:
+        assert kept == whole
+        return
+    head, count, tail = re.fullmatch(r"(.*)\n\[… (\d+) characters not kept …\]\n(.*)", kept, re.DOTALL).groups()
+    assert whole.startswith(head) and whole.endswith(tail) and len(head) <= 500 and len(tail) <= 500
+    assert int(count) == len(whole) - len(head) - len(tail)
 
+
+def test_ten_megabytes_printed_keep_head_and_tail_with_the_count(ip):
     run(ip, "for i in range(100_000):\n    print(f'line {i:06d} ' + 'x' * 90)")
     printed = recorded(ip)[-1].printed
     head, count, tail = re.fullmatch(r"(.*)\n\[… (\d+) characters not kept …\]\n(.*)", printed, re.DOTALL).groups()
@@ -191,7 +213,7 @@ def test_terminal_codes_progress_bars_and_control_characters(ip):
     run(ip, "import sys\nprint('\\x1b[1;31mred\\x1b[0m alert\\x07')\nfor p in range(0, 101, 10):\n    sys.stderr.write(f'\\rtraining {p:3d}%')\nsys.stderr.write('\\n')\nprint('done')")
     assert recorded(ip)[-1].printed == "red alert\\x07\ntraining 100%\ndone\n"
     run(ip, "raise ValueError('\\x1b[31mbad\\x1b[0m value\\rrewritten')")
-    assert (recorded(ip)[-1].error or "").splitlines()[0] == "ValueError: bad value\\rrewritten"  # as it is, escaped
+    assert (recorded(ip)[-1].error or "").splitlines()[0] == "ValueError: bad value\\x0drewritten"  # as it is, escaped
 
 
 def test_magics_cells_are_recorded_with_their_output_once(ip):
@@ -234,16 +256,99 @@ SECRET = "zq9XvTpLmRwNs"
 
 
 def test_a_secret_is_redacted_whole_even_where_the_record_is_clipped(ip, nb_dir, scripted, monkeypatch):
-    """The printed text's head and tail are cut at 4,000 characters each: a secret lying across
-    a cut must not leave a piece the redaction no longer recognises."""
+    """The record keeps 4,000 printed characters at each end; the cells block clips a cell's
+    output to 1,000 at each end. A secret lying across any of those cuts must not leave a
+    piece the redaction no longer recognises, in the cells block or in `read_cells`."""
     monkeypatch.setenv("ACME_SERVICE_TOKEN", SECRET)
-    run(ip, f"token = '{SECRET}'\nprint('word ' * 799 + token + ' done' * 2000 + ' ' + token + ' end' * 998)")
-    run(ip, "token")
+    printed = "word " * 199 + SECRET + " done" * 2000 + " " + SECRET + " end" * 747 + "!" + " " + SECRET + " end" * 247 + "\n"
+    starts = [at for at in range(len(printed)) if printed.startswith(SECRET, at)]
+    for cut, start in zip((1000, len(printed) - 4000, len(printed) - 1001), starts, strict=True):
+        assert start < cut < start + len(SECRET)  # each secret lies across a cut
+    ip.user_ns["printed"] = printed
+    run(ip, f"token = '{SECRET}'\nprint(printed, end='')")
     run(ip, "raise PermissionError('refused: ' + token)")
-    scripted.script(text("Fine."))
+    scripted.script(tool_calls(("read_cells", {})), text("Fine."))
     run(ip, "%soba what happened?")
     pieces = [SECRET[i : i + 5] for i in range(len(SECRET) - 4)]
     written = magics(ip).agent.file.read_text()
     sent = "\n".join(request.raw.decode() for request in scripted.server.requests)
-    assert "[redacted]" in written and "refused: [redacted]" in sent
+    assert "refused: [redacted]" in written and "refused: [redacted]" in sent
     assert [piece for piece in pieces if piece in written or piece in sent] == []
+
+
+# -- under a real kernel ---------------------------------------------------------------------------
+
+
+@contextmanager
+def real_kernel(project):
+    """A python3 kernel (ipykernel, its OutStream on sys.stdout) in `project`, soba loaded."""
+    from jupyter_client.manager import start_new_kernel
+
+    env = {**os.environ, TEST_KEY_ENV: TEST_KEY_VALUE, "HOME": str(project.parent)}
+    env = {k: v for k, v in env.items() if not k.startswith("SOBA_") and k != "JPY_SESSION_NAME"}
+    manager, client = start_new_kernel(kernel_name="python3", cwd=str(project), env=env)
+    try:
+        reply = client.execute_interactive("%load_ext soba_nb", timeout=60)
+        assert reply["content"]["status"] == "ok"
+        yield client
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
+def execute(client, code: str, *, store_history: bool = True) -> tuple[dict, list[dict]]:
+    """Run `code` as a frontend does; (the reply, the iopub messages it caused)."""
+    messages: list[dict] = []
+    reply = client.execute_interactive(code, store_history=store_history, timeout=120, output_hook=messages.append)
+    return reply, messages
+
+
+def streamed(messages: list[dict], name: str) -> str:
+    return "".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream" and m["content"]["name"] == name)
+
+
+@pytest.mark.timeout(180)
+def test_a_real_kernel_still_streams_what_a_cell_prints(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    with LLMServer() as server:
+        write_soba_json(project, server.url)
+        with real_kernel(project) as client:
+            cell = (
+                "import io, sys\nfrom ipykernel.iostream import OutStream\nprint('to stdout')\nsys.stdout.flush()\n"
+                "print('to stderr', file=sys.stderr)\nsys.stderr.flush()\nsys.stdout.writelines(['a', 'b\\n'])\n"
+                "print(isinstance(sys.stdout, OutStream), isinstance(sys.stderr, io.TextIOBase))"
+            )
+            reply, messages = execute(client, cell)
+            assert reply["content"]["status"] == "ok"
+            assert streamed(messages, "stdout") == "to stdout\nab\nTrue True\n" and streamed(messages, "stderr") == "to stderr\n"
+            # Cells run without history are not recorded, hence not teed: they see the kernel as is.
+            _, messages = execute(client, "print(type(sys.stdout).__name__, type(sys.stderr).__name__)", store_history=False)
+            assert streamed(messages, "stdout") == "OutStream OutStream\n"  # no tee left between cells
+            probe = "print([c.printed for c in get_ipython().magics_manager.registry['SobaMagics'].holder.recorder.cells])"
+            _, messages = execute(client, probe, store_history=False)
+            assert streamed(messages, "stdout") == repr(["to stdout\nto stderr\nab\nTrue True\n"]) + "\n"
+            _, messages = execute(client, "41 + 1")  # the result still reaches the frontend, and the record
+            assert [m["content"]["data"]["text/plain"] for m in messages if m["msg_type"] == "execute_result"] == ["42"]
+            _, messages = execute(client, probe.replace("c.printed", "c.result"), store_history=False)
+            assert streamed(messages, "stdout") == repr([None, "42"]) + "\n"
+
+
+@pytest.mark.timeout(180)
+def test_a_real_kernels_failing_cell_reaches_the_model_ahead_of_the_request(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    with LLMServer() as server:
+        write_soba_json(project, server.url)
+        server.script(text("The column is called amount."))
+        with real_kernel(project) as client:
+            execute(client, "sales = {'amount': [1, 2, 3]}")
+            reply, messages = execute(client, "total = sum(sales['revenue'])")
+            assert reply["content"]["status"] == "error"
+            assert any(m["msg_type"] == "error" for m in messages)  # the frontend still shows it
+            execute(client, "%soba why does the cell above fail?")
+        [request] = [r for r in server.requests if r.operation == "inference"]
+    sent = "\n".join(str(m.get("content")) for m in request["messages"])
+    assert "total = sum(sales['revenue'])" in sent and "KeyError: 'revenue'" in sent and "Traceback" in sent
+    assert sent.index("KeyError: 'revenue'") < sent.index("why does the cell above fail?")
+    assert "In [3]" in sent and "\x1b[" not in sent and "ipykernel" not in sent

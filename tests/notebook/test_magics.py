@@ -505,3 +505,82 @@ def test_rich_output_carries_the_same_text_as_plain(ip, scripted):
     budget = bundles[-1]
     assert set(budget) == {"text/html", "text/plain"}  # a static snapshot, no widget
     assert "Budget: " in budget["text/plain"] and "/ 5,000 tokens" in budget["text/plain"]
+
+
+# -- %soba /fix and %soba /code (SPEC §10) ---------------------------------------------------------
+
+
+def run_cell(ip, source: str):
+    """A cell as a kernel runs it: its events fire and it gets an execution count."""
+    return ip.run_cell(source, store_history=True)
+
+
+def test_fix_sends_the_failing_cell_and_its_traceback_and_proposes_the_corrected_cell(ip, scripted):
+    run_cell(ip, "sales = {'amount': [120, 80, 45]}")
+    run_cell(ip, "def total(column):\n    return sum(sales[column])\n\nrevenue = total('revenue')")
+    run_cell(ip, "note = 'a later cell that works'")
+    corrected = "def total(column):\n    return sum(sales[column])\n\nrevenue = total('amount')"
+    scripted.script(tool_calls(("add_cell", {"source": corrected})), text("The key is 'amount', not 'revenue'."))
+    with capture_output() as shown:
+        run_cell(ip, "%soba /fix keep the function")
+    request = user_messages(scripted.inference_requests()[0])[-1]
+    assert request.startswith("Fix the notebook cell In [2], which failed.")
+    assert "revenue = total('revenue')" in request and "KeyError: 'revenue'" in request
+    assert "Traceback" in request and 'File "In [2]", line 2, in total' in request
+    assert "Also: keep the function" in request
+    assert ip.rl_next_input == corrected  # proposed below the running cell, not run
+    assert "revenue" not in ip.user_ns and corrected in shown.stdout
+
+
+def test_fix_fences_a_cell_that_holds_backticks(ip, scripted):
+    run_cell(ip, "fence = '````'\nraise ValueError('``` in the message')")
+    scripted.script(text("Fine."))
+    run_cell(ip, "%soba /fix")
+    request = user_messages(scripted.inference_requests()[-1])[-1]
+    assert "`````python\nfence = '````'\nraise ValueError('``` in the message')\n`````" in request
+    assert "````\nValueError: ``` in the message\n" in request
+
+
+def test_fix_with_no_failed_cell_says_so_in_one_line_and_sends_nothing(ip, scripted):
+    run_cell(ip, "a = 1")
+    with capture_output() as shown:
+        run_cell(ip, "%soba /fix")
+    assert shown.stdout.strip().splitlines() == ["nothing to fix: no cell has raised since %load_ext soba_nb in this kernel"]
+    assert scripted.server.requests == []
+
+
+def test_code_writes_the_successful_python_calls_of_the_current_path(ip, nb_dir, scripted):
+    scripted.script(
+        tool_calls(("python", {"code": "prices = [3, 4, 5]"}), ("python", {"code": "prices.total()"})),
+        text("Loaded."),
+        tool_calls(("python", {"code": "abandoned = sum(prices)"})),
+        text("On a branch."),
+        tool_calls(("python", {"code": "mean = sum(prices) / len(prices)\nmean"})),
+        text("Done."),
+    )
+    ip.run_line_magic("soba", "load the prices")
+    ip.run_line_magic("soba", "work we will rewind")
+    turns = [e for e in transcript(ip).path() if isinstance(e, CheckpointEntry) and e.kind == "turn"]
+    ip.run_line_magic("rewind", turns[0].checkpoint_id)
+    ip.run_line_magic("soba", "the mean price")
+    with capture_output() as shown:
+        ip.run_line_magic("soba", "/code")
+    cells = [cell.strip() for cell in shown.stdout.split("# %%\n")[1:]]
+    assert [cell.splitlines()[0].split(" · ")[1] for cell in cells] == ["for: load the prices", "for: the mean price"]
+    assert cells[0].endswith("prices = [3, 4, 5]") and cells[1].endswith("mean = sum(prices) / len(prices)\nmean")
+    assert "prices.total()" not in shown.stdout and "abandoned" not in shown.stdout
+
+    import nbformat
+
+    out = nb_dir / "the steps.ipynb"
+    with capture_output() as shown:
+        ip.run_line_magic("soba", '/code "the steps.ipynb"')
+    assert shown.stdout.strip() == "wrote the code of 2 python calls to the steps.ipynb"
+    nbformat.validate(nbformat.read(out, as_version=4))
+    with pytest.raises(UsageError, match="already exists; add --force"):
+        ip.run_line_magic("soba", '/code "the steps.ipynb"')
+    out.write_text("{}")
+    ip.run_line_magic("soba", '/code "the steps.ipynb" --force')
+    nbformat.validate(nbformat.read(out, as_version=4))
+    with pytest.raises(UsageError, match="is a folder"):
+        ip.run_line_magic("soba", f"/code {nb_dir}")
