@@ -28,6 +28,12 @@ export interface ISnapshot {
   degraded: boolean;
   provider: string;
   session: string;
+  /**
+   * The session's cost line as the kernel words it (SPEC §11: `Cost: $0.0123 this session
+   * (inference $0.0100 · compaction $0.0023) · prices: <source>` or `Cost: not priced`);
+   * empty from a kernel that sends none.
+   */
+  cost: string;
 }
 
 /**
@@ -87,7 +93,8 @@ function parseSnapshot(data: Fields): ISnapshot | null {
     lastAttempt: (data.lastAttempt as string | undefined) ?? null,
     degraded: data.degraded === true,
     provider: isString(data.provider) ? data.provider : '',
-    session: isString(data.session) ? data.session : ''
+    session: isString(data.session) ? data.session : '',
+    cost: isString(data.cost) ? data.cost : ''
   };
 }
 

@@ -95,7 +95,9 @@ function figures(snapshot: ISnapshot): HTMLElement[] {
     row('source', SOURCE_LABELS[snapshot.source] ?? snapshot.source, 'soba-Budget-source'),
     row('auto-compact', snapshot.auto ? 'on' : 'off', 'soba-Budget-auto'),
     ...(snapshot.provider ? [row('provider', snapshot.provider)] : []),
-    ...(snapshot.session ? [row('session', snapshot.session)] : [])
+    ...(snapshot.session ? [row('session', snapshot.session)] : []),
+    // The kernel's words, as `%budget` shows them (SPEC §11).
+    ...(snapshot.cost ? [el('div', 'soba-Budget-cost', snapshot.cost)] : [])
   ];
 }
 

@@ -1,7 +1,7 @@
 /**
  * The status-bar item: `soba 31.2k / 48.8k` (effective / hardLimit of the current
- * notebook) coloured by level (ok / soft / hard), or `soba compacting 42%` while a barrier
- * runs. Shown only once the current notebook's kernel has sent its figures; a click opens
+ * notebook, then ` · $0.0123` when the session is priced) coloured by level (ok / soft /
+ * hard), or `soba compacting 42%` while a barrier runs. Shown only once the current notebook's kernel has sent its figures; a click opens
  * the sidebar panel.
  */
 
@@ -18,6 +18,9 @@ const THOUSAND = 1000;
 /** `31.2k`: thousands with one decimal. */
 export const thousands = (count: number): string => `${(count / THOUSAND).toFixed(1)}k`;
 
+/** The session's cost from the kernel's cost line (`Cost: $0.0123 this session …`), or ''. */
+const COST_AMOUNT = /^Cost: (\$\d+\.\d+) this session/;
+
 /** The item's text for a notebook's state, or null when there is nothing to show. */
 export function statusText(state: IBudgetState): string | null {
   if (state.progress) {
@@ -27,7 +30,9 @@ export function statusText(state: IBudgetState): string | null {
   if (!snapshot) {
     return null;
   }
-  return `soba ${thousands(snapshot.effective)} / ${thousands(snapshot.hardLimit)}`;
+  const cost = COST_AMOUNT.exec(snapshot.cost ?? '');
+  const spent = cost ? ` · ${cost[1]}` : '';
+  return `soba ${thousands(snapshot.effective)} / ${thousands(snapshot.hardLimit)}${spent}`;
 }
 
 export class BudgetStatus extends Widget {

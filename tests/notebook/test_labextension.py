@@ -4,7 +4,8 @@ The kernel side (`soba_nb.notebook.comm`) is tested in a real kernel, the sideba
 by a jupyter_client that opens comms; the sidebar itself in a real JupyterLab server driven by Debian's chromium through Playwright: a notebook
 publishes a snapshot, a barrier's progress and its result, and the "soba budget" panel shows
 the figures, the live line the kernel words and the result line (and the status bar
-`soba 41.2k / 48.8k`, then `soba compacting 82%`), and shows them again after a page reload.
+`soba 41.2k / 48.8k · $0.0123`, then `soba compacting 82%`), the session's cost line, and shows
+them again after a page reload.
 Before the notebook loads the extension, the panel's buttons say to load it.
 
 The browser test is skipped (with the reason) without /usr/bin/chromium, Playwright, or the
@@ -48,6 +49,9 @@ BARRIER_SECONDS = 4
 HARD_LIMIT = 48_808
 SOFT_LIMIT = 39_046
 EFFECTIVE = 41_210
+COST_LINE = (
+    "Cost: $0.0123 this session (inference $0.0100 · compaction $0.0023) · prices: model.pricing (soba.json)"
+)
 SNAPSHOT = {
     "type": "snapshot",
     "effective": EFFECTIVE,
@@ -59,6 +63,7 @@ SNAPSHOT = {
     "degraded": False,
     "provider": "openai/gpt-4o-mini",
     "session": "budget.soba/s1.jsonl",
+    "cost": COST_LINE,
 }
 LIVE_LINE = "Compacting context before response · 82%"
 PROGRESS = {"type": "progress", "percent": 82, "trigger": "auto_threshold", "line": LIVE_LINE}
@@ -66,7 +71,7 @@ RESULT_LINE = (
     "Compacted (auto_threshold) · 41,210 → 9,876 tokens · reclaimed 76% · ckpt-0001 · fallback"
 )
 RESULT = {"type": "result", "line": RESULT_LINE, "outcome": "completed", "degraded": True}
-STATUS_TEXT = "soba 41.2k / 48.8k"
+STATUS_TEXT = "soba 41.2k / 48.8k · $0.0123"
 NOT_LOADED = "run %load_ext soba_nb in this notebook first"
 
 
@@ -282,6 +287,7 @@ def test_sidebar_shows_the_budget_the_barrier_and_the_result(lab_server: Jupyter
         expect(panel).to_contain_text("soft threshold 39,046 · hard limit 48,808")
         expect(panel).to_contain_text("provider usage")
         expect(panel.locator(".soba-Budget-auto")).to_contain_text("on")
+        expect(panel.locator(".soba-Budget-cost")).to_have_text(COST_LINE)  # as the kernel words it
         expect(panel.locator(".soba-Budget-fill")).to_have_attribute("data-level", "soft")
 
         status = page.locator(".soba-StatusItem")
