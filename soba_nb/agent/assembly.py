@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from soba_nb.agent.prompt import SYSTEM_PROMPT
-from soba_nb.agent.session import AgentSession, session_counter
-from soba_nb.agent.tools import TOOL_SCHEMAS
+from soba_nb.agent.session import AgentSession, session_counter, session_limits
+from soba_nb.agent.tools import TOOL_SCHEMAS, tool_schemas_for
 from soba_nb.compaction.budget import BudgetTracker, Measurement
 from soba_nb.compaction.model_input import fixed_tokens
 from soba_nb.config import SobaConfig
@@ -80,8 +80,11 @@ def reconfigure(
 def measure_recorded(transcript: Transcript, config: SobaConfig | None, counter: TokenCounter | None = None) -> tuple[TokenCounter, Measurement]:
     """The counter and the measurement an open session would make of `transcript`'s path
     (its configuration's counter; `counter` when there is no configuration)."""
+    tools = TOOL_SCHEMAS
     if config is not None:
         counter = session_counter(config)
+        hard_limit = session_limits(config, transcript).hard_limit
+        tools = tool_schemas_for(hard_limit, fixed_tokens(SYSTEM_PROMPT, TOOL_SCHEMAS, counter))
     assert counter is not None, "a counter or a configuration"
-    tracker = BudgetTracker(counter, fixed_tokens(SYSTEM_PROMPT, TOOL_SCHEMAS, counter))
+    tracker = BudgetTracker(counter, fixed_tokens(SYSTEM_PROMPT, tools, counter))
     return counter, tracker.measure(transcript.path_view())

@@ -19,11 +19,12 @@ from soba_nb.agent.kernel_state import kernel_state
 from soba_nb.agent.prompt import SYSTEM_PROMPT
 from soba_nb.agent.provenance import Provenance, trace
 from soba_nb.agent.skills import load_skill
-from soba_nb.agent.tools import TOOL_SCHEMAS
+from soba_nb.agent.tools import TOOL_SCHEMAS, tool_schemas_for
 from soba_nb.catalogue import lookup
 from soba_nb.catalogue import takes_images as catalogue_takes_images
 from soba_nb.compaction.compactor import NO_MODELS, Compactor, CompactorSettings
 from soba_nb.compaction.flight import FlightRecorder
+from soba_nb.compaction.model_input import fixed_tokens
 from soba_nb.config import MAX_CONTEXT_WINDOW, SobaConfig
 from soba_nb.images import ImageRule
 from soba_nb.layout import SessionLayout
@@ -164,6 +165,7 @@ class AgentSession:
             flight=FlightRecorder(layout.flight),
             kernel_state=lambda: kernel_state(self.namespace, self.provenance()),
         )
+        self._fit_tools()
 
     @property
     def sends_images(self) -> bool:
@@ -240,7 +242,13 @@ class AgentSession:
         self.limits = session_limits(self.config, self.transcript, self._server_window)
         self.compactor.update_settings(self._compactor_settings())
         self.compactor.tracker.distrust_usage_from(usage_ceiling(self.transcript.windows, model_key(self.config)))
+        self._fit_tools()
         return self.limits
+
+    def _fit_tools(self) -> None:
+        """Compact tool schemas for a window too small for the full ones (`tool_schemas_for`)."""
+        full = fixed_tokens(SYSTEM_PROMPT, TOOL_SCHEMAS, self.counter)
+        self.compactor.set_tools(tool_schemas_for(self.limits.hard_limit, full))
 
     def _ask_server(self) -> None:
         """An OpenAI-compatible server at `baseUrl` may say its real window (llama.cpp,

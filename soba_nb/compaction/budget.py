@@ -125,9 +125,10 @@ class BudgetTracker:
             self._last_id = None  # the next measure rebuilds
 
     def set_fixed(self, fixed: int) -> None:
+        """The system prompt and tool schemas cost `fixed` from now on (other tool schemas):
+        the next request grows or shrinks by the difference, whatever the provider counted for
+        the last one (that figure and our estimate of the same request stay a pair)."""
         self._estimated += fixed - self.fixed
-        self._before_last_assistant += fixed - self.fixed
-        self._usage_offset += fixed - self.fixed
         self.fixed = fixed
 
     def measure(self, path: Sequence[Entry]) -> Measurement:

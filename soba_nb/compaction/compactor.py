@@ -171,6 +171,16 @@ class Compactor:
         """The provider's native compaction, when it offers one."""
         return self.models.native
 
+    def set_tools(self, tools: Sequence[ToolSchema]) -> None:
+        """Other tool schemas from the next request on (a small window gets compact ones):
+        the fixed part of every input changes, and the measurement with it."""
+        tools = tuple(tools)
+        if tools == self.tools:
+            return
+        self.tools = tools
+        self._fixed_key = fixed_key(self.system, tools)
+        self.tracker.set_fixed(fixed_tokens(self.system, tools, self.counter))
+
     def update_settings(self, settings: CompactorSettings) -> None:
         self.settings = settings
 

@@ -489,3 +489,17 @@ def test_summaries_are_one_short_line_and_never_raise() -> None:
     assert summarize_arguments("python", "{not json") == "python (invalid arguments)"
     assert summarize_arguments("nope", "{}") == "nope (unknown tool)"
     assert "\n" not in summarize_arguments("shell", json.dumps({"command": "a\nb"}))
+
+
+def test_a_small_window_gets_the_same_tools_with_compact_schemas() -> None:
+    from soba_nb.agent.tools import COMPACT_TOOL_SCHEMAS, FULL_SCHEMAS_SHARE, tool_schemas_for
+
+    assert [s.name for s in COMPACT_TOOL_SCHEMAS] == [s.name for s in TOOL_SCHEMAS]
+    for compact, full in zip(COMPACT_TOOL_SCHEMAS, TOOL_SCHEMAS, strict=True):
+        assert list(compact.parameters["properties"]) == list(full.parameters["properties"])
+        assert compact.parameters.get("required") == full.parameters.get("required")
+        assert all("description" not in prop for prop in compact.parameters["properties"].values())
+        assert compact.description == full.description
+    assert tool_schemas_for(100_000, 1_300) is TOOL_SCHEMAS
+    assert tool_schemas_for(1_664, 1_300) is COMPACT_TOOL_SCHEMAS  # a 2,048-token llama.cpp server
+    assert tool_schemas_for(int(1_300 / FULL_SCHEMAS_SHARE), 1_300) is TOOL_SCHEMAS

@@ -192,3 +192,24 @@ def test_a_compaction_requests_usage_leaves_the_budget_figure_as_it_was(tmp_path
     assert after_capsule.source == "estimated" and after_capsule.reported_input_tokens is None
     t.append(UsageEntry(input_tokens=90_000, operation="compaction", operation_id="op_2"))
     assert engine.measure() == after_capsule
+
+
+def test_other_tool_schemas_move_the_next_request_by_their_difference(tmp_path: Path) -> None:
+    """A small window gets compact tool schemas mid-session: the next request is smaller by
+    what they save, even when the last figure is the provider's (it measured the old ones)."""
+    from soba_nb.agent.tools import COMPACT_TOOL_SCHEMAS, TOOL_SCHEMAS
+
+    t = open_transcript(tmp_path)
+    engine = make_compactor(t)
+    engine.set_tools(TOOL_SCHEMAS)
+    t.append(MessageEntry(role="user", content=words(30)))
+    t.append(MessageEntry(role="assistant", content=words(30)))
+    t.append(UsageEntry(input_tokens=5_000, operation="inference"))
+    before = engine.measure()
+    full = engine.tracker.fixed
+    engine.set_tools(COMPACT_TOOL_SCHEMAS)
+    saved = full - engine.tracker.fixed
+    after = engine.measure()
+    assert saved > 100
+    assert (after.effective, after.estimated) == (before.effective - saved, before.estimated - saved)
+    assert after.source == "provider_usage" and after.reported_input_tokens == 5_000

@@ -16,6 +16,7 @@ clipping for model input happens when the input is assembled.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -152,6 +153,30 @@ TOOLS: dict[str, Tool] = {
 }
 TOOL_NAMES: tuple[str, ...] = tuple(TOOLS)
 TOOL_SCHEMAS: tuple[ToolSchema, ...] = tuple(tool.schema for tool in TOOLS.values())
+
+
+def _compact(schema: ToolSchema) -> ToolSchema:
+    parameters = copy.deepcopy(schema.parameters)
+    parameters.pop("additionalProperties", None)
+    properties = parameters.get("properties")
+    for prop in properties.values() if isinstance(properties, dict) else ():
+        if isinstance(prop, dict):
+            prop.pop("description", None)
+    return ToolSchema(name=schema.name, description=schema.description, parameters=parameters)
+
+
+COMPACT_TOOL_SCHEMAS: tuple[ToolSchema, ...] = tuple(_compact(schema) for schema in TOOL_SCHEMAS)
+"""The same tools and parameters without the parameters' descriptions (about 30% fewer
+tokens): what a model with a small window is sent (`tool_schemas_for`)."""
+FULL_SCHEMAS_SHARE = 0.4
+"""The full schemas are sent while the system prompt and they take at most this share of the
+hard limit; beyond it (a 2,048-token llama.cpp server) the compact ones leave room for work."""
+
+
+def tool_schemas_for(hard_limit: int, full_fixed_tokens: int) -> tuple[ToolSchema, ...]:
+    """The tool schemas a request carries, given the hard limit and what the system prompt
+    with the full schemas costs."""
+    return TOOL_SCHEMAS if full_fixed_tokens <= hard_limit * FULL_SCHEMAS_SHARE else COMPACT_TOOL_SCHEMAS
 
 
 def run_tool(name: str, arguments: str, ctx: ToolContext) -> ToolOutcome:

@@ -14,17 +14,14 @@ from soba_nb.agent.tools.base import ToolArguments, ToolContext, ToolError, Tool
 
 NAME = "checkpoint"
 DESCRIPTION = (
-    "Record a checkpoint: kind 'milestone' when a piece of work is finished, 'plan_pivot' "
-    "when you change approach. The note says what was reached or why the plan changed; "
-    "older context may be summarised at this point."
+    "Record a checkpoint: 'milestone' when work is finished, 'plan_pivot' when you change "
+    "approach (older context may be summarised here)."
 )
 
 
 class CheckpointArguments(ToolArguments):
     kind: Literal["milestone", "plan_pivot"] = Field(description="'milestone' or 'plan_pivot'.")
-    note: str = Field(
-        description="One or two sentences: what was reached, or why the plan changed."
-    )
+    note: str = Field(description="What was reached, or why the plan changed.")
 
 
 def summarize(arguments: CheckpointArguments) -> str:

@@ -39,22 +39,19 @@ class WriteFileArguments(ToolArguments):
 
 class EditFileArguments(ToolArguments):
     path: str = Field(description=_PATH_DESCRIPTION)
-    old: str = Field(description="Exact text to replace; must occur exactly once in the file.")
+    old: str = Field(description="Exact text to replace, unique in the file.")
     new: str = Field(description="Replacement text.")
 
 
 class ListFilesArguments(ToolArguments):
-    path: str = Field(".", description=_PATH_DESCRIPTION + " Defaults to the project folder.")
+    path: str = Field(".", description=_PATH_DESCRIPTION)
 
 
 READ_FILE_DESCRIPTION = "Read a UTF-8 text file in the project folder and return its whole content."
 WRITE_FILE_DESCRIPTION = (
     "Create or overwrite a text file in the project folder with the given content."
 )
-EDIT_FILE_DESCRIPTION = (
-    "Replace one exact occurrence of `old` with `new` in a file. Fails if `old` occurs zero "
-    "times or more than once; include enough surrounding text to make it unique."
-)
+EDIT_FILE_DESCRIPTION = "Replace the one exact occurrence of `old` with `new` in a file (`old` must be unique)."
 LIST_FILES_DESCRIPTION = (
     "List the entries of a folder in the project, sorted; folders end with '/'."
 )

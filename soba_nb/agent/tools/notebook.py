@@ -32,31 +32,24 @@ OUTPUT_TEXT_CHARS = 2000
 
 
 class ReadCellsArguments(ToolArguments):
-    first: int | None = Field(None, description="First execution count (In [n]) to read; default: the last 10 cells.")
-    last: int | None = Field(None, description="Last execution count to read; default: the newest.")
+    first: int = Field(0, ge=0, description="First In [n] to read; 0: the last 10 cells.")
+    last: int = Field(0, ge=0, description="Last In [n]; 0: the newest.")
 
 
 class ReadNotebookArguments(ToolArguments):
-    path: str = Field("", description="A saved .ipynb in the project folder; default: this notebook.")
+    path: str = Field("", description="A .ipynb in the project; empty: this notebook.")
 
 
 class AddCellArguments(ToolArguments):
-    source: str = Field(description="The cell's whole source.")
-    kind: CellKind = Field("code", description="'code' (default) or 'markdown'.")
+    source: str = Field(description="The cell's source.")
+    kind: CellKind = Field("code", description="code or markdown.")
 
 
-READ_CELLS_DESCRIPTION = (
-    "Read the cells the user ran in this kernel (source, output, error with traceback), by "
-    "execution count In [n]; without bounds, the last 10."
-)
-READ_NOTEBOOK_DESCRIPTION = (
-    "Read a saved notebook (.ipynb) of the project: its code and Markdown cells in order, with "
-    "execution counts and outputs as text (images named, not shown). Default: this notebook."
-)
-ADD_CELL_DESCRIPTION = (
-    "Propose a new cell for the notebook, put below the current one for the user to read and "
-    "run (it is not run). Use it for the code the user should keep, e.g. a corrected cell."
-)
+# Short on purpose: every request carries the tool schemas, and a small local model's whole
+# window may be 2,048 tokens.
+READ_CELLS_DESCRIPTION = "Read the notebook cells the user ran (source, output, error) by In [n]."
+READ_NOTEBOOK_DESCRIPTION = "Read a saved notebook: its cells in order, with outputs as text."
+ADD_CELL_DESCRIPTION = "Propose a cell for the user, put below the current one, not run (e.g. a fixed cell)."
 
 
 def _access(ctx: ToolContext, tool: str) -> NotebookAccess:
@@ -67,7 +60,7 @@ def _access(ctx: ToolContext, tool: str) -> NotebookAccess:
 
 def read_cells(arguments: ReadCellsArguments, ctx: ToolContext) -> ToolOutcome:
     access = _access(ctx, "read_cells")
-    first, last = arguments.first, arguments.last
+    first, last = arguments.first or None, arguments.last or None
     if first is not None and last is not None and first > last:
         raise ToolError(f"read_cells: first ({first}) is after last ({last})")
     found = list(access.cells(first, last))
@@ -147,7 +140,7 @@ def add_cell(arguments: AddCellArguments, ctx: ToolContext) -> ToolOutcome:
 
 
 def summarize_read_cells(arguments: ReadCellsArguments) -> str:
-    if arguments.first is None and arguments.last is None:
+    if not arguments.first and not arguments.last:
         return "read_cells (the last 10)"
     return f"read_cells In [{arguments.first or 1}]–In [{arguments.last or '…'}]"
 

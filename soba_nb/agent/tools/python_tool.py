@@ -51,9 +51,8 @@ from soba_nb.agent.tools.base import (
 
 NAME = "python"
 DESCRIPTION = (
-    "Run Python code in the notebook's kernel, in the user's namespace (their variables, "
-    "dataframes and imports are available, and what you define stays there). Reports stdout, "
-    "stderr, the repr of the last expression (as a notebook cell would) and any exception."
+    "Run Python in the notebook's kernel, in the user's namespace (their variables are there; "
+    "yours stay). Reports stdout, stderr, the last expression's repr and any exception."
 )
 
 MAX_RESULT_REPR_CHARS = 20_000

@@ -44,10 +44,8 @@ from soba_nb.agent.tools.base import ToolArguments, ToolContext, ToolOutcome
 
 NAME = "shell"
 DESCRIPTION = (
-    "Run a shell command in the project folder with a time limit. Returns the exit status "
-    "on the first line, then the combined stdout and stderr (the start and the end of a long "
-    "output). Standard input is empty. Everything the command starts, background processes "
-    "included, is stopped when it returns: start servers from Python instead."
+    "Run a shell command in the project folder with a time limit; returns the exit status, "
+    "then stdout and stderr. Stdin is empty; background processes are stopped when it returns."
 )
 
 DEFAULT_TIMEOUT_S = 60
@@ -72,12 +70,12 @@ DROPPED_NOTE = (
 
 
 class ShellArguments(ToolArguments):
-    command: str = Field(description="The command line, run by the system shell.")
+    command: str = Field(description="The command line.")
     timeout_s: float = Field(
         DEFAULT_TIMEOUT_S,
         gt=0,
         le=MAX_TIMEOUT_S,
-        description=f"Time limit in seconds (default {DEFAULT_TIMEOUT_S}, at most {MAX_TIMEOUT_S}).",
+        description=f"Seconds, at most {MAX_TIMEOUT_S}.",
     )
 
 
