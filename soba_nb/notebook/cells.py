@@ -333,12 +333,12 @@ class CellRecorder:
 
     # -- reading -------------------------------------------------------------------------
 
-    def since_turn(self, *, first: int) -> list[RecordedCell]:
-        """The cells run since the previous call (the last `first` at the first call), newest
-        last; the next call starts from here."""
+    def since_turn(self, *, first: int, session_start: bool = False) -> list[RecordedCell]:
+        """The cells run since the previous call (the last `first` at the first call, and at
+        a session's first turn), newest last; the next call starts from here."""
         new = self._recorded - self._taken
-        if self._turns == 0:
-            new = min(new, first)
+        if self._turns == 0 or session_start:
+            new = min(self._recorded, first)
         self._turns += 1
         self._taken = self._recorded
         return list(self.cells)[-new:] if new > 0 else []

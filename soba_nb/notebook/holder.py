@@ -69,6 +69,8 @@ class SessionHolder:
         """The cells the user runs (registered with the magics)."""
         self.proposed: list[tuple[str, CellKind]] = []
         """Cells the agent proposed (`add_cell`) in the running turn."""
+        self._cells_session: str | None = None
+        """The session the cells were last taken for (a new one starts with the last few)."""
         self._announced: set[str] = set()
         """Sessions from before whose resumption this kernel has announced."""
         self._cancel: threading.Event | None = None
@@ -148,8 +150,11 @@ class SessionHolder:
         return proposed
 
     def cells_since_turn(self) -> list[CellRecord]:
-        """The cells run since the previous turn (the last few at the first), for the model."""
-        return [cell.record() for cell in self.recorder.since_turn(first=FIRST_TURN_CELLS)]
+        """The cells run since the previous turn (the last few at a session's first turn in
+        this kernel, `%soba --new` included), for the model."""
+        session = self.agent.session_id if self.agent is not None else None
+        start, self._cells_session = session != self._cells_session, session
+        return [cell.record() for cell in self.recorder.since_turn(first=FIRST_TURN_CELLS, session_start=start)]
 
     def _overrides(self) -> dict[str, Any]:
         return {"model": {"name": self.settings.model}} if self.settings.model else {}

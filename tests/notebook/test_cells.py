@@ -352,3 +352,17 @@ def test_a_real_kernels_failing_cell_reaches_the_model_ahead_of_the_request(tmp_
     assert "total = sum(sales['revenue'])" in sent and "KeyError: 'revenue'" in sent and "Traceback" in sent
     assert sent.index("KeyError: 'revenue'") < sent.index("why does the cell above fail?")
     assert "In [3]" in sent and "\x1b[" not in sent and "ipykernel" not in sent
+
+
+def test_a_new_session_starts_with_the_last_five_cells_again(ip, scripted):
+    from soba_nb.transcript.entries import CellsEntry
+
+    for index in range(3):
+        ip.run_cell(f"a{index} = {index}", store_history=True)
+    scripted.script(text("One."), text("Two."))
+    ip.run_line_magic("soba", "first")
+    ip.run_cell("b = 1", store_history=True)
+    ip.run_line_magic("soba", "--new second, in a new session")
+    agent = ip.magics_manager.registry["SobaMagics"].agent
+    [entry] = [e for e in agent.transcript.path() if isinstance(e, CellsEntry)]
+    assert [c.source for c in entry.cells] == ["a0 = 0", "a1 = 1", "a2 = 2", "b = 1"]
