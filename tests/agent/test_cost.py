@@ -24,6 +24,9 @@ from soba_nb.catalogue import PRICES_TAKEN
 from soba_nb.cli import main
 from soba_nb.config import ModelSettings, PricingSettings, SobaConfig, recorded_config
 from soba_nb.paths import shown
+from soba_nb.providers.anthropic import usage_from_wire as anthropic_usage
+from soba_nb.providers.openai import usage_from_wire as openai_usage
+from soba_nb.providers.responses import usage_from_wire as responses_usage
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     ConfigEntry,
@@ -154,8 +157,34 @@ def test_a_gateway_model_without_prices_is_not_priced(ip, nb_dir, scripted, caps
     assert cost_line(budget(ip, capsys)) == "Cost: not priced"
     assert len(usages(ip)) == 1  # recorded all the same: priced once model.pricing says so
 
+    capsys.readouterr()
+    assert main(["budget", str(agent(ip).file)]) == 0
+    assert cost_line(capsys.readouterr().out) == "Cost: not priced"
+
     configure(nb_dir, scripted.server)  # 2000 × 2.5 + 50 × 10 = 5,500 → $0.0055
     assert cost_line(budget(ip, capsys)).startswith("Cost: $0.0055 this session (inference $0.0055 ·")
+
+
+@pytest.mark.parametrize(
+    ("parse", "usage", "expected"),
+    [
+        (openai_usage, {"prompt_tokens": 100, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 40}},
+         (100, 40, 5)),
+        (openai_usage, {"prompt_tokens": 100, "completion_tokens": 5}, (100, None, 5)),
+        (openai_usage, {"prompt_tokens": 100, "prompt_tokens_details": {"cached_tokens": 400}}, (100, None, 0)),
+        (openai_usage, {"prompt_tokens": 100, "prompt_tokens_details": {"cached_tokens": True}}, (100, None, 0)),
+        (openai_usage, {"prompt_tokens": 100, "prompt_tokens_details": [7]}, (100, None, 0)),
+        (responses_usage, {"input_tokens": 90, "output_tokens": 9, "input_tokens_details": {"cached_tokens": 30}},
+         (90, 30, 9)),
+        (responses_usage, {"input_tokens": 90, "input_tokens_details": {"cached_tokens": -1}}, (90, None, 0)),
+        (anthropic_usage, {"input_tokens": 60, "cache_creation_input_tokens": 10, "cache_read_input_tokens": 40,
+                           "output_tokens": 5}, (110, 40, 5)),
+        (anthropic_usage, {"input_tokens": 60, "output_tokens": 5}, (60, None, 5)),
+    ],
+)  # fmt: skip
+def test_cached_input_is_read_from_each_wire_format_and_a_figure_that_cannot_be_is_ignored(parse, usage, expected):
+    parsed = parse(usage)
+    assert (parsed.input_tokens, parsed.cached_input_tokens, parsed.output_tokens) == expected
 
 
 def test_prices_come_from_model_pricing_else_the_catalogue_at_the_vendors_own_api():

@@ -11,6 +11,7 @@ import pytest
 from llm_server import LLMServer, http_error, server_error, text
 
 from soba_nb.compaction.native_continuation import NativeRefused, NativeRequest
+from soba_nb.compaction.summarizer import RequestNotSent
 from soba_nb.config import ModelSettings
 from soba_nb.messages import ChatMessage, ToolCall, ToolSchema
 from soba_nb.providers.anthropic import AnthropicProvider
@@ -204,3 +205,36 @@ def test_a_block_made_for_another_model_is_refused_by_the_server(server: LLMServ
     with pytest.raises(RequestRejectedError, match="made for claude-a"):
         other.complete(ModelRequest(system="s", messages=[ChatMessage(role="user", content="hi")],
                                     max_output_tokens=10, operation_id="x", native=item))
+
+
+def test_native_compactions_ask_the_spend_check_first_and_report_their_usage(server: LLMServer) -> None:
+    """SPEC §11: a native compaction request is checked against the session's cap before it
+    leaves, and its usage (`operation: compaction`, the operation's id) is handed back."""
+    checked: list[ModelRequest] = []
+    spent: list[Any] = []
+    server.script(text("opaque summary", cached_input_tokens=3))
+    ResponsesNative(responses(server), checked.append).compact(
+        region(), cancel=threading.Event(), timeout_s=10, on_usage=spent.append
+    )
+    server.script(text("a summary", input_tokens=BIG, output_tokens=300, cached_input_tokens=1000))
+    AnthropicNative(anthropic(server), checked.append).compact(
+        region(), cancel=threading.Event(), timeout_s=10, on_usage=spent.append
+    )
+    assert [(r.operation, r.operation_id, r.input_tokens, r.max_output_tokens) for r in checked] == [
+        ("compaction", "op_native", BIG, 2048)
+    ] * 2
+    openai_usage, anthropic_usage = spent
+    assert (openai_usage.provider, openai_usage.operation, openai_usage.operation_id) == ("openai", "compaction", "op_native")
+    assert openai_usage.input_tokens > 0 and openai_usage.cached_input_tokens == 3
+    # Anthropic's input_tokens leaves the cache read out; the entry's figure is the whole prompt.
+    assert (anthropic_usage.input_tokens, anthropic_usage.cached_input_tokens, anthropic_usage.output_tokens) == (BIG, 1000, 300)
+    assert (anthropic_usage.provider, anthropic_usage.operation) == ("anthropic", "compaction")
+
+    def refuse(request: ModelRequest) -> None:
+        raise RequestNotSent("request not sent: over the cap")
+
+    sent = len(server.requests)
+    for native in (ResponsesNative(responses(server), refuse), AnthropicNative(anthropic(server), refuse)):
+        with pytest.raises(RequestNotSent):
+            compact(native, region())
+    assert len(server.requests) == sent  # nothing left
