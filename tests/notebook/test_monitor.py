@@ -278,9 +278,10 @@ def test_a_skipped_compaction_reads_the_same_in_the_cell_budget_and_sidebar(ip, 
         ip.run_line_magic("compact", "")
         ip.run_line_magic("budget", "")
 
-    *cell_lines, budget = rich_texts(cap.outputs)
+    *cell_lines, hint, budget = rich_texts(cap.outputs)
     line = cell_lines[-1]
     assert line.startswith("skipped: ")
+    assert hint.startswith('to hand the session over as it is, %capsule create "TITLE"')
     assert f"Last attempt: {line}" in budget.splitlines()
     [result] = sidebar.of_type("result")
     assert result["line"] == line and result["outcome"] == "skipped"
