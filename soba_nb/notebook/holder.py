@@ -16,7 +16,8 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,6 +25,7 @@ from typing import Any, Protocol
 from IPython.core.error import UsageError
 
 from soba_nb.agent.assembly import choose_layout, open_session, reconfigure
+from soba_nb.agent.events import AgentEvent, ToolFinished, ToolStarted
 from soba_nb.agent.session import AgentSession, RewindError
 from soba_nb.agent.skills import SkillError
 from soba_nb.agent.tools.base import CellKind, NotebookAccess
@@ -38,6 +40,8 @@ from soba_nb.notebook.render import TurnRenderer
 from soba_nb.transcript.entries import CellRecord
 from soba_nb.transcript.store import TranscriptError, TranscriptLockedError, TranscriptWriteError
 
+LIVE_REFRESH_S = 0.5
+"""The sidebar's figures are sent at most this often during a turn."""
 SESSION_ERRORS = (ConfigError, TranscriptError, TranscriptLockedError, SkillError, RewindError, OSError)
 NAME_MAX_BYTES = 255
 """The longest file name most file systems take (ext4, xfs, tmpfs, APFS), when the folder
@@ -182,6 +186,22 @@ class SessionHolder:
         """Send the session's budget to the sidebar (after anything that changes it)."""
         if self.agent is not None:
             self.sidebar.refresh(snapshot_of(self.agent))
+
+    def live(self, on_event: Callable[[AgentEvent], None]) -> Callable[[AgentEvent], None]:
+        """`on_event` that also keeps the sidebar's figures fresh while a turn runs: after each
+        model answer (the calls it asked for start) and each call, at most twice a second —
+        kernel → frontend messages flow while the cell runs (issue 26: the panel was asleep
+        until the turn ended)."""
+        last = [0.0]
+
+        def forward(event: AgentEvent) -> None:
+            on_event(event)
+            if isinstance(event, ToolStarted | ToolFinished) and time.monotonic() - last[0] >= LIVE_REFRESH_S:
+                last[0] = time.monotonic()
+                with contextlib.suppress(Exception):  # the sidebar is a view: never the turn's problem
+                    self.refresh_monitor()
+
+        return forward
 
     # -- the running operation -----------------------------------------------------------
 

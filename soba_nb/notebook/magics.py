@@ -227,12 +227,13 @@ class SobaMagics(Magics, Configurable):
         renderer = self.holder.renderer()
         if self.holder.first_turn_here(agent):
             renderer.print_line(resume_line(agent.transcript, agent.session_id))
+        self.refresh_monitor()  # the panel shows this session's figures from the start of its first turn
         with self.holder.cancellable() as cancel:
             try:
                 result = run_turn(
                     agent,
                     prompt,
-                    on_event=renderer.on_event,
+                    on_event=self.holder.live(renderer.on_event),
                     cancel=cancel,
                     max_steps=self.max_steps,
                     turn_timeout_s=self.turn_timeout_s,

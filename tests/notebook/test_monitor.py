@@ -363,3 +363,29 @@ def test_the_magics_feed_the_jupyterlab_sidebar(ip, scripted, monkeypatch):
     assert snapshot["type"] == "snapshot" and snapshot["effective"] == agent.compactor.measure().effective
     assert snapshot["degraded"] is True and snapshot["session"] == agent.session_id
     assert snapshot["lastAttempt"] is None  # it completed (with the fallback capsule)
+
+
+def test_the_sidebar_follows_a_turn_while_it_runs(ip, scripted):
+    """Issue 26 item 2: the panel's figures arrive at the start of the first turn and after
+    each call, not only when the turn ends."""
+    from llm_server import tool_calls
+
+    sidebar = recording_sidebar(ip)
+    slow = "import time\ntime.sleep(0.6)\n'x' * 4000"
+    scripted.script(tool_calls(("python", {"code": slow})), tool_calls(("python", {"code": slow})), text("Done."))
+    arrivals: list[tuple[str, int]] = []
+    original = sidebar.__call__
+
+    def during(message):
+        original(message)
+        if message["type"] == "snapshot":
+            arrivals.append((str(len(scripted.inference_requests())), message["effective"]))
+
+    ip.magics_manager.registry["SobaMagics"].sidebar.send = during
+    with capture_output():
+        ip.run_line_magic("soba", "work twice")
+    requests_seen = [count for count, _ in arrivals]
+    assert requests_seen[0] == "0"  # before the first request left
+    assert "1" in requests_seen and "2" in requests_seen  # after each answer and its call, mid-turn
+    figures = [effective for _, effective in arrivals]
+    assert figures == sorted(figures) and figures[-1] > figures[0]
