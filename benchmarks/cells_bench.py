@@ -198,7 +198,43 @@ LINES = f"for i in range({PRINTED_MB * 10_000}):\n    print(f'line {{i:07d}} ' +
 """100,000 lines of 100 characters."""
 
 
+def large_image() -> dict[str, float]:
+    """A 20-megapixel figure a call displayed: kept whole as an artifact, then made ready for
+    a request (read, resized to what a model takes, base64) — its time and sizes."""
+    import io
+    import tempfile
+
+    from PIL import Image, ImageDraw
+
+    from soba_nb.agent.artifacts import keep_images
+    from soba_nb.agent.request_images import with_images
+    from soba_nb.agent.tools.base import DisplayedImage
+    from soba_nb.messages import ChatMessage, ImagePart
+
+    image = Image.linear_gradient("L").resize((5000, 4000)).convert("RGB")
+    draw = ImageDraw.Draw(image)
+    for x in range(0, 5000, 40):  # a plot's worth of lines
+        draw.line([(x, 0), (5000 - x, 4000)], fill=(x % 255, 80, 160), width=3)
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    data = out.getvalue()
+    with tempfile.TemporaryDirectory() as folder:
+        base = Path(folder)
+        (base / "nb.soba").mkdir()  # the session folder (the transcript lives there)
+        start = time.perf_counter()
+        kept = keep_images([DisplayedImage("image/png", data)], base / "nb.soba" / "artifacts", base)
+        keep_s = time.perf_counter() - start
+        [artifact] = kept.artifacts
+        message = ChatMessage("tool", "ok", (), "c1", "python", False, (ImagePart(artifact.path, artifact.mime, artifact.width, artifact.height),))
+        start = time.perf_counter()
+        [sent] = with_images([message], base=base, vision=True, max_images=4)
+        send_s = time.perf_counter() - start
+    part = sent.images[0]
+    return {"bytes": len(data), "keep": keep_s, "send": send_s, "width": part.width, "height": part.height, "sent": len(part.data or "")}
+
+
 CHILDREN: dict[str, Callable[[], dict[str, float]]] = {
+    "image-20mp": large_image,
     "cost": per_cell_cost,
     "memory-ordinary": lambda: record_memory(ordinary, record=True),
     "memory-ordinary-bare": lambda: record_memory(ordinary, record=False),
@@ -249,7 +285,13 @@ def rows(row: type, ms: Callable[[float], str], mib: Callable[[float], str]) -> 
                 f"no recorder: peak traced {mib(bare['peak'])}", "", "", None, None)
         )
     blank, blank_bare = figures["blank-lines"], figures["blank-lines-bare"]
+    image = figures["image-20mp"]
     return [
+        row("a 20-megapixel figure displayed by a call", 1,
+            f"kept whole ({mib(image['bytes'])}) in {ms(image['keep'])}; sent at {int(image['width'])}×{int(image['height'])} "
+            f"({mib(image['sent'])} base64) in {ms(image['send'])}",
+            "5000×4000 PNG", "", "sent ≤ 1568 px, ≤ 1.15 MP",
+            max(image["width"], image["height"]) <= 1568 and image["width"] * image["height"] <= 1_150_000, None),
         row(f"recording hook, per cell, after {WARM_CELLS:,} cells", WARM_CELLS,
             f"+{added * 1e6:,.0f} µs (median {ms(cost['with'])} with, {ms(cost['without'])} without; "
             f"means {ms(cost['with_mean'])} / {ms(cost['without_mean'])})",

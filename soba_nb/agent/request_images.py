@@ -66,12 +66,12 @@ def _encoded(path: str, mime: str) -> str | None:
         with Image.open(io.BytesIO(data)) as image:
             size = sent_size(*image.size)
             if size != image.size:
-                smaller = image.resize(size, Image.Resampling.LANCZOS)
+                smaller = image.resize(size, Image.Resampling.LANCZOS, reducing_gap=2.0)
                 out = io.BytesIO()
                 if mime == "image/jpeg":
                     smaller.convert("RGB").save(out, format="JPEG", quality=90)
                 else:
-                    smaller.save(out, format="PNG", optimize=True)
+                    smaller.save(out, format="PNG")
                 data = out.getvalue()
             else:
                 image.verify()
