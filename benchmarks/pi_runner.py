@@ -65,8 +65,8 @@ def find_pi() -> tuple[PiSetup | None, str]:
     folder = os.environ.get(PI_FOLDER_VARIABLE)
     if not folder:
         return None, (
-            f"pi side by side: skipped ({PI_FOLDER_VARIABLE} is not set; see README "
-            f"'Performance': `npm install --prefix DIR {PI_PACKAGE}@{PI_VERSION}`, then {PI_FOLDER_VARIABLE}=DIR)"
+            f"pi side by side: skipped ({PI_FOLDER_VARIABLE} is not set; see docs/performance.md: "
+            f"`npm install --prefix DIR {PI_PACKAGE}@{PI_VERSION}`, then {PI_FOLDER_VARIABLE}=DIR)"
         )
     package = Path(folder) / "node_modules" / PI_PACKAGE
     manifest = package / "package.json"

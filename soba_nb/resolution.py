@@ -1,4 +1,4 @@
-"""Which model a session uses when the configuration does not say (documented in the README).
+"""Which model a session uses when the configuration does not say (documented in docs/providers.md).
 
 Order: explicit config (any layer that sets `model.provider`) → `OPENAI_API_KEY` in the
 environment → `ANTHROPIC_API_KEY` → a local OpenAI-compatible server named by

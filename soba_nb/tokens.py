@@ -7,7 +7,7 @@ hashes tiktoken itself expects, seed a private cache folder under the names tikt
 for, and point `TIKTOKEN_CACHE_DIR` at it only while tiktoken loads. tiktoken then parses
 and verifies them as if it had downloaded them; nothing touches the network.
 
-Encoding per model family (documented in the README):
+Encoding per model family (documented in docs/troubleshooting.md):
 - OpenAI `gpt-4o`, `gpt-4.1`, `gpt-5`, `o1`/`o3`/`o4` → `o200k_base`, factor 1.0;
 - OpenAI `gpt-4`, `gpt-3.5` → `cl100k_base`, factor 1.0;
 - the embedded model (provider `local`) → its own GGUF tokenizer, exact;

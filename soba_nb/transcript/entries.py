@@ -1,7 +1,7 @@
 """Transcript entries (SPEC §7): msgspec structs tagged on `type`.
 
 Format version 1. One JSON object per line, camelCase field names. Choices the spec
-leaves open, documented in the README:
+leaves open, documented in docs/transcript.md:
 
 - tool calls are their own `tool_call` entries, one per call, following the assistant
   `message` that made them; each `tool_result` names its call by `callId`;
