@@ -3,7 +3,8 @@
 A notebook's sessions live next to it in `<notebook-stem>.soba/`: one transcript per session
 (`<session-id>.jsonl`), the caches beside each transcript (`<session-id>.tokens`,
 `.budget`, `.extract`) and the folder's flight records (`flight.jsonl`). The project keeps
-`.soba/` (memory, skills) and `soba.json`; the user keeps `~/.soba/config.json`. Every
+`.soba/` (memory, skills) and `soba.json`; the user keeps `~/.soba/config.json`; an admin
+keeps `/etc/soba/config.json` (SPEC §13; `SOBA_SYSTEM_CONFIG` names another file). Every
 module that needs one of these paths asks this one; nothing else spells them.
 
 This module imports nothing of soba's: every layer may use it.
@@ -44,6 +45,10 @@ SKILLS_FOLDER = PROJECT_FOLDER / "skills"
 PROJECT_CONFIG_NAME = "soba.json"
 USER_FOLDER = Path("~/.soba")
 USER_CONFIG_PATH = USER_FOLDER / "config.json"
+SYSTEM_CONFIG_PATH = Path("/etc/soba/config.json")
+"""The admin's layer of configuration, below the user's (SPEC §13)."""
+SYSTEM_CONFIG_ENV = "SOBA_SYSTEM_CONFIG"
+"""Names another file for the admin's layer (empty: none)."""
 UNTITLED_NOTEBOOK = "untitled.ipynb"
 """The notebook name assumed when the kernel does not know its notebook."""
 

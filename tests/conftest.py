@@ -84,13 +84,16 @@ def write_soba_json(folder: Path, server_url: str, layer: dict[str, Any] | None 
 
 @pytest.fixture
 def nb_dir(tmp_path: Path, llm_server: LLMServer, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A notebook folder (the working folder) with `soba.json`; no user config, no SOBA_* vars."""
+    """A notebook folder (the working folder) with `soba.json`; no user or system config, no
+    SOBA_* settings."""
     for var in list(os.environ):
         if var.startswith("SOBA_") or var in ("JPY_SESSION_NAME",):
             monkeypatch.delenv(var)
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    # No admin layer either: a machine's /etc/soba/config.json must not change the tests.
+    monkeypatch.setenv("SOBA_SYSTEM_CONFIG", str(tmp_path / "etc-soba-config.json"))
     monkeypatch.setenv(TEST_KEY_ENV, TEST_KEY_VALUE)
     folder = tmp_path / "project"
     folder.mkdir()
@@ -131,7 +134,7 @@ def ip(nb_dir: Path) -> Iterator[Any]:
         shut_down(InteractiveShell.instance())
 
 
-# -- reliability figures (README "Reliability"; tests/reliability) ----------------------------
+# -- reliability figures (docs/reliability.md; tests/reliability) ----------------------------
 
 FIGURES: list[tuple[str, str]] = []
 

@@ -1,7 +1,9 @@
 """Export a session's capsule to a file (SPEC §8): a `.capsule.md`, or a plain Markdown
 handoff for another agent (`agents-md`, see `soba_nb.capsule_files.handoff`).
 
-Export redacts secrets from the title and body, writes atomically, never overwrites
+Export redacts secrets from the title and body, signs a `.capsule.md` with the team key when
+there is one (`soba_nb.capsule_files.signing`), writes atomically with the user's umask
+(the file is made to be shared), never overwrites
 without `force`, and refuses a path outside the project unless the caller says the user
 asked for it explicitly (`allow_outside`: the magic and the CLI pass it when the user gave
 an absolute path). Loading a file into a session is `soba_nb.capsule_files.load`.
@@ -148,4 +150,4 @@ def export_capsule(
         title=title,
         environ=environ,
     )
-    return write_capsule_file(target, cf, force=force)
+    return write_capsule_file(target, cf, force=force, environ=environ)

@@ -7,6 +7,11 @@ first; on any error nothing is appended. `%capsule load PATH` reads a `.capsule.
 matter, hash checked); with `untrusted=True` (`--untrusted`) it reads any Markdown handoff
 tolerantly instead (`soba_nb.capsule_files.handoff`), as a `degraded` capsule.
 
+**Signed capsules** (SPEC §13): with the team key in the environment (`SOBA_CAPSULE_KEY`), a
+`.capsule.md` loads only when its `hmac` holds; an unsigned, wrongly signed or version-1 file
+is refused in one line (`--untrusted` reads it as unverified data). Without a key nothing is
+authenticated, and the result line says `unsigned` (`signature_note`).
+
 **A session with history keeps it.** Only the latest capsule on the path reaches the model,
 and everything before its `firstKeptEntryId` does not, so a loaded capsule with
 `firstKeptEntryId: null` would silently drop the session's earlier work. Instead:
@@ -38,6 +43,7 @@ from pathlib import Path
 from soba_nb.capsule_files.export import DEFAULT_COUNTING_MODEL
 from soba_nb.capsule_files.file import CapsuleFileError, NoFrontMatterError, read_capsule_file
 from soba_nb.capsule_files.handoff import handoff_body, read_handoff
+from soba_nb.capsule_files.signing import SIGNED, UNSIGNED, CapsuleKeyError, capsule_key
 from soba_nb.compaction.capsule import SECTION_FIELDS, Capsule, parse_capsule, render_capsule
 from soba_nb.compaction.model_input import visible_context
 from soba_nb.redact import redact
@@ -93,12 +99,29 @@ def read_for_load(path: Path, *, untrusted: bool, environ: Mapping[str, str] = o
         handoff = read_handoff(path)
         return LoadedFile(redact(handoff.title, environ), redact(handoff_body(handoff), environ), "degraded")
     try:
-        cf = read_capsule_file(path)
+        key = capsule_key(environ)
+    except CapsuleKeyError as exc:
+        raise CapsuleFileError(path, f"not loaded: {exc}") from None
+    try:
+        cf = read_capsule_file(path, key=key)
     except NoFrontMatterError as exc:
         raise CapsuleFileError(exc.source, f"{exc.problem}; {UNTRUSTED_HINT}") from None
     # Redacted again with this machine's environment: a hand-made file cannot carry a secret
     # into the transcript.
     return LoadedFile(redact(cf.metadata.title, environ), redact(cf.body, environ), cf.metadata.quality)
+
+
+def signature_note(*, untrusted: bool, environ: Mapping[str, str] = os.environ) -> str:
+    """What a load's result line says of the file's authenticity: `signed` (its hmac held
+    under the team key: a load with the key refuses anything else), `unsigned` (no key to
+    check it with), or `not verified` (`--untrusted`: nothing was checked)."""
+    try:
+        key = capsule_key(environ)
+    except CapsuleKeyError:
+        key = None
+    if untrusted:
+        return "not verified" if key else UNSIGNED
+    return SIGNED if key else UNSIGNED
 
 
 def roll_into(previous: CapsuleEntry, loaded: str, loaded_name: str) -> str:

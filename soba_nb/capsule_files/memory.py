@@ -5,6 +5,12 @@ for the project: a capsule from an explicit `%compact` (trigger `user`, made in 
 session rather than loaded from a file) whose quality is `full`. Capsules from automatic
 triggers (auto_threshold, turn_complete, milestone, plan_pivot, hard_limit,
 context_overflow) and degraded ones stay in their session.
+
+The memory of a team's project is shared (SPEC §13): the kernels of several users may mirror
+into one folder at the same moment. Each capsule is added whole under a name of its own —
+never over another file, never half-written (`soba_nb.capsule_files.disk.publish_new`) — and
+is made like any file of its user's: their umask, and the folder's group when the folder is
+setgid (`chmod g+s`), which is how a team folder is set up.
 """
 
 from __future__ import annotations
@@ -14,14 +20,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from soba_nb.capsule_files.disk import publish_new
 from soba_nb.capsule_files.export import capsule_file_from_entry
 from soba_nb.capsule_files.file import (
     FILE_SUFFIX,
     CapsuleFileError,
     CapsuleMetadata,
+    CapsuleSignatureError,
+    capsule_file_bytes,
     read_capsule_file,
-    write_capsule_file,
 )
+from soba_nb.capsule_files.signing import SIGNED, UNSIGNED, CapsuleKeyError, capsule_key
 from soba_nb.compaction.capsule import CapsuleFormatError, parse_capsule
 from soba_nb.layout import MEMORY_FOLDER, PROJECT_CONFIG_NAME
 from soba_nb.transcript.entries import CapsuleEntry
@@ -67,14 +76,30 @@ def mirror(
     session_id: str | None,
     environ: Mapping[str, str] = os.environ,
 ) -> Path:
-    """Write `<checkpoint>.capsule.md` (redacted) into project memory; returns its path.
+    """Add `<checkpoint>.capsule.md` (redacted, signed with the team key if there is one)
+    to project memory; returns its path.
 
-    Callers decide with `should_mirror` first. Mirroring the same checkpoint again replaces
-    its file (same capsule, same name).
+    Callers decide with `should_mirror` first. The file is never written over another one:
+    when the name is taken by another writer's capsule, the next free name
+    (`<checkpoint>-2.capsule.md`, …) is used. Only this session's own file of the same
+    checkpoint, by the same author, is replaced (the same capsule mirrored again).
     """
     cf = capsule_file_from_entry(entry, notebook=notebook, session_id=session_id, environ=environ)
     target = memory_dir(project_root) / f"{entry.checkpoint_id}{FILE_SUFFIX}"
-    return write_capsule_file(target, cf, force=True)
+    try:
+        data = capsule_file_bytes(cf, environ=environ)
+    except CapsuleKeyError as exc:
+        raise CapsuleFileError(target, f"not written: {exc}") from None
+
+    def own(existing: Path) -> bool:
+        try:
+            found = read_capsule_file(existing).metadata
+        except CapsuleFileError:
+            return False
+        mine = cf.metadata
+        return (found.checkpoint, found.source_session, found.author) == (mine.checkpoint, mine.source_session, mine.author)
+
+    return publish_new(target, data, suffix=FILE_SUFFIX, replaces=own)
 
 
 @dataclass(frozen=True)
@@ -84,18 +109,30 @@ class MemoryCapsule:
     path: Path
     metadata: CapsuleMetadata | None
     error: str | None = None
+    signature: str = UNSIGNED
+    """`signed` (its hmac holds under the team key), `unsigned` (no team key to check it
+    with), or why the signature does not hold."""
 
 
-def list_memory(project_root: str | os.PathLike[str]) -> list[MemoryCapsule]:
+def list_memory(project_root: str | os.PathLike[str], *, environ: Mapping[str, str] = os.environ) -> list[MemoryCapsule]:
     """The capsules in project memory, oldest first; damaged files are listed with their
     error instead of hiding them or failing the whole listing."""
     folder = memory_dir(project_root)
     if not folder.is_dir():
         return []
+    try:
+        key = capsule_key(environ)
+    except CapsuleKeyError as exc:
+        raise CapsuleFileError(folder, str(exc)) from None
     found: list[MemoryCapsule] = []
     for path in sorted(folder.glob(f"*{FILE_SUFFIX}")):
         try:
-            found.append(MemoryCapsule(path, read_capsule_file(path).metadata))
+            found.append(MemoryCapsule(path, read_capsule_file(path, key=key).metadata, signature=SIGNED if key else UNSIGNED))
+        except CapsuleSignatureError as refused:
+            try:  # listed all the same, with what is wrong with its signature
+                found.append(MemoryCapsule(path, read_capsule_file(path).metadata, signature=refused.problem))
+            except CapsuleFileError as exc:
+                found.append(MemoryCapsule(path, None, exc.problem))
         except CapsuleFileError as exc:
             found.append(MemoryCapsule(path, None, exc.problem))
     return sorted(

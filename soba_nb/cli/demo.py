@@ -1,11 +1,15 @@
 """`soba-nb demo [FOLDER]`: the quick-start session, offline, on the embedded model;
-`soba-nb doctor [FOLDER]`: which model would be used, and why; the limits."""
+`soba-nb doctor [FOLDER]`: which model would be used, and why; the limits; the file each
+setting came from (SPEC §13: an admin's `/etc/soba/config.json` is one of them); whether
+capsule files are signed."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 from soba_nb.cli.table import EXIT_OK, PROG, CommandError, subcommand
 
@@ -64,5 +68,71 @@ def doctor_command(args: argparse.Namespace) -> int:
     ]
     lines += [f"note       {note}" for note in limits.notes]
     lines += ["why        " + step if index == 0 else "           " + step for index, step in enumerate(config.provider_steps)]
+    lines.append(f"config     {_config_files(folder)}")
+    lines += _setting_lines(config.to_json(), config.explicit_keys)
+    lines.append(f"capsules   {_capsule_signing()}")
     print("\n".join(lines))
     return EXIT_OK
+
+
+SETTING_VALUE_CHARS = 60
+
+
+def _setting_lines(values: dict[str, Any], explicit: dict[str, str]) -> list[str]:
+    """`set        model.baseUrl = "https://…" · /etc/soba/config.json`, one per key a layer
+    set, in the order of the keys; every other key has its default (or the provider's)."""
+    from soba_nb.printable import note_line, printable
+    from soba_nb.redact import redact
+
+    lines = []
+    for section, keys in values.items():
+        for key, value in keys.items():
+            layer = explicit.get(f"{section}.{key}")
+            if layer is not None:
+                shown_value = note_line(redact(json.dumps(value, ensure_ascii=False)), SETTING_VALUE_CHARS)
+                lines.append(f"{section}.{key} = {shown_value} · {printable(layer)}")
+    lines = lines or ["(none: every setting has its default)"]
+    lines.append("every other setting: its default")
+    return ["set        " + line if index == 0 else "           " + line for index, line in enumerate(lines)]
+
+
+def _config_files(folder: Path) -> str:
+    """The file layers, lowest first, each found or not (SPEC §13's order)."""
+    from soba_nb.config import find_project_config, system_config_path
+    from soba_nb.layout import SYSTEM_CONFIG_ENV, USER_CONFIG_PATH
+    from soba_nb.paths import shown
+    from soba_nb.printable import printable
+
+    system = system_config_path(os.environ)
+    project = find_project_config(folder)
+    files = [
+        ("system", system, f"none ({SYSTEM_CONFIG_ENV} is empty)"),
+        ("user", USER_CONFIG_PATH.expanduser(), ""),
+        ("project", project, "no soba.json"),
+    ]
+    parts = []
+    for name, path, missing in files:
+        if path is None:
+            parts.append(f"{name} {missing}")
+        else:
+            state = "" if os.path.lexists(path) else " (not found)"
+            parts.append(f"{name} {printable(shown(path))}{state}")
+    return " → ".join(["defaults", *parts, "environment", "arguments"])
+
+
+def _capsule_signing() -> str:
+    from soba_nb.capsule_files.signing import (
+        ADVISED_KEY_CHARS,
+        CAPSULE_KEY_ENV,
+        CapsuleKeyError,
+        capsule_key,
+    )
+
+    try:
+        key = capsule_key(os.environ)
+    except CapsuleKeyError as error:
+        return f"NOT signed: {error}"
+    if key is None:
+        return f"unsigned (no {CAPSULE_KEY_ENV}: loading says unsigned)"
+    advice = "" if len(key) >= ADVISED_KEY_CHARS else f"; a key of {ADVISED_KEY_CHARS}+ random characters is advised"
+    return f"signed with the team key ({CAPSULE_KEY_ENV} is set; loads verify it){advice}"

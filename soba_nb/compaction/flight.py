@@ -93,7 +93,7 @@ class FlightRecorder:
     @staticmethod
     def _append(path: Path, data: bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, _FLAGS, 0o644)
+        fd = os.open(path, _FLAGS, 0o600)  # the user's own, like the transcripts beside it
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):

@@ -1,6 +1,7 @@
 """Configuration: the keys of SPEC §3, layered loading and one-line validation errors.
 
-Layers, later wins: defaults → provider profile → `~/.soba/config.json` → nearest
+Layers, later wins: defaults → provider profile → the admin's `/etc/soba/config.json`
+(`SOBA_SYSTEM_CONFIG` names another; SPEC §13) → `~/.soba/config.json` → nearest
 `soba.json` (the notebook's folder or a parent) → `SOBA_*` environment → explicit
 overrides (magic arguments). JSON keys are camelCase exactly as in the spec.
 """
@@ -40,7 +41,7 @@ from soba_nb.config.settings import NotebookSettings as NotebookSettings  # re-e
 from soba_nb.config.settings import PricingSettings as PricingSettings  # re-exported
 from soba_nb.config.settings import Section
 from soba_nb.config.settings import SobaConfig as SobaConfig  # re-exported
-from soba_nb.layout import USER_CONFIG_PATH
+from soba_nb.layout import SYSTEM_CONFIG_ENV, SYSTEM_CONFIG_PATH, USER_CONFIG_PATH
 from soba_nb.paths import shown
 from soba_nb.printable import printable
 from soba_nb.resolution import resolve_provider
@@ -322,10 +323,18 @@ def load_config(
     *,
     environ: Mapping[str, str] | None = None,
     user_config: Path | None = None,
+    system_config: Path | None = None,
 ) -> SobaConfig:
-    """Load the layered configuration for a notebook folder."""
+    """Load the layered configuration for a notebook folder.
+
+    Each file layer is named by its path, so `set_by` (and `soba-nb doctor`) can say which
+    file a setting came from. A missing system or user file is no layer; anything else
+    standing there (a folder, a FIFO, bad JSON) is refused in one line."""
     environ = os.environ if environ is None else environ
     layers: list[tuple[str, Mapping[str, Any]]] = []
+    system_path = system_config_path(environ) if system_config is None else system_config
+    if system_path is not None and os.path.lexists(system_path):
+        layers.append((shown(system_path), read_config_file(system_path)))
     user_path = (user_config or USER_CONFIG_PATH).expanduser()
     if os.path.lexists(user_path):  # a folder or FIFO there is refused, not skipped
         layers.append((shown(user_path), read_config_file(user_path)))
@@ -342,3 +351,12 @@ def load_config(
     config._provider_source = resolution.explanation
     config._provider_steps = resolution.steps
     return config
+
+
+def system_config_path(environ: Mapping[str, str]) -> Path | None:
+    """The admin's file: `SOBA_SYSTEM_CONFIG` when set (empty: no system layer), else
+    `/etc/soba/config.json` (SPEC §13)."""
+    named = environ.get(SYSTEM_CONFIG_ENV)
+    if named is None:
+        return SYSTEM_CONFIG_PATH
+    return Path(named).expanduser() if named.strip() else None

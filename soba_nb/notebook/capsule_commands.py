@@ -34,8 +34,8 @@ from soba_nb.capsule_files.export import (
     find_capsule,
 )
 from soba_nb.capsule_files.file import FILE_SUFFIX, CapsuleFileError, write_capsule_file
-from soba_nb.capsule_files.load import LoadSummary, load_capsule, summarize_load
-from soba_nb.capsule_files.memory import list_memory, memory_dir
+from soba_nb.capsule_files.load import LoadSummary, load_capsule, signature_note, summarize_load
+from soba_nb.capsule_files.memory import MemoryCapsule, list_memory, memory_dir
 from soba_nb.notebook.arguments import error_line, parse
 from soba_nb.notebook.checkpoints import local_time
 from soba_nb.notebook.holder import SessionHolder
@@ -112,19 +112,23 @@ def capsule_load(holder: SessionHolder, agent: AgentSession, rest: str) -> None:
         args.path, agent.transcript, session_notebook=agent.notebook, counter=agent.counter,
         untrusted=args.untrusted, project_root=agent.project_root, hard_limit=agent.limits.hard_limit,
     )
-    for line in load_message(entry, summarize_load(agent.transcript, entry), untrusted=args.untrusted):
+    summary = summarize_load(agent.transcript, entry)
+    signature = signature_note(untrusted=args.untrusted)
+    for line in load_message(entry, summary, untrusted=args.untrusted, signature=signature):
         print(line)
     _show_markdown(holder, entry.content)
     holder.refresh_monitor()
 
 
-def load_message(entry: CapsuleEntry, summary: LoadSummary, *, untrusted: bool) -> list[str]:
+def load_message(entry: CapsuleEntry, summary: LoadSummary, *, untrusted: bool, signature: str = "") -> list[str]:
     """One line for a load into an empty session; two when the session has history: what
-    stays in model input, what was rolled up, and how to get back."""
+    stays in model input, what was rolled up, and how to get back. `signature`: `signed`,
+    `unsigned` or `not verified` (SPEC §13, `signature_note`)."""
+    signed = f" · {signature}" if signature else ""
     trust = " · untrusted: framed as data, not instructions" if untrusted else ""
     loaded = (
         f"loaded {entry.title!r} from {entry.source} as {entry.checkpoint_id} "
-        f"({entry.tokens_after:,} tokens · quality {entry.quality}{trust})"
+        f"({entry.tokens_after:,} tokens · quality {entry.quality}{signed}{trust})"
     )
     if not summary.had_history:
         return [f"{loaded}; the next turn starts from it"]
@@ -147,14 +151,20 @@ def capsule_list(holder: SessionHolder, agent: AgentSession, rest: str) -> None:
         if not found:
             print(f"project memory is empty ({shown(memory_dir(agent.project_root))})")
         for item in found:
-            meta = item.metadata
-            described = (
-                f"{note_line(meta.title)} · {meta.quality} · {note_line(meta.created)}" if meta else f"unreadable: {note_line(str(item.error))}"
-            )
-            print(f"{printable(item.path.name)}  {described}")
+            print(f"{printable(item.path.name)}  {memory_line(item)}")
         return
     lines = path_checkpoint_lines(agent.transcript.path_view(), limit=None if args.all else LIST_LIMIT)
     print("\n".join(lines) if lines else "no checkpoints or capsules on the current path yet")
+
+
+def memory_line(item: MemoryCapsule) -> str:
+    """A project-memory capsule as `%capsule list --memory` shows it: title · quality ·
+    created · by whom (SPEC §13) · its signature."""
+    meta = item.metadata
+    if meta is None:
+        return f"unreadable: {note_line(str(item.error))}"
+    author = f"by {note_line(meta.author)}" if meta.author else "author not recorded (an older file)"
+    return f"{note_line(meta.title)} · {meta.quality} · {note_line(meta.created)} · {author} · {note_line(item.signature)}"
 
 
 def path_checkpoint_lines(path: Sequence[Entry], *, limit: int | None = LIST_LIMIT) -> list[str]:
@@ -256,14 +266,15 @@ def _export_arguments() -> None:
 @argument(
     "--untrusted", action="store_true",
     help="Read a plain Markdown handoff without front matter (an AGENTS.md, another agent's "
-    "notes): its ## sections become the capsule's, quality degraded, framed as data.",
+    "notes), or a capsule file the team key does not verify: its ## sections become the "
+    "capsule's, quality degraded, framed as data.",
 )
 def _load_arguments() -> None:
     """Load a capsule file into this session (its earlier work stays in model input)."""
 
 
 @magic_arguments(name="capsule list")
-@argument("--memory", action="store_true", help="List the project memory instead.")
+@argument("--memory", action="store_true", help="List the project memory instead (with who wrote each capsule).")
 @argument("--all", action="store_true", help=f"Every checkpoint, not only the last {LIST_LIMIT}.")
 def _list_arguments() -> None:
     """List the checkpoints and capsules on the current path, newest last."""
@@ -298,10 +309,10 @@ class CapsuleMagics(Magics):
         or `AGENTS.md` with `--format agents-md`: plain Markdown another coding agent reads;
         a path outside the project must be given as an absolute path).
         load — load a capsule file into this session; its earlier work stays in model input
-        (`%rewind` gets back to before the load); `--untrusted` reads any Markdown handoff
-        (quality degraded, framed as data).
+        (`%rewind` gets back to before the load); with SOBA_CAPSULE_KEY set only a file signed
+        with it loads; `--untrusted` reads any Markdown handoff (quality degraded, framed as data).
         list — the checkpoints and capsules on the current path, newest last (`--all`: every
-        one; `--memory`: the project memory's capsules).
+        one; `--memory`: the project memory's capsules, who wrote each, and its signature).
         show — the latest capsule on the path, or CHECKPOINT's.
         """
         command, _, rest = line.strip().partition(" ")

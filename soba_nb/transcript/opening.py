@@ -30,6 +30,12 @@ header (a crash during its first append) starts with part of it."""
 _OPEN_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
 
 
+PRIVATE_FILE_MODE = 0o600
+"""A transcript is its user's own, whatever the umask or the folder (SPEC §13): in a team's
+shared folder, the conversation is not everyone's to read. Files meant to be shared (capsule
+files, project memory) are written elsewhere, with the umask."""
+
+
 def identity(info: os.stat_result) -> tuple[int, int]:
     return info.st_dev, info.st_ino
 
@@ -49,7 +55,7 @@ def open_for_writing(path: Path) -> int:
         if path.suffix != TRANSCRIPT_SUFFIX:
             raise TranscriptError(f"{path}: a new session transcript must end in {TRANSCRIPT_SUFFIX}")
         try:
-            return os.open(path, _OPEN_FLAGS | os.O_CREAT | os.O_EXCL, 0o644)
+            return os.open(path, _OPEN_FLAGS | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
         except FileExistsError:
             continue  # made in between: open it as an existing file
     raise TranscriptError(f"{path}: kept changing while it was opened")

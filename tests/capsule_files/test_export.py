@@ -274,7 +274,7 @@ def _bad_files(good: str) -> dict[str, bytes]:
         "tampered": good.replace("120000×14", "120000×15").encode(),
         "truncated": good[: len(good) * 2 // 3].encode(),
         "no front matter": good.split("---\n\n", 1)[1].encode(),
-        "wrong version": good.replace("soba-capsule: 2", "soba-capsule: 9").encode(),
+        "wrong version": good.replace("soba-capsule: 3", "soba-capsule: 9").encode(),
         "bad value": good.replace('"full"', '"excellent"').encode(),
         "empty": b"",
         "not utf-8": good.encode("utf-16"),

@@ -115,7 +115,7 @@ def test_the_cli_writes_a_markdown_handoff_without_front_matter(
 def test_the_default_format_is_still_the_capsule_file(session_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "A" / "plain.capsule.md"
     assert main(["capsule", "export", str(session_file), CHECKPOINT, str(out)]) == 0
-    assert out.read_text(encoding="utf-8").startswith("---\nsoba-capsule: 2\n")
+    assert out.read_text(encoding="utf-8").startswith("---\nsoba-capsule: 3\n")
     assert FORMATS == EXPORT_FORMATS  # the CLI's choices are the exporter's
 
 

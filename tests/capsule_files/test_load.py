@@ -67,7 +67,7 @@ def test_the_earlier_work_stays_in_the_request_and_rewind_gets_back(ip, nb_dir, 
     assert loaded.content == handoff.read_text(encoding="utf-8").split("---\n\n", 1)[1]
     assert lines[0] == (
         f"loaded 'Churn handoff' from {handoff} as {loaded.checkpoint_id} "
-        f"({loaded.tokens_after:,} tokens · quality full), next to this session's work"
+        f"({loaded.tokens_after:,} tokens · quality full · unsigned), next to this session's work"
     )
     rewind = re.fullmatch(
         r"the 4 earlier entries of this session stay in model input after it · "
@@ -156,7 +156,7 @@ def test_loading_into_an_empty_session_starts_from_the_capsule_alone(ip, nb_dir,
     assert loaded.first_kept_entry_id is None and loaded.rolls_up is None
     assert lines[:2] == [  # one line, as before this session had history to speak of
         f"loaded 'Churn handoff' from {handoff} as {loaded.checkpoint_id} "
-        f"({loaded.tokens_after:,} tokens · quality full); the next turn starts from it",
+        f"({loaded.tokens_after:,} tokens · quality full · unsigned); the next turn starts from it",
         "## Goal and constraints",  # then the capsule itself
     ]
     scripted.script(text("Sure."))
