@@ -85,7 +85,8 @@ export function reduce(state: IBudgetState, message: MonitorMessage): IBudgetSta
       return { ...state, snapshot: message, lastResult, lastAttempt: message.lastAttempt };
     }
     case 'progress':
-      return { ...state, progress: message };
+      // A barrier is running: the previous attempt's line is not what is happening now.
+      return { ...state, progress: message, lastAttempt: null };
     case 'result':
       return finished(state, message);
   }
