@@ -10,8 +10,8 @@ stops the servers and the proxy; whatever is left of the users' is killed by pro
 The users' kernels must run this Python, which lives under /root (mode 0700) here and in CI:
 for the length of the test the team's group is given search permission (x: pass through, not
 list) on the folders closed to others on the way to it and to the soba_nb under test — one
-POSIX ACL entry each, nothing else changed, taken back afterwards (`hub_support.
-python_reachable_by`). No interpreter is copied or installed for them.
+POSIX ACL entry each, nothing else changed, taken back afterwards
+(`local_users.python_reachable_by`). No interpreter is copied or installed for them.
 
 As docs/teams.md tells an admin: the single-user environment reads the admin's configuration
 (SOBA_SYSTEM_CONFIG, set by the spawner, points at the file the test writes — the machine's
@@ -22,7 +22,8 @@ capsule key, from the hub's environment, never from a file.
 The scenario, each step through the user's own server (a session for a notebook in their
 home, its kernel driven over the websocket with the user's token):
 
-- alice's notebook: `%load_ext soba_nb`, `%soba …` (each request carries alice's key),
+- alice's notebook: `%load_ext soba_nb`, `!soba-nb doctor` (the provider from the admin's
+  file, the key variable set, capsules signed), `%soba …` (each request carries alice's key),
   `%compact`, `%capsule export` into the shared folder (setgid, the team's group);
 - the shared file: signed (`hmac`), `author` alice@<host>, the team's group, the hub's umask;
 - bob's notebook: `%capsule load` of it says `signed`; his next `%soba` request carries its
@@ -52,18 +53,9 @@ from pathlib import Path
 
 import pytest
 from compaction_support import good_summary
-from hub_support import (
-    Account,
-    Execution,
-    Hub,
-    KernelChannels,
-    Team,
-    jupyterhub,
-    python_reachable_by,
-    require_hub,
-    team_accounts,
-)
+from hub_support import Execution, Hub, KernelChannels, jupyterhub, require_hub
 from llm_server import OPENAI_PATH, LLMServer, RecordedRequest, Reply, text
+from local_users import Account, Team, python_reachable_by, team_accounts
 
 from soba_nb.capsule_files.file import read_capsule_file
 
