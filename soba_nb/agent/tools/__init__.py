@@ -168,9 +168,10 @@ def _compact(schema: ToolSchema) -> ToolSchema:
 COMPACT_TOOL_SCHEMAS: tuple[ToolSchema, ...] = tuple(_compact(schema) for schema in TOOL_SCHEMAS)
 """The same tools and parameters without the parameters' descriptions (about 30% fewer
 tokens): what a model with a small window is sent (`tool_schemas_for`)."""
-FULL_SCHEMAS_SHARE = 0.4
+FULL_SCHEMAS_SHARE = 0.15
 """The full schemas are sent while the system prompt and they take at most this share of the
-hard limit; beyond it (a 2,048-token llama.cpp server) the compact ones leave room for work."""
+hard limit (any window of 16k tokens and more); beyond it (the embedded model's 8k, a
+2,048-token llama.cpp server) the compact ones leave room for the work and its capsule."""
 
 
 def tool_schemas_for(hard_limit: int, full_fixed_tokens: int) -> tuple[ToolSchema, ...]:
