@@ -11,8 +11,10 @@ and every turn relies on overflow recovery. So the window is resolved, in this o
    catalogue or default base, and caps an explicit one (a server cannot take more than it
    was started with);
 3. what the session learned (`window` entries in the transcript): an overflow error that
-   stated the limit, or a prompt the server cut silently. It caps everything above for the
-   rest of the session, resumed or not (`%soba --new` starts afresh).
+   stated the limit, or a server whose counts stopped growing with what was sent (it cuts
+   prompts silently: `agent.usage_evidence`). It caps everything above for the rest of the
+   session, resumed or not (`%soba --new` starts afresh); an explicit `contextWindow` it lowers
+   gets a note saying so (SPEC §13).
 
 `maxOutputTokens` is the configured figure (explicit, or the default 8,000) capped at the
 model's own maximum from the catalogue. When the window ends up smaller than the configured
@@ -149,6 +151,12 @@ def _window(
     if learned is not None and learned.context_window < window:
         what = LEARNED_SOURCES[learned.source]
         detail = f" ({learned.detail})" if learned.detail else ""
+        if explicit:  # an explicit window is never lowered silently (SPEC §13)
+            notes.append(
+                f"model.contextWindow {config.model.context_window:,} (from {config.set_by('model.contextWindow')}) "
+                f"is more than the server takes: the {what}{detail} showed {learned.context_window:,}; "
+                f"using {learned.context_window:,}"
+            )
         window, source = learned.context_window, f"{what}{detail}"
     return window, source
 

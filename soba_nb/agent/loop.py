@@ -27,10 +27,11 @@ from soba_nb.agent.request_images import with_images
 from soba_nb.agent.session import AgentSession
 from soba_nb.agent.tools import ToolContext, run_tool, summarize_arguments
 from soba_nb.agent.tools.base import DisplayCapture, NotebookAccess
+from soba_nb.agent.usage_evidence import Figure, ceiling, is_count
 from soba_nb.agent.vault import FileVault
 from soba_nb.compaction.cells_context import fit_cells
 from soba_nb.compaction.compactor import HardLimitExceeded
-from soba_nb.compaction.model_input import ModelInput
+from soba_nb.compaction.model_input import ModelInput, fixed_tokens
 from soba_nb.compaction.outcomes import CompactionResult, Outcome
 from soba_nb.compaction.triggers import TurnState
 from soba_nb.providers.base import ModelRequest, ModelResponse, ToolCall
@@ -38,23 +39,13 @@ from soba_nb.providers.errors import Cancelled, ContextOverflowError, ProviderEr
 from soba_nb.transcript.entries import (
     ApprovalEntry,
     ApprovalMode,
-    CapsuleEntry,
     CellRecord,
     MessageEntry,
     ToolCallEntry,
     ToolResultEntry,
-    UsageEntry,
 )
 from soba_nb.transcript.store import TranscriptWriteError
 
-TRUNCATION_SHARE = 0.5
-"""The server cut the prompt (Ollama does, silently, when its num_ctx is smaller) when its
-count is below this share of what we expect it to be: of our own count of the request when
-there is nothing to compare with, else of the growth we sent since its previous figure."""
-TRUNCATION_MIN_TOKENS = 1024
-"""Below this size, tokenizers may disagree too much for the comparison to mean anything."""
-TRUNCATION_MIN_GROWTH = 256
-"""The request must have grown by this much since the previous figure to compare growths."""
 MAX_COUNT_RATIO = 4.0
 """Tokenizers differ by tens of percent, not by multiples: a server's count of a refused
 request more than this many times ours is not a count of that request, and sizing the retry
@@ -173,7 +164,7 @@ class TurnRunner:
             if response is None:
                 continue  # overflow recovered: retry once with the smaller input
             self.result.steps += 1
-            self._record_answer(response, model_input.tokens, truncated=self._truncated(response, model_input.tokens))
+            self._record_answer(response, model_input.tokens, truncated=self._truncated(response, model_input))
             if not response.tool_calls:
                 self.result.answer = response.text
                 self.result.checkpoint_id = self.session.compactor.record_turn_complete().checkpoint_id
@@ -186,12 +177,20 @@ class TurnRunner:
         )
 
     def _advice(self) -> str:
-        """What a user can do about a refused request."""
+        """What fits, and what a user can do about a refused request."""
         limits = self.session.limits
+        fixed, hard = self.session.compactor.tracker.fixed, limits.hard_limit
+        window = f"the window is {limits.context_window:,} ({limits.window_source})"
+        if fixed >= hard:  # no window, however small, ends in a traceback: it says so (SPEC §13)
+            return (
+                f"Nothing fits: the system prompt and tools alone take {fixed:,} tokens and hardLimit is "
+                f"{hard:,} ({window}, less maxOutputTokens {limits.max_output_tokens:,} and safetyReserveTokens "
+                f"{limits.safety_reserve_tokens:,}): lower those in soba.json, or give the model a larger window"
+            )
         return (
+            f"About {hard - fixed:,} tokens of conversation fit beside the system prompt and tools ({fixed:,}). "
             "To continue: `%compact` with a focus, `%rewind` to an earlier checkpoint, or "
-            f"`%soba --new`; the window is {limits.context_window:,} ({limits.window_source}): "
-            "if the model's real window is larger, set model.contextWindow in soba.json"
+            f"`%soba --new`; {window}: if the model's real window is larger, set model.contextWindow in soba.json"
         )
 
     def _beyond_stated_limit(self, model_input: ModelInput) -> str | None:
@@ -268,56 +267,48 @@ class TurnRunner:
             self._model_time_left -= time.monotonic() - started
         return response
 
-    def _truncated(self, response: ModelResponse, sent: int) -> bool:
-        """The server counted far fewer input tokens than we sent: it cut the prompt silently.
-        Warn, learn the window it really used, and keep the budget on our own count."""
-        usage = response.usage
-        if usage is None or sent < TRUNCATION_MIN_TOKENS or usage.input_tokens >= self._expected_count(sent):
+    def _truncated(self, response: ModelResponse, model_input: ModelInput) -> bool:
+        """Whether the usage figure must not measure the budget: it is no count of a request,
+        or the server's counts stopped growing with what was sent — it cuts prompts silently
+        at that ceiling (`usage_evidence`): warn, and learn the window it really uses."""
+        usage, sent, session = response.usage, model_input.tokens, self.session
+        if usage is None:
             return False
-        if not self.session.plausible_window(usage.input_tokens):
-            # Less than the system prompt and tools: not a cut prompt's size, just a figure
-            # not to trust (a window learned from it would refuse every request).
-            self.emit(
-                Notice(
-                    f"the server counted {usage.input_tokens:,} input tokens where about {sent:,} were sent: "
-                    "not a count to trust; the budget keeps its own",
-                    "warning",
-                )
+        if not is_count(usage.input_tokens, fixed_tokens(model_input.system, (), session.counter)):
+            self._warn_once(
+                "not a count",
+                f"the server counted {usage.input_tokens:,} input tokens where about {sent:,} were sent: "
+                "not a count to trust (less than the system prompt alone); the budget keeps its own"
             )
             return True
-        self.session.learn_window(
-            usage.input_tokens, "truncation", f"the server counted {usage.input_tokens:,} of about {sent:,} tokens sent"
-        )
+        cut_at = ceiling(session.transcript.path_view(), Figure(usage.input_tokens, sent))
+        if cut_at is None:
+            return False  # another tokenizer, a gateway's own count: evidence, not a cut
+        if not session.plausible_window(cut_at):
+            self._warn_once(
+                "ceiling below the fixed part",
+                f"the server's counts stopped growing at {cut_at:,} input tokens while more was sent, less "
+                "than the system prompt and tools take: not taken as the window; the budget keeps its own"
+            )
+            return True
+        session.learn_window(cut_at, "truncation", f"the server's counts stopped growing at {cut_at:,} tokens")
         self.emit(
             Notice(
-                f"the server counted {usage.input_tokens:,} input tokens where about {sent:,} were sent: it cut "
-                "the prompt silently (Ollama does when num_ctx is smaller), so the answer may have missed part "
-                f"of the context. The window is now {self.session.limits.context_window:,} for this session; "
-                "give the server a larger context (Ollama: OLLAMA_CONTEXT_LENGTH or PARAMETER num_ctx) to use more",
+                f"the server counted {usage.input_tokens:,} input tokens where about {sent:,} were sent, and its "
+                "counts have stopped growing with what is sent: it cut the prompt silently (Ollama does when "
+                "num_ctx is smaller), so the answer may have missed part of the context. The window is now "
+                f"{session.limits.context_window:,} for this session; give the server a larger context "
+                "(Ollama: OLLAMA_CONTEXT_LENGTH or PARAMETER num_ctx) to use more",
                 "warning",
             )
         )
         self._show_new_notes()
         return True
 
-    def _expected_count(self, sent: int) -> float:
-        """The least the server's count of a request of `sent` tokens (ours) can be, uncut.
-
-        A prompt only grows between two requests with no capsule between them (the earlier
-        one is a prefix), so the server's count must grow with what we appended, at about
-        its own rate per token of ours; a count that stays flat while we send more is a cut
-        prompt. Without such an earlier figure, only a count far below ours gives it away.
-        """
-        for entry in reversed(self.session.transcript.path_view()):
-            if isinstance(entry, CapsuleEntry):
-                break
-            if isinstance(entry, UsageEntry) and entry.sent_tokens and not entry.truncated:
-                growth = sent - entry.sent_tokens
-                if growth < TRUNCATION_MIN_GROWTH:
-                    return 0.0
-                rate = min(entry.input_tokens / entry.sent_tokens, 1.0)
-                return entry.input_tokens + TRUNCATION_SHARE * rate * growth
-        return TRUNCATION_SHARE * sent
+    def _warn_once(self, kind: str, text: str) -> None:
+        """A warning about the server's figures, shown once per session (not at every turn)."""
+        if self.session.first_time(f"usage: {kind}"):
+            self.emit(Notice(text, "warning"))
 
     def _recover(self, exc: ContextOverflowError, refused_tokens: int) -> TurnResult | None:
         if self._overflow_recovered:
@@ -350,7 +341,8 @@ class TurnRunner:
         if result.outcome is not Outcome.COMPLETED:
             return self._end(
                 "failed",
-                f"context overflow and the recovery compaction ended {result.outcome.value}: {result.reason}",
+                f"request not sent again: the provider refused it as too long, and the recovery compaction "
+                f"ended {result.outcome.value}: {result.reason}. {self._advice()}",
             )
         return None
 

@@ -278,6 +278,14 @@ class AgentSession:
         self._shown_notes.update(fresh)
         return fresh
 
+    def first_time(self, note: str) -> bool:
+        """Whether `note` is new in this session (then it is remembered): what is said about
+        the server's figures is said once, not at every turn (SPEC §12)."""
+        if note in self._shown_notes:
+            return False
+        self._shown_notes.add(note)
+        return True
+
     def plausible_window(self, context_window: int) -> bool:
         """A server's figure can be a window: more than the system prompt and tool schemas
         take (our count), and at most `MAX_CONTEXT_WINDOW`. A server's words are data

@@ -55,7 +55,7 @@ from soba_nb.compaction.outcomes import (
 )
 from soba_nb.compaction.planner import Cut
 from soba_nb.compaction.summarizer import RequestNotSent, Summarizer, SummaryOutput
-from soba_nb.compaction.summary_prompt import ScanStarts, build_summary_prompt
+from soba_nb.compaction.summary_prompt import PromptBudgetTooSmall, ScanStarts, build_summary_prompt
 from soba_nb.compaction.triggers import Trigger
 from soba_nb.transcript.entries import (
     CapsuleEntry,
@@ -350,14 +350,19 @@ def _summarize(
 ) -> Capsule | CompactionResult | Note:
     """The validated model capsule, a terminal result (cancel), or why the fallback is used."""
     assert ctx.summarizer is not None
-    prompt = build_summary_prompt(
-        cut.summarize,  # (a tuple: not copied, 300k entries are 2 ms)
-        previous=previous,
-        focus=plan.focus,
-        max_input_tokens=plan.summary_input_tokens,
-        count=ctx.counter.count_text,
-        scans=_scan_starts(ctx, cut),
-    )
+    try:
+        prompt = build_summary_prompt(
+            cut.summarize,  # (a tuple: not copied, 300k entries are 2 ms)
+            previous=previous,
+            focus=plan.focus,
+            max_input_tokens=plan.summary_input_tokens,
+            count=ctx.counter.count_text,
+            scans=_scan_starts(ctx, cut),
+        )
+    except PromptBudgetTooSmall as exc:
+        # A window too small for the summary instructions (a small server, a learned window):
+        # the deterministic capsule needs no model; whether the continuation fits is judged next.
+        return Note(f"the model summary was not asked: the window is too small for it ({exc})", Reason.FALLBACK_FAILED)
     timeout_s = ctx.timeout_ms / 1000
     deadline = started + timeout_s
     # The deadline is the operation's: a native attempt before this may have used part of it.

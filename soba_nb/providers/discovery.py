@@ -20,6 +20,13 @@ in this order, and returns the first usable answer:
 3. vLLM `GET {base_url}/models` → `max_model_len` of the entry whose `id` is the model, or
    of the only entry (vLLM's `ModelCard` in `vllm/entrypoints/openai/protocol.py`:
    `id`, `object`, `created`, `owned_by`, `root`, `parent`, `max_model_len`, ...).
+4. A LiteLLM gateway `GET {root}/model/info` → `model_info.max_input_tokens` of the entries
+   whose `model_name` is the model (the alias a team configures), the smallest when several
+   deployments serve it. LiteLLM fills it from its model map for models it knows, or from the
+   admin's `model_info` in its config; for others it is null, and the gateway says nothing
+   (its `/v1/models` carries no length, and `/props` and `/api/show` are 404 through it).
+   Its answer (`{"data": [{"model_name": "team-smol", "litellm_params": {...},
+   "model_info": {"max_input_tokens": 2048, "max_output_tokens": null, ...}}]}`) needs the key.
 
 The whole discovery is bounded by one deadline; each request gets only what is left of
 it, with a short connect timeout. Discovery is advisory, so it never raises: an error, a
@@ -31,6 +38,7 @@ Anthropic APIs are never asked (they have no such endpoints). The API key is sen
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -179,10 +187,27 @@ def _vllm(probe: _Probe, root: str, base_url: str, model: str) -> ServerWindow:
     return ServerWindow(_window(card.get("max_model_len")), f"vLLM GET {path} max_model_len")
 
 
+def _litellm(probe: _Probe, root: str, base_url: str, model: str) -> ServerWindow:
+    answer = probe.json("GET", f"{root}/model/info")
+    entries = answer.get("data") if isinstance(answer, dict) else None
+    if not isinstance(entries, list):
+        raise _NoAnswer("no data list")
+    windows = []
+    for entry in entries:
+        info = entry.get("model_info") if isinstance(entry, dict) and entry.get("model_name") == model else None
+        if isinstance(info, dict):
+            with contextlib.suppress(_NoAnswer):
+                windows.append(_window(info.get("max_input_tokens")))
+    if not windows:
+        raise _NoAnswer("model not listed, or no max_input_tokens")
+    return ServerWindow(min(windows), "LiteLLM GET /model/info max_input_tokens")
+
+
 _PROBES: tuple[tuple[str, Callable[[_Probe, str, str, str], ServerWindow]], ...] = (
     ("llama.cpp", _llama_cpp),
     ("Ollama", _ollama),
     ("vLLM", _vllm),
+    ("LiteLLM", _litellm),
 )
 
 

@@ -12,6 +12,9 @@ Anthropic) only says how to build the body and how to read an answer or a stream
   deadline is checked between stream chunks; httpx's own timeouts are a backstop.
 - A stream that runs on clearly past `maxOutputTokens` is stopped there: the answer so far,
   finish reason `length`.
+- A stream that brings nothing — no event, no finish reason, or a finished answer with no text
+  and no tool call (a gateway's disguised overflow, SPEC §13) — is asked again once unstreamed,
+  where an overflow shows its words.
 - Cancellation is checked between stream chunks and during backoff waits; leaving the
   stream closes the connection.
 """
@@ -101,8 +104,19 @@ READ_TIMEOUT_MARGIN_S = 5.0
 """httpx's own read timeout is the idle limit plus this: a backstop that ends an abandoned
 worker thread whose socket could not be shut down."""
 HTTP_ERROR_MIN = 300
+STOP_FINISH = "stop"
+"""The normalised finish reason of an answer the model ended itself: an empty one may be a
+disguised overflow. (An empty answer cut at its length limit, or paused for a native
+compaction, is no disguise, and asking again would only repeat it.)"""
 
 _ProviderT = TypeVar("_ProviderT", bound="HttpProvider")
+
+
+def said_nothing(response: ModelResponse) -> bool:
+    """A finished answer with no text and no tool call: from a stream, possibly an overflow a
+    gateway disguised (SPEC §13), so it is asked again unstreamed (`HttpProvider.complete`)."""
+    return response.finish_reason == STOP_FINISH and not response.text and not response.tool_calls
+
 
 class HttpProvider(ABC):
     """A provider that talks to a model server over HTTP with httpx (sync)."""
@@ -216,24 +230,29 @@ class HttpProvider(ABC):
         body = self.build_body(request)
         sink = TextSink(on_text, silence=silence, max_output_tokens=request.max_output_tokens)
         # Some servers (llama.cpp) answer an oversized prompt with HTTP 200 and an empty
-        # stream; asked without streaming they give the real error (400, overflow). So a
-        # stream that brought nothing is retried as a plain request.
+        # stream, and gateways (LiteLLM) with one empty `finish_reason: stop` chunk; asked
+        # without streaming they give the real error (400, overflow). So a stream that brought
+        # nothing is asked again, once, as a plain request.
         plain = self.build_body(request.model_copy(update={"stream": False})) if request.stream else body
         streaming = request.stream
 
         def attempt(_index: int) -> ModelResponse:
             nonlocal streaming
-            try:
-                response = self._send(streaming, body if streaming else plain, headers, sink, cancel, deadline, silence, on_wait)
-            except ProviderError as exc:
-                if isinstance(exc, IncompleteResponseError) and streaming and not sink.delivered:
-                    streaming = False
-                elif isinstance(exc, EmptyAnswerError) and request.near_window:
-                    raise self._empty_overflow(request) from None
-                if exc.retryable and sink.delivered:
-                    exc.retryable = False
-                    exc.args = (f"{exc} (not retried: part of the answer was already shown)",)
-                raise
+            while True:
+                try:
+                    response = self._send(streaming, body if streaming else plain, headers, sink, cancel, deadline, silence, on_wait)
+                except ProviderError as exc:
+                    if isinstance(exc, IncompleteResponseError) and streaming and not sink.delivered:
+                        streaming = False
+                    elif isinstance(exc, EmptyAnswerError) and request.near_window:
+                        raise self._empty_overflow(request) from None
+                    if exc.retryable and sink.delivered:
+                        exc.retryable = False
+                        exc.args = (f"{exc} (not retried: part of the answer was already shown)",)
+                    raise
+                if not (streaming and said_nothing(response)):
+                    break
+                streaming = False  # an overflow the gateway hid shows its words unstreamed
             if request.stream and not streaming and not sink.delivered:
                 # The plain answer that replaced an empty stream is shown as a streamed one
                 # would have been: it reached only the transcript, never the cell.

@@ -128,6 +128,40 @@ def test_vllm_several_entries_without_a_usable_match_is_none(
     assert discover_window(llm_server.url, model) is None
 
 
+def litellm_entry(alias: str, max_input_tokens: Any, upstream: str = "openai/smol") -> dict[str, Any]:
+    """One deployment of LiteLLM's `GET /model/info` (trimmed: the real one has ~100 fields)."""
+    return {
+        "model_name": alias,
+        "litellm_params": {"model": upstream, "api_base": "http://127.0.0.1:8080/v1"},
+        "model_info": {"id": "3d003e1d", "key": upstream, "max_tokens": None, "max_input_tokens": max_input_tokens,
+                       "max_output_tokens": None, "litellm_provider": "openai", "mode": None},
+    }
+
+
+def test_a_litellm_gateway_says_the_window_of_an_alias_it_knows(llm_server: LLMServer) -> None:
+    """Through LiteLLM, `/props` and `/api/show` are 404 and `/v1/models` has no length; its
+    `/model/info` has `max_input_tokens` for a model it knows (or the admin described)."""
+    llm_server.route("GET", "/v1/models", body={"data": [{"id": "team-smol", "object": "model"}], "object": "list"})
+    info = {"data": [litellm_entry("team-gpt", 128000, "gpt-4o-mini"), litellm_entry("team-smol", 2048)]}
+    llm_server.route("GET", "/model/info", body=info)
+    window = discover_window(llm_server.url, "team-smol", api_key=SECRET)
+    assert window == ServerWindow(2048, "LiteLLM GET /model/info max_input_tokens")
+    assert routes(llm_server)[-1] == ("GET", "/model/info")
+    assert llm_server.requests[-1].headers.get("authorization") == f"Bearer {SECRET}"
+
+
+def test_litellm_takes_the_smallest_deployment_of_an_alias(llm_server: LLMServer) -> None:
+    """Two deployments behind one alias (load balancing): a request may land on either."""
+    info = {"data": [litellm_entry("team", 8192), litellm_entry("team", None), litellm_entry("team", 4096)]}
+    llm_server.route("GET", "/model/info", body=info)
+    assert discover_window(llm_server.url, "team") == ServerWindow(4096, "LiteLLM GET /model/info max_input_tokens")
+
+
+def test_litellm_saying_nothing_of_the_alias_is_none(llm_server: LLMServer) -> None:
+    llm_server.route("GET", "/model/info", body={"data": [litellm_entry("team-smol", None)]})
+    assert discover_window(llm_server.url, "team-smol") is None
+
+
 def test_base_url_without_v1_and_with_a_trailing_slash(llm_server: LLMServer) -> None:
     llm_server.route("GET", "/models", body={"data": [{"id": "m", "max_model_len": 4096}]})
     assert discover_window(llm_server.anthropic_url + "/", "m") == ServerWindow(
@@ -161,7 +195,7 @@ def test_a_bad_first_answer_moves_on_to_the_next_probe(llm_server: LLMServer) ->
 
 def test_404_everywhere_is_none(llm_server: LLMServer) -> None:
     assert discover_window(llm_server.url, "llama3:8b") is None
-    assert routes(llm_server) == [("GET", "/props"), ("POST", "/api/show"), ("GET", "/v1/models")]
+    assert routes(llm_server) == [("GET", "/props"), ("POST", "/api/show"), ("GET", "/v1/models"), ("GET", "/model/info")]
 
 
 BAD_PROPS: list[Any] = [
@@ -207,10 +241,24 @@ BAD_MODELS: list[Any] = [
 ]
 
 
+BAD_MODEL_INFO: list[Any] = [
+    "",
+    {"data": {}},
+    {"data": [{"model_name": "m", "model_info": {"max_input_tokens": None}}]},
+    {"data": [{"model_name": "m", "model_info": {"max_input_tokens": 2048.0}}]},
+    {"data": [{"model_name": "m", "model_info": {"max_input_tokens": -1}}]},
+    {"data": [{"model_name": "m", "model_info": "max_input_tokens=2048"}]},
+    {"data": [{"model_name": "other", "model_info": {"max_input_tokens": 2048}}]},
+    {"data": ["m"]},
+    {"detail": "Not Found"},
+]
+
+
 BAD_ANSWERS = (
     [("GET", "/props", body) for body in BAD_PROPS]
     + [("POST", "/api/show", body) for body in BAD_SHOW]
     + [("GET", "/v1/models", body) for body in BAD_MODELS]
+    + [("GET", "/model/info", body) for body in BAD_MODEL_INFO]
 )
 
 
@@ -220,7 +268,7 @@ def test_a_malformed_answer_is_no_answer(
 ) -> None:
     llm_server.route(method, path, body=body)
     assert discover_window(llm_server.url, "m") is None
-    assert len(llm_server.requests) == 3
+    assert len(llm_server.requests) == 4
 
 
 def test_a_num_ctx_of_thousands_of_digits_falls_back_to_model_info(llm_server: LLMServer) -> None:
@@ -234,6 +282,7 @@ def test_malformed_answers_everywhere_are_none(llm_server: LLMServer) -> None:
     llm_server.route("GET", "/props", body=BAD_PROPS[-1])
     llm_server.route("POST", "/api/show", body=BAD_SHOW[-1])
     llm_server.route("GET", "/v1/models", body=BAD_MODELS[-1])
+    llm_server.route("GET", "/model/info", body=BAD_MODEL_INFO[-1])
     assert discover_window(llm_server.url, "m") is None
 
 
@@ -295,11 +344,11 @@ def test_public_api_hosts_are_never_asked(base_url: str) -> None:
 
 def test_the_key_is_sent_as_bearer_only_when_given(llm_server: LLMServer) -> None:
     discover_window(llm_server.url, "m", api_key=SECRET)
-    assert len(llm_server.requests) == 3
+    assert len(llm_server.requests) == 4
     assert all(r.headers.get("authorization") == f"Bearer {SECRET}" for r in llm_server.requests)
     discover_window(llm_server.url, "m")
     discover_window(llm_server.url, "m", api_key="")
-    assert all("authorization" not in r.headers for r in llm_server.requests[3:])
+    assert all("authorization" not in r.headers for r in llm_server.requests[4:])
 
 
 def test_the_key_never_appears_in_the_source(llm_server: LLMServer) -> None:

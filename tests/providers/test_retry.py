@@ -18,12 +18,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from llm_server import (
     LLMServer,
+    Reply,
     empty_stream,
     http_error,
     overflow,
     rate_limited,
     server_error,
     text,
+    tool_calls,
 )
 
 from soba_nb.config import ModelSettings
@@ -160,6 +162,64 @@ def test_an_empty_stream_is_retried_as_a_plain_request_to_get_the_real_error(
     first, second = server.requests
     assert first["stream"] is True and second["stream"] is False
     assert "stream_options" not in second.body
+
+
+LITELLM_OVERFLOW = {
+    "error": {
+        "message": "litellm.ContextWindowExceededError: litellm.BadRequestError: ContextWindowExceededError: "
+        "OpenAIException - This model's maximum context length is 2048 tokens. However, you requested 3051 "
+        "tokens (3031 in the messages, 20 in the completion). Please reduce the length of the messages or "
+        "completion.\nmodel=team-smol. context_window_fallbacks=None. fallbacks=None.",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "400",
+    }
+}
+"""LiteLLM 1.108's answer to an oversized unstreamed request to llama.cpp: the server's words, wrapped."""
+
+
+def test_an_empty_streamed_answer_is_asked_again_unstreamed_and_a_hidden_overflow_shows(
+    server: LLMServer, provider: OpenAIProvider
+) -> None:
+    """LiteLLM answers an oversized streamed request with HTTP 200 and one empty
+    `finish_reason: stop` chunk (no text, no usage): a finished answer that says nothing. The
+    same request unstreamed gets the 400 that states the window (SPEC §13)."""
+    server.script(text("", usage=False), http_error(400, LITELLM_OVERFLOW))
+    with pytest.raises(ContextOverflowError) as info:
+        provider.complete(make_request(stream=True))
+    assert (info.value.limit, info.value.requested) == (2048, 3031)
+    assert [r["stream"] for r in server.requests] == [True, False]
+
+
+def test_an_empty_streamed_answer_asked_again_shows_the_plain_answer(
+    server: LLMServer, provider: OpenAIProvider
+) -> None:
+    server.script(text(""), text("The real answer."))
+    shown: list[str] = []
+    response = provider.complete(make_request(stream=True), on_text=shown.append)
+    assert response.text == "The real answer." and "".join(shown) == "The real answer."
+    assert [r["stream"] for r in server.requests] == [True, False]
+
+
+def test_an_empty_answer_is_asked_again_once_only(server: LLMServer, provider: OpenAIProvider) -> None:
+    """Empty again unstreamed: the model had nothing to say, and that is its answer."""
+    server.script(text(""), text(""), text("never asked"))
+    response = provider.complete(make_request(stream=True))
+    assert response.text == "" and response.finish_reason == "stop"
+    assert [r["stream"] for r in server.requests] == [True, False]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [tool_calls(("python", {"code": "1"})), text("", finish="length"), text("Hi.")],
+    ids=["a tool call", "empty at the length limit", "text"],
+)
+def test_an_answer_that_says_something_or_stopped_at_its_limit_is_not_asked_again(
+    server: LLMServer, provider: OpenAIProvider, reply: Reply
+) -> None:
+    server.script(reply, text("never asked"))
+    provider.complete(make_request(stream=True))
+    assert len(server.requests) == 1
 
 
 @pytest.mark.parametrize("stream", [True, False])

@@ -75,8 +75,10 @@ def test_a_prompt_cut_silently_is_detected_and_the_budget_uses_our_count(ip, nb_
     path = Transcript.load(agent(ip).file).path()
     usages = [u for u in path if isinstance(u, UsageEntry)]
     assert usages[-1].truncated and usages[-1].input_tokens == 3000
-    # Detected as soon as the cut is clearly more than tokenizers disagree by.
-    assert all(u.input_tokens < 3000 for u in usages[:-2])
+    # Detected once the counts have stopped growing with what is sent two steps in a row (one
+    # step alone can be a figure on another scale: a gateway's count after the server's own).
+    assert all(u.input_tokens < 3000 for u in usages[:-3])
+    assert sum(not fits for _, _, fits in model.judged) <= 3
     assert [(w.context_window, w.source) for w in Transcript.load(agent(ip).file).entries if isinstance(w, WindowEntry)] == [
         (3000, "truncation")
     ]

@@ -1,0 +1,96 @@
+"""What a provider's usage figure tells about the prompt it measured (SPEC §2, §13).
+
+A usage figure is evidence, not truth. It may be the server's own count (another tokenizer, a
+chat template, tool schemas left out: llama.cpp's server renders no tools for most models), or
+a gateway's count made up when the server sent none (LiteLLM counts a llama.cpp stream with
+its own tokenizer: 341–502 where the server counted 432–598 and we sent about 1,440). None of
+those differences is a cut prompt, and one figure cannot tell them from one.
+
+What does tell is a **ceiling**: a server that cuts prompts silently (Ollama does when its
+`num_ctx` is smaller) reports about the same count however much more is sent. So a cut is
+concluded only when the server's counts stop growing with what is sent, two steps in a row
+(`ceiling`): one step that does not grow can be a figure on another scale (a gateway's count
+after the server's own), two cannot. A figure that cannot be a count of any request at all —
+less than half of the system prompt every request starts with — is not used (`is_count`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from soba_nb.transcript.entries import CapsuleEntry, Entry, UsageEntry
+
+TRUNCATION_SHARE = 0.5
+"""A step "does not grow" when the server's count grew by less than this share of what it
+should have: the growth we sent, at the server's own rate per token of ours."""
+TRUNCATION_MIN_TOKENS = 1024
+"""Below this size, tokenizers may disagree too much for the comparison to mean anything."""
+TRUNCATION_MIN_GROWTH = 256
+"""A step counts only when the request grew by this much (our count) since the figure before."""
+STALLED_STEPS = 2
+"""Steps in a row whose counts did not grow: the ceiling of a server that cuts prompts."""
+COUNT_FLOOR_SHARE = 0.5
+"""Every request carries the system prompt: a count below this share of our count of it is
+no count of the request (whatever the tokenizer), e.g. a server that reports 0."""
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One usage figure and the request it measured."""
+
+    count: int
+    """The server's input tokens."""
+    sent: int
+    """Our count of the request."""
+
+
+def stalled(earlier: Figure, later: Figure) -> bool:
+    """`later` was sent larger by at least `TRUNCATION_MIN_GROWTH` (the earlier prompt is its
+    prefix), yet the server's count grew by less than `TRUNCATION_SHARE` of that growth at its
+    own rate per token of ours."""
+    growth = later.sent - earlier.sent
+    if growth < TRUNCATION_MIN_GROWTH or earlier.sent <= 0:
+        return False
+    rate = min(earlier.count / earlier.sent, 1.0)
+    return later.count < earlier.count + TRUNCATION_SHARE * rate * growth
+
+
+def figures_since_capsule(path: Sequence[Entry], limit: int = STALLED_STEPS) -> list[Figure]:
+    """The latest `limit` inference figures on `path` after its latest capsule, oldest first.
+
+    Only figures whose request's prompt is a prefix of the next one compare: a capsule breaks
+    that; a figure judged cut or not a count is left out."""
+    found: list[Figure] = []
+    for entry in reversed(path):
+        if isinstance(entry, CapsuleEntry):
+            break
+        if (
+            isinstance(entry, UsageEntry)
+            and entry.operation == "inference"
+            and entry.sent_tokens
+            and not entry.truncated
+        ):
+            found.append(Figure(entry.input_tokens, entry.sent_tokens))
+            if len(found) == limit:
+                break
+    return found[::-1]
+
+
+def ceiling(path: Sequence[Entry], current: Figure) -> int | None:
+    """The size the server cuts prompts to, when its counts stopped growing with what was sent
+    for `STALLED_STEPS` steps in a row ending at `current` (not yet on `path`); else None."""
+    if current.sent < TRUNCATION_MIN_TOKENS:
+        return None
+    chain = [*figures_since_capsule(path, STALLED_STEPS), current]
+    if len(chain) <= STALLED_STEPS:
+        return None
+    if all(stalled(earlier, later) for earlier, later in zip(chain[:-1], chain[1:], strict=True)):
+        return max(figure.count for figure in chain[1:])
+    return None
+
+
+def is_count(count: int, system_tokens: int) -> bool:
+    """A figure that can be a count of a request that starts with a system prompt of
+    `system_tokens` (our count)."""
+    return count >= COUNT_FLOOR_SHARE * system_tokens
