@@ -110,14 +110,28 @@ def model_capsule(path: Path, config: SobaConfig, namespace: dict[str, Any], pro
         agent.compactor.bind(SummaryModels(recorders[-1], agent.compactor.native))
 
     timeout = config.compaction.timeout_ms
-    run = compact_once(path, f"model-{timeout}ms", config, namespace, lambda _: provider, prepare=record)
+    run = compact_once(path, f"model-{timeout}ms", config, namespace, lambda _: Shared(provider), prepare=record)
     outputs = recorders[0].outputs if recorders else []
     return run, (outputs[-1].text if outputs else None)
 
 
+class Shared:
+    """The one embedded model of the run, lent to each session: a session closes the
+    providers it made, and this one must outlive them (the run closes it at the end)."""
+
+    def __init__(self, provider: Provider):
+        self._provider = provider
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._provider, name)
+
+    def close(self) -> None:
+        """Not the session's to close."""
+
+
 def freeform_summary(path: Path, config: SobaConfig, provider: Provider) -> Run:
     """The "summarise the conversation" baseline (see the module docstring)."""
-    agent = open_session(copy_of(path, "freeform"), config, {}, lambda _: provider)
+    agent = open_session(copy_of(path, "freeform"), config, {}, lambda _: Shared(provider))
     try:
         counter, thresholds = agent.counter, agent.compactor.thresholds
         tokens_before = agent.compactor.measure().effective
