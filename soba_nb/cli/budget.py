@@ -1,5 +1,5 @@
-"""`soba-nb budget SESSION [--json]`: hardLimit / softLimit, effective tokens and what the
-session cost (SPEC §11, priced from its own transcript as `%budget` prices it)."""
+"""`soba-nb budget SESSION [--json] [--count]`: hardLimit / softLimit, effective tokens and
+what the session cost (SPEC §11, priced from its own transcript as `%budget` prices it)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,16 @@ import argparse
 from soba_nb.cli.session import (
     load_session,
     notebook_folder,
-    session_and_json_arguments,
     session_config,
+    token_arguments,
     token_figures,
+    uncounted_note,
 )
 from soba_nb.cli.table import EXIT_OK, print_json, subcommand
 
 
 @subcommand(
-    "budget", "hardLimit, softLimit and effective tokens of a session", session_and_json_arguments
+    "budget", "hardLimit, softLimit and effective tokens of a session", token_arguments
 )
 def budget_command(args: argparse.Namespace) -> int:
     from soba_nb.agent.cost import CostLedger, cap_note
@@ -27,7 +28,7 @@ def budget_command(args: argparse.Namespace) -> int:
     config = session_config(transcript)
     limits = session_limits(config, transcript)
     hard, soft = limits.hard_limit, limits.soft_limit(config)
-    tokens = token_figures(transcript, config)
+    tokens = token_figures(transcript, config, count=args.count)
     effective = tokens["effectiveTokens"]
     ledger = CostLedger()
     ledger.follow(transcript)
@@ -45,6 +46,7 @@ def budget_command(args: argparse.Namespace) -> int:
         "effectiveTokens": effective,
         "source": tokens["source"],
         "estimatedTokens": tokens["estimatedTokens"],
+        "uncountedEntries": tokens["uncountedEntries"],
         "auto": limits.auto,
         "autoSource": limits.auto_source,
         "overHardLimit": effective > hard,
@@ -72,7 +74,7 @@ def budget_command(args: argparse.Namespace) -> int:
                 f"hardLimit  {hard}",
                 f"softLimit  {soft}",
                 f"effective  {effective} ({tokens['source']}) · {share:.0%} of hardLimit · {state}",
-                f"estimated  {tokens['estimatedTokens']}",
+                f"estimated  {tokens['estimatedTokens'] if tokens['estimatedTokens'] is not None else uncounted_note(tokens)}",
                 f"auto       {'on' if limits.auto else 'off'} ({limits.auto_source})",
                 cost.line() + cap_note(config),
             ]

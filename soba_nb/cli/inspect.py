@@ -1,4 +1,4 @@
-"""`soba-nb inspect SESSION [--json]`: entries, leaf, checkpoints, capsules, token figures."""
+"""`soba-nb inspect SESSION [--json] [--count]`: entries, leaf, checkpoints, capsules, token figures."""
 
 from __future__ import annotations
 
@@ -8,17 +8,18 @@ from typing import Any
 
 from soba_nb.cli.session import (
     load_session,
-    session_and_json_arguments,
     session_config,
+    token_arguments,
     token_figures,
+    uncounted_note,
 )
 from soba_nb.cli.table import EXIT_OK, print_json, subcommand
 from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry, entry_to_dict
 from soba_nb.transcript.store import Transcript
 
 
-def describe(transcript: Transcript) -> dict[str, Any]:
-    """Everything `inspect` shows, as JSON-ready data."""
+def describe(transcript: Transcript, *, count: bool = False) -> dict[str, Any]:
+    """Everything `inspect` shows, as JSON-ready data (`count`: `token_figures`)."""
     header = transcript.header
     entries = transcript.entries
     return {
@@ -57,7 +58,7 @@ def describe(transcript: Transcript) -> dict[str, Any]:
             for entry in entries
             if isinstance(entry, CapsuleEntry)
         ],
-        "tokens": token_figures(transcript, session_config(transcript) if transcript.config else None),
+        "tokens": token_figures(transcript, session_config(transcript) if transcript.config else None, count=count),
     }
 
 
@@ -92,10 +93,14 @@ def render_inspect(info: dict[str, Any]) -> str:
         for cap in info["capsules"]
     ]
     exactness = "" if tokens["exactTokenizer"] else ", estimate for this model family"
+    path, estimated = tokens["pathTokens"], tokens["estimatedTokens"]
     lines += [
-        f"tokens       path {tokens['pathTokens']} · model input {tokens['estimatedTokens']} "
+        f"tokens       path {path if path is not None else 'not counted'} · model input "
+        f"{estimated if estimated is not None else 'not counted'} "
         f"(estimated, {tokens['encoding']}{exactness}; system prompt and tool schemas not included)",
     ]
+    if path is None:
+        lines.append(f"  {uncounted_note(tokens)}")
     usage = tokens["lastUsage"]
     lines.append(
         f"  last provider usage: input {usage['inputTokens']}, output {usage['outputTokens']} "
@@ -107,10 +112,10 @@ def render_inspect(info: dict[str, Any]) -> str:
 
 
 @subcommand(
-    "inspect", "entries, leaf, checkpoints, capsules and token figures", session_and_json_arguments
+    "inspect", "entries, leaf, checkpoints, capsules and token figures", token_arguments
 )
 def inspect_command(args: argparse.Namespace) -> int:
-    info = describe(load_session(args.session))
+    info = describe(load_session(args.session), count=args.count)
     if args.json:
         print_json(info)
     else:

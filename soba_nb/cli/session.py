@@ -29,6 +29,16 @@ def session_and_json_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+def token_arguments(parser: argparse.ArgumentParser) -> None:
+    """SESSION, --json and --count (the commands that show token figures)."""
+    session_and_json_arguments(parser)
+    parser.add_argument(
+        "--count",
+        action="store_true",
+        help="count every entry the local figures need, even those with no count kept beside the transcript",
+    )
+
+
 def load_session(path: Path) -> Transcript:
     """Load a transcript read-only; torn lines become one warning line each on stderr."""
     if not path.exists():
@@ -81,23 +91,48 @@ def session_config(transcript: Transcript) -> SobaConfig:
         raise CommandError(f"{PROG}: {error}") from None
 
 
-def token_figures(transcript: Transcript, config: SobaConfig | None = None) -> dict[str, Any]:
+def token_figures(transcript: Transcript, config: SobaConfig | None = None, *, count: bool = False) -> dict[str, Any]:
     """Estimated tokens (whole path and effective model input) and the provider figure,
-    measured exactly as the agent's preflight measures them, with the session's tokenizer."""
+    measured exactly as the agent's preflight measures them, with the session's tokenizer.
+
+    The effective figure needs only what came after the last usage figure. The local ones
+    (`pathTokens`, `estimatedTokens`) need a count of every entry: they are given when the
+    counts are at hand (kept beside the transcript), when few entries lack one, or with
+    `count`; else None, and `uncountedEntries` says how many lack one (a transcript copied
+    without what soba-nb keeps beside it: counting 300,000 entries takes most of a minute)."""
     from soba_nb.agent.assembly import measure_recorded
+    from soba_nb.compaction.budget import EAGER_BACKLOG_ENTRIES
     from soba_nb.compaction.model_input import entry_tokens
     from soba_nb.tokens import TokenCounter  # loads the BPE ranks: only when counting
+    from soba_nb.transcript.entries import (
+        CapsuleEntry,
+        CellsEntry,
+        MessageEntry,
+        ToolCallEntry,
+        ToolResultEntry,
+    )
 
     provider, name = model_of(transcript)
     counter, measurement = measure_recorded(transcript, config, None if config is not None else TokenCounter.for_model(provider, name))
     path = transcript.path_view()
+    costly = (MessageEntry, ToolCallEntry, ToolResultEntry, CellsEntry, CapsuleEntry)
+    entries = [entry for entry in path if type(entry) in costly]  # the others cost nothing
+    known = counter.known_all([entry.id for entry in entries])
+    uncounted = known.count(None)
+    path_tokens = estimated = None
+    if count or uncounted < EAGER_BACKLOG_ENTRIES:
+        path_tokens = sum(entry_tokens(entry, counter) if cost is None else cost for entry, cost in zip(entries, known, strict=True))
+        estimated, uncounted = measurement.estimated, 0
+    elif measurement.backlog is None:
+        estimated = measurement.estimated
     # A compaction request's figure measures its summary prompt, not the path.
     last_usage = next((e for e in reversed(path) if isinstance(e, UsageEntry) and e.operation == "inference"), None)
     return {
         "encoding": counter.choice.encoding,
         "exactTokenizer": counter.choice.exact,
-        "pathTokens": sum(entry_tokens(entry, counter) for entry in path),
-        "estimatedTokens": measurement.estimated,
+        "pathTokens": path_tokens,
+        "estimatedTokens": estimated,
+        "uncountedEntries": uncounted,
         "effectiveTokens": measurement.effective,
         "source": measurement.source,
         "lastUsage": None
@@ -108,6 +143,14 @@ def token_figures(transcript: Transcript, config: SobaConfig | None = None) -> d
             "outputTokens": last_usage.output_tokens,
         },
     }
+
+
+def uncounted_note(tokens: dict[str, Any]) -> str:
+    """What a local figure left out says (`token_figures`)."""
+    return (
+        f"not counted ({tokens['uncountedEntries']:,} entries have no count kept beside the transcript; "
+        f"--count counts them, effective tokens need none of them)"
+    )
 
 
 def notebook_folder(transcript: Transcript) -> Path:

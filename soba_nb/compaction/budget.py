@@ -4,6 +4,9 @@
 path, plus local counts of everything appended since. `estimated`: local counts only.
 The tracker remembers how much of the path it has seen; a preflight processes only the
 new entries, so its cost does not grow with the session (a rewind or a capsule rebuilds).
+A rebuild counts from the last usage figure's answer on (`backlog`): what came before it is
+counted the first time a figure needs it, so a path measured from nothing costs what its
+last request added, not what the whole session holds.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass
 from itertools import count
 from typing import Literal, cast
 
+from soba_nb.compaction.backlog import Backlog, find_anchor
 from soba_nb.compaction.budget_state import TrackerState
 from soba_nb.compaction.model_input import (
     SKILLS_HEADING,
@@ -42,18 +46,38 @@ from soba_nb.transcript.entries import (
 )
 
 Source = Literal["provider_usage", "estimated"]
+EAGER_BACKLOG_ENTRIES = 256
+"""A backlog spanning fewer entries is counted at once (a few milliseconds): laziness pays
+only on a long path, and a settled tracker's state is saved beside the transcript."""
+_RARE = (CheckpointEntry, CompactionEntry, SkillEntry)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Measurement:
     """Effective tokens of the next request and how they were measured."""
 
     effective: int
     source: Source
-    estimated: int
-    """The purely local estimate, for comparison."""
+    counted: int
+    """The purely local estimate but for the backlog's entries (all of it without one)."""
     reported_input_tokens: int | None
     """The last provider usage figure on this path since the latest capsule, if any."""
+    backlog: Backlog | None = None
+    """The region's entries not counted yet (`soba_nb.compaction.backlog`)."""
+
+    @property
+    def estimated(self) -> int:
+        """The purely local estimate, for comparison (the backlog is counted when it is read)."""
+        return self.counted if self.backlog is None else self.counted + self.backlog.tokens
+
+    def _figures(self) -> tuple[int, str, int, int | None]:
+        return self.effective, self.source, self.estimated, self.reported_input_tokens
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Measurement) and self._figures() == other._figures()
+
+    def __hash__(self) -> int:
+        return hash(self._figures())
 
 
 def _trusted(entry: Entry, ceiling: int | None) -> bool:
@@ -108,6 +132,12 @@ class BudgetTracker:
         self._offered: TrackerState | None = None
         self.restores = 0
         """How many times a saved state replaced a rebuild (tests and benchmarks read it)."""
+        self._backlog: Backlog | None = None
+        """The region's entries before the anchor, not counted yet: `_estimated`,
+        `_before_last_assistant`, `_usage_offset` and the region sums leave them out (the
+        differences effective tokens are made of do not need them), `_open_calls` is not kept."""
+        self._region_start = 0
+        self._path: Sequence[Entry] = ()
 
     def set_target(self, target: NativeTarget | None) -> None:
         """The provider and model the next requests go to: a capsule costs its native item
@@ -157,10 +187,51 @@ class BudgetTracker:
             else:
                 self._add_all(added, self._seen)
                 self._mark(path)
+        backlog = self._backlog
         if self._usage_input is not None:
             effective = self._usage_input + (self._estimated - self._usage_offset)
-            return Measurement(effective, "provider_usage", self._estimated, self._usage_input)
+            return Measurement(effective, "provider_usage", self._estimated, self._usage_input, backlog)
+        assert backlog is None  # a backlog has a usage figure after it
         return Measurement(self._estimated, "estimated", self._estimated, None)
+
+    @property
+    def backlog(self) -> Backlog | None:
+        """The region's entries not counted yet (as of the last `measure`), or None."""
+        return self._backlog
+
+    def settle(self) -> None:
+        """Count the backlog in (once): every figure is then the whole region's."""
+        backlog = self._backlog
+        if backlog is None:
+            return
+        tokens, results = backlog.sums()
+        self._estimated += tokens
+        self._before_last_assistant += tokens
+        self._usage_offset += tokens  # taken after the anchor: on the same footing
+        self._region_tokens += tokens
+        self._region_result_tokens += results
+        open_calls: dict[str, None] = {}
+        for entry in self._path[self._region_start : self._seen]:
+            kind = type(entry)
+            if kind is ToolCallEntry:
+                open_calls[cast(ToolCallEntry, entry).call_id] = None
+            elif kind is ToolResultEntry:
+                open_calls.pop(cast(ToolResultEntry, entry).call_id, None)
+        self._open_calls = open_calls
+        self._backlog = None
+
+    @property
+    def counted_region(self) -> tuple[int, int]:
+        """`region_tokens` but for the backlog (as of the last `measure`): nothing is counted."""
+        return self._region_tokens, self._region_result_tokens
+
+    @property
+    def visible_floor(self) -> int:
+        """At most what the region's entries other than tool results cost (exactly that when
+        there is no backlog), nothing counted: a lower bound for deciding that no clipping
+        could make the input fit."""
+        floor = self._region_tokens - self._region_result_tokens
+        return floor if self._backlog is None else floor + self._backlog.floor
 
     @property
     def skills(self) -> tuple[SkillEntry, ...]:
@@ -189,13 +260,16 @@ class BudgetTracker:
     @property
     def region_tokens(self) -> tuple[int, int]:
         """Tokens of the region's visible entries, and of its tool results alone (as of the
-        last `measure`): what the model input of the path sums, without looking a count up."""
+        last `measure`): what the model input of the path sums, without looking a count up
+        (but the backlog's, counted now if there is one)."""
+        self.settle()
         return self._region_tokens, self._region_result_tokens
 
     @property
     def region_facts(self) -> RegionFacts:
         """The region's total and first unanswered call (as of the last `measure`): the
         compaction plan then walks only the kept tail."""
+        self.settle()
         return RegionFacts(self._region_tokens, next(iter(self._open_calls), None))
 
     @property
@@ -204,6 +278,7 @@ class BudgetTracker:
         return tuple(self._intents)
 
     def _mark(self, path: Sequence[Entry]) -> None:
+        self._path = path
         self._seen = len(path)
         self._last_id = path[-1].id if path else None
         self._root_id = path[0].id if path else None
@@ -217,8 +292,9 @@ class BudgetTracker:
     def state(self, counts: Mapping[str, int]) -> TrackerState | None:
         """What the tracker knows (as of the last `measure`), to be offered to a tracker of a
         later process; `counts`: what the model input needs besides the entries' counts.
-        None before the first measure of a non-empty path."""
-        if self._last_id is None or self._root_id is None:
+        None before the first measure of a non-empty path, and while there is a backlog (a
+        later process measures that from the anchor as cheaply as from a state)."""
+        if self._last_id is None or self._root_id is None or self._backlog is not None:
             return None
         capsule_at = self._capsule_at
         positions = self._positions
@@ -291,6 +367,7 @@ class BudgetTracker:
         self._visible_since_capsule = state.visible_since_capsule
         self._region_tokens, self._region_result_tokens = state.region_tokens, state.region_result_tokens
         self._open_calls = dict.fromkeys(state.open_calls)
+        self._backlog = None
         self.restores += 1
         return True
 
@@ -330,15 +407,30 @@ class BudgetTracker:
         self._region_tokens = self._region_result_tokens = 0
         self._open_calls = {}
         self._intents = []
+        self._region_start = start
+        anchor = find_anchor(path, kinds, start, capsule_at, lambda entry: _trusted(entry, self._usage_ceiling))
+        skipped: list[tuple[int, int]] = []
         if capsule_at is not None and start < capsule_at:  # the kept tail, then what follows the capsule
-            self._add_all(path[start:capsule_at], start)
+            if anchor is None:
+                self._add_all(path[start:capsule_at], start)
+            else:
+                self._add_rare_in(path, kinds, start, capsule_at)
+                skipped.append((start, capsule_at))
             # What the guard counts, "just completed" and pending intents start after the
             # capsule (the operation that appended it consumed every intent before it).
             self._soft_failures = self._tokens_at_last_soft = 0
             self._visible_since_capsule = False
             self._intents = []
             start = capsule_at + 1
+        if anchor is not None:  # what the effective figure does not need: its checkpoints and skills only
+            self._add_rare_in(path, kinds, start, anchor)
+            skipped.append((start, anchor))
+            start = anchor
         self._add_all(path[start:], start)
+        self._backlog = Backlog(path, skipped, kinds, self.counter) if skipped else None
+        if self._backlog is not None and self._backlog.entries < EAGER_BACKLOG_ENTRIES:
+            self._mark(path)
+            self.settle()
         # A usage figure from before the latest capsule measured a different input: the
         # provider's calibration carries over through the capsule's before-figures instead
         # (SPEC §2: "minus what a compaction removed").
@@ -391,6 +483,22 @@ class BudgetTracker:
         self._region_result_tokens = results
         self._visible_since_capsule = visible
         self._usage_input, self._usage_offset = usage_input, usage_offset
+
+    def _add_rare_in(self, path: Sequence[Entry], kinds: list[type], low: int, high: int) -> None:
+        """`_add_rare` of each checkpoint, compaction and skill entry of `path[low:high]`, in
+        order, found in the list of types (searches in C: the entries between are not looked at)."""
+        found: list[int] = []
+        for kind in _RARE:
+            at = low
+            while True:
+                try:
+                    at = kinds.index(kind, at, high)
+                except ValueError:
+                    break
+                found.append(at)
+                at += 1
+        for position in sorted(found):
+            self._add_rare(path[position], position)
 
     def _add_rare(self, entry: Entry, position: int) -> None:
         """A checkpoint, compaction or skill entry (few on any path) at `position`."""

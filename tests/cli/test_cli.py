@@ -370,6 +370,75 @@ def test_budget_uses_the_notebook_folder_config(
     assert "(estimated)" in out
 
 
+def long_session(folder: Path, rounds: int) -> Path:
+    """`rounds` of request, answer and the provider's figure, then a new request."""
+    path = folder / "analysis.soba" / "long.jsonl"
+    with Transcript.open(path, create_header=SessionEntry(model=MODEL)) as store:
+        for n in range(rounds):
+            store.append(MessageEntry(role="user", content=f"question {n}: how is revenue in region {n}?"))
+            store.append(MessageEntry(role="assistant", content=f"answer {n}: revenue grew by {n} percent."))
+            store.append(UsageEntry(input_tokens=1000 + 50 * n, output_tokens=5))
+        store.append(MessageEntry(role="user", content="Now plot it."))
+    return path
+
+
+def test_a_transcript_copied_alone_is_measured_from_its_last_figure(
+    capsys: pytest.CaptureFixture[str], notebook_dir: Path
+) -> None:
+    """Issue 28: the effective figure needs only what came after the last usage figure; the
+    local ones, which need every entry counted, say so unless asked (`--count`)."""
+    path = long_session(notebook_dir, 150)
+    (notebook_dir / "soba.json").write_text(json.dumps({"model": {"provider": "openai", "name": "gpt-4o-mini"}}))
+    counter = TokenCounter.for_model("openai", "gpt-4o-mini")
+    entries = Transcript.load(path).path()
+    _, out, _ = run(capsys, "budget", "--json", str(path))
+    info = json.loads(out)
+    assert info["source"] == "provider_usage"
+    assert info["effectiveTokens"] == 1000 + 50 * 149 + entry_tokens(entries[-3], counter) + entry_tokens(
+        entries[-1], counter
+    )
+    assert info["estimatedTokens"] is None and info["uncountedEntries"] == 2 * 150 - 1
+    _, out, _ = run(capsys, "budget", "--json", "--count", str(path))
+    counted = json.loads(out)
+    assert counted["effectiveTokens"] == info["effectiveTokens"] and counted["uncountedEntries"] == 0
+    assert counted["estimatedTokens"] > sum(entry_tokens(entry, counter) for entry in entries)
+    _, out, _ = run(capsys, "budget", str(path))
+    assert "estimated  not counted (299 entries have no count" in out and "--count" in out
+    _, out, _ = run(capsys, "inspect", str(path))
+    assert "tokens       path not counted · model input not counted" in out
+    _, out, _ = run(capsys, "inspect", "--json", "--count", str(path))
+    tokens = json.loads(out)["tokens"]
+    assert tokens["pathTokens"] == sum(entry_tokens(entry, counter) for entry in entries)
+    assert tokens["estimatedTokens"] == counted["estimatedTokens"]
+
+
+def test_the_counts_kept_beside_a_transcript_give_every_figure(
+    capsys: pytest.CaptureFixture[str], notebook_dir: Path
+) -> None:
+    """What a session keeps beside its transcript is read (never written): the figures a
+    copy alone would not count are there."""
+    from soba_nb.agent.assembly import measure_recorded, open_session
+    from soba_nb.config import build_config
+    from soba_nb.layout import SessionLayout
+
+    path = long_session(notebook_dir, 150)
+    config = build_config([("test", {"model": {"provider": "openai", "name": "gpt-4o-mini"}})])
+    session = open_session(config, SessionLayout(path), project_root=notebook_dir)
+    session.compactor.measure()
+    session.compactor.tracker.settle()
+    expected = session.compactor.measure()
+    session.close()
+    sidecars = sorted(p.name for p in path.parent.iterdir())
+    _, out, _ = run(capsys, "budget", "--json", str(path))
+    info = json.loads(out)
+    assert (info["effectiveTokens"], info["estimatedTokens"], info["uncountedEntries"]) == (
+        expected.effective, expected.estimated, 0,
+    )  # fmt: skip
+    assert sorted(p.name for p in path.parent.iterdir()) == sidecars  # nothing written
+    _, alone = measure_recorded(Transcript.load(path), config)
+    assert alone == expected and alone.backlog is None
+
+
 def test_budget_with_a_bad_config(
     capsys: pytest.CaptureFixture[str], session: Path, notebook_dir: Path
 ) -> None:
