@@ -439,6 +439,10 @@ def capsule_from_scan(
         return _bare(latest_request)
     limit = LIST_ITEMS_MAX if items_max is None else max(min(items_max, LIST_ITEMS_MAX), 1)
     narrative = min(NARRATIVE_MAX_ITEMS, limit)
+    # When a small window makes the capsule give way, the story of the work (what was said,
+    # what is in progress, what comes next) goes first and fastest: the files, commands and
+    # outcomes are what SPEC §4 wants every capsule to keep.
+    story = max(1, NARRATIVE_MAX_ITEMS * limit // LIST_ITEMS_MAX)
     if previous is None and scan.capsule_text is not None:
         previous = parse_capsule(scan.capsule_text, require_all=False)
     prior = previous or Capsule()
@@ -457,8 +461,8 @@ def capsule_from_scan(
     runs = _noting_older(scan, "runs", limit, [bullet(f"{r.display} → {r.outcome}") for _, r in _newest(scan.runs, limit)])
     work = [*_select(scan.work, WORK_DONE_NEW_LINES), *_tool_summary(scan)]
 
-    def narrative_of(items: list[str]) -> str:
-        items = _cap(items, narrative)
+    def narrative_of(items: list[str], most: int | None = None) -> str:
+        items = _cap(items, narrative if most is None else min(narrative, most))
         if request_chars is not None:  # a small window: each item gives way like the requests
             items = [bullet(head_and_tail(_strip_marker(item), request_chars)) for item in items]
         return _body(items)
@@ -467,12 +471,12 @@ def capsule_from_scan(
         goal_and_constraints=_goal(
             scan, kept_requests, prior.goal_and_constraints, latest_request_whole, latest_request, limit, request_chars
         ),
-        work_done=narrative_of(_merge(items("work_done"), work)),
-        in_progress=narrative_of(_merge(items("in_progress"), _in_progress(scan, kept_requests))),
+        work_done=narrative_of(_merge(items("work_done"), work), story),
+        in_progress=narrative_of(_merge(items("in_progress"), _in_progress(scan, kept_requests)), story),
         pending=narrative_of(_merge(items("pending"), scan.pending)),
         decisions=narrative_of(_merge(items("decisions"), _select(scan.decisions, DECISIONS_NEW_MAX))),
         blockers=_body(_blockers(scan, items("blockers"), limit)),
-        next_steps=narrative_of(_merge(items("next_steps"), _next_steps(scan))),
+        next_steps=narrative_of(_merge(items("next_steps"), _next_steps(scan)), story),
         files_read=_body(_newest_listed(_merge(items("files_read"), read, _path_key), limit)),
         files_modified=_body(_newest_listed(_merge(items("files_modified"), modified, _path_key), limit)),
         verification=_body(_newest_listed(_merge(items("verification"), runs, run_key), limit)),

@@ -148,3 +148,26 @@ def test_shortest_fitting_tries_one_item_first_then_the_request_steps():
     assert shortest_fitting(render, 360)[0] == (60, None)  # lists alone are enough: halving
     assert all(request_chars is None for _, request_chars in calls)
     assert shortest_fitting(render, 10)[0] == (1, 0)  # none fits: the shortest of all (bare)
+
+
+def test_when_a_capsule_gives_way_the_story_goes_before_the_facts() -> None:
+    """A fallback capsule shortened for a small window keeps more files and commands than
+    narrative lines (SPEC §4: every file touched and command run survives it)."""
+    from soba_nb.compaction.deterministic import (
+        LIST_ITEMS_MAX,
+        NARRATIVE_MAX_ITEMS,
+        WORK_DONE_NEW_LINES,
+        capsule_from_scan,
+    )
+    from soba_nb.compaction.extract import Run, Scan
+
+    scan = Scan({})
+    scan.work = [(False, f"- said thing {i}") for i in range(60)]
+    scan.files_read = {f"data/file_{i}.csv": f"data/file_{i}.csv" for i in range(60)}
+    scan.runs = {f"shell cmd {i}": Run("shell", f"shell `cmd {i}`", "exit status 0", False) for i in range(60)}
+    full = capsule_from_scan(scan)
+    assert full.work_done.count("said thing") == WORK_DONE_NEW_LINES and full.files_read.count("file_") == 60
+    shorter = capsule_from_scan(scan, items_max=LIST_ITEMS_MAX // 8)
+    assert shorter.files_read.count("file_") == 50 and shorter.verification.count("cmd ") == 50
+    kept_story = shorter.work_done.count("said thing")
+    assert kept_story < NARRATIVE_MAX_ITEMS // 8 and "more, older" in shorter.work_done  # (the note takes a line)
