@@ -6,8 +6,9 @@ downloaded or restored without the counts kept beside it) needs only the entries
 assistant message that request produced: the anchor. Everything of the region before it is
 the backlog, counted once, the first time a figure that needs it is read — the purely local
 estimate of the whole input, the region's total a compaction plans with — never to show the
-effective figure, decide a trigger, or assemble an input that is over the hard limit even
-without its tool outputs (nothing could make it fit: compaction runs first).
+effective figure or to decide a trigger. An input about to be sent is counted whole (it is
+under the hard limit: about a window's worth); a long path over it is compacted first, and
+the compaction's plan counts it.
 
 A tracker that took a saved state (`budget_state`) or found no usable figure counts as
 before; this is only the start of a measurement that has nothing to start from.
@@ -18,50 +19,30 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import cast
 
-from soba_nb.compaction.model_input import entry_tokens
-from soba_nb.tokens import TOKENS_PER_MESSAGE, TokenCounter
-from soba_nb.transcript.entries import (
-    CellsEntry,
-    Entry,
-    MessageEntry,
-    ToolCallEntry,
-    ToolResultEntry,
-    UsageEntry,
-)
+from soba_nb.compaction.model_input import VISIBLE_TYPES, entry_tokens
+from soba_nb.tokens import TokenCounter
+from soba_nb.transcript.entries import Entry, MessageEntry, ToolResultEntry, UsageEntry
 
-MIN_ENTRY_TOKENS = TOKENS_PER_MESSAGE
-"""The least a visible entry costs in model input: its message framing (a tool call's is
-more), whatever its text. What a lower bound of the uncounted part rests on."""
-_NOT_RESULTS = (MessageEntry, ToolCallEntry, CellsEntry)
-_VISIBLE = frozenset((*_NOT_RESULTS, ToolResultEntry))
+_VISIBLE = frozenset(VISIBLE_TYPES)
 
 
 class Backlog:
     """The visible entries of `path` in `ranges` (positions, end excluded), not yet counted.
 
     `sums()` counts them once (cached counts first: the `.tokens` index is read then, if
-    there is one); `floor` bounds what the entries other than tool results cost without
-    counting anything.
+    there is one).
     """
 
-    def __init__(self, path: Sequence[Entry], ranges: Sequence[tuple[int, int]], kinds: list[type], counter: TokenCounter):
+    def __init__(self, path: Sequence[Entry], ranges: Sequence[tuple[int, int]], counter: TokenCounter):
         self._path = path
         self.ranges = tuple(ranges)
         self._counter = counter
         self._sums: tuple[int, int] | None = None
-        # Entry types are final: counted in the list of types (list.count runs in C).
-        self.not_results = sum(kinds[lo:hi].count(kind) for lo, hi in self.ranges for kind in _NOT_RESULTS)
 
     @property
     def entries(self) -> int:
         """How many entries the backlog spans (visible or not)."""
         return sum(hi - lo for lo, hi in self.ranges)
-
-    @property
-    def floor(self) -> int:
-        """At most what the backlog's messages, calls and cells cost (tool results left out):
-        `MIN_ENTRY_TOKENS` each."""
-        return MIN_ENTRY_TOKENS * self.not_results
 
     @property
     def counted(self) -> bool:

@@ -48,6 +48,11 @@ from soba_nb.transcript.sidecar import open_for_append, read_regular, replace_wi
 
 SPACING = 1024
 """Region entries between snapshots (at least; more when snapshots are big)."""
+CATCH_UP_ENTRIES = 4096
+"""The most region entries one `follow` scans. A live session adds a few between preflights; a
+transcript opened without its `.extract` (copied, restored) has no snapshot of a long region:
+that is not caught up at a preflight (a summary of it scans, as it would have to anyway, and
+the region after the next capsule gets snapshots as it grows)."""
 BYTES_PER_ENTRY = 128
 """A snapshot of N bytes waits N / this many entries for the next: the file grows more slowly
 than the transcript (~670 bytes an entry) however much the scan holds."""
@@ -268,6 +273,9 @@ class ExtractSnapshots:
         region = (path[start].id, capsule_id)
         if self._idle is not None and self._idle[0] == region and length < self._idle[1]:
             return  # the last try found nothing to take (a call waiting, a snapshot too big)
+        if not lines and length > CATCH_UP_ENTRIES:
+            self._idle = (region, length + SPACING)  # a long region opened cold: left to its summary
+            return
         entries = [*path[start:capsule_at], *path[capsule_at + 1 :]] if capsule_at is not None else path
         written = self.written
         self._advance(entries, capsule_id)
@@ -291,6 +299,7 @@ class ExtractSnapshots:
             for line in self.lines()
             if line.covers <= covered and _on(line, entries, capsule_id)
         ]
+        stop = min(stop, covered + max(CATCH_UP_ENTRIES, self._spacing))  # at most this much per preflight
         while stop - covered >= self._spacing:
             upto = covered + self._spacing
             chunk = entries[covered:upto]

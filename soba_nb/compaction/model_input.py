@@ -13,7 +13,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from soba_nb.collector import collector_paused
 from soba_nb.compaction.cells_context import render_cells
@@ -32,9 +32,6 @@ from soba_nb.transcript.entries import (
     ToolResultEntry,
 )
 
-if TYPE_CHECKING:
-    from soba_nb.compaction.backlog import Backlog
-
 TOOL_OUTPUT_LIMIT_CHARS = 12_000
 """Tool output beyond this many characters is clipped (head and tail kept) in model input."""
 MIN_CLIPPED_CHARS = 400
@@ -46,7 +43,6 @@ CLIP_MARGIN_TOKENS = 16
 TOKENS_PER_TOOL_CALL = 4
 CLIP_NOTE = "[… {count} characters clipped from model input; the transcript holds the whole output …]"
 INTERRUPTED_RESULT = "[no result was recorded for this call: it was interrupted]"
-NOT_CLIPPED = "larger than the hard limit even without tool outputs: not clipped"
 
 CAPSULE_FRAME = (
     "Context Capsule — a structured summary of the earlier part of this session "
@@ -242,20 +238,11 @@ class ModelInput:
     system: str
     tools: tuple[ToolSchema, ...]
     messages: tuple[ChatMessage, ...]
-    counted: int
-    """Its size in tokens, but for the backlog's entries (all of it without a backlog)."""
+    tokens: int
     notes: tuple[str, ...] = field(default_factory=tuple)
     """What the assembler had to do (repairs, emergency clips), for logs and tests."""
     native: NativeContinuation | None = None
     """The native item the provider replays before `messages` (instead of the capsule text)."""
-    backlog: Backlog | None = None
-    """Entries of the input not counted yet (`soba_nb.compaction.backlog`): an input over
-    the hard limit whatever is clipped is not counted whole unless its size is read."""
-
-    @property
-    def tokens(self) -> int:
-        """Its size in tokens (the backlog is counted when it is read)."""
-        return self.counted if self.backlog is None else self.counted + self.backlog.tokens
 
 
 def fixed_key(system: str, tools: Sequence[ToolSchema]) -> str:
@@ -392,7 +379,6 @@ def assemble(
     fit_to: int | None = None,
     strict: bool = False,
     sums: tuple[int, int] | None = None,
-    backlog: Backlog | None = None,
 ) -> ModelInput:
     """Build the model input of a visible context and measure it.
 
@@ -402,10 +388,7 @@ def assemble(
     repairing (tests); production repairs and notes it, never sending broken pairs. `sums`:
     the tokens of the context's entries and of its tool results alone, when the caller keeps
     them (the budget tracker does): no count is looked up unless clipping needs it.
-    `backlog`: entries of the context that `sums` leave out, counted only if the size is read
-    (with `fit_to` None: the caller knows that nothing would be clipped).
     """
-    assert backlog is None or (sums is not None and fit_to is None), "a backlog is left out of known sums, unclipped"
     full_system = system_text(system, context.skills)
     notes: list[str] = []
     limits: dict[str, int] = {}
@@ -426,7 +409,7 @@ def assemble(
         # What comes before the first problem stays as it is (a call left waiting at the end of
         # a long path is mended at the end, not by copying the whole input).
         messages = [*messages[:clean], *repair_pairing(messages[clean:])]
-    return ModelInput(full_system, tuple(tools), tuple(messages), total, tuple(notes), context.native, backlog)
+    return ModelInput(full_system, tuple(tools), tuple(messages), total, tuple(notes), context.native)
 
 
 def _tool_results(context: VisibleContext) -> list[ToolResultEntry]:
@@ -454,7 +437,7 @@ def _emergency_clip(
     if total - results_total > fit_to:
         # Even with every tool output gone it would not fit: clipping cannot help (and would
         # re-count every output of a long path for nothing); compaction has to run.
-        notes.append(NOT_CLIPPED)
+        notes.append("larger than the hard limit even without tool outputs: not clipped")
         return total
     if not results:
         results = _tool_results(context)

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from test_budget_tracker import STEP, play, state
 
 from soba_nb.compaction import budget
-from soba_nb.compaction.backlog import MIN_ENTRY_TOKENS, Backlog
+from soba_nb.compaction.backlog import Backlog
 from soba_nb.compaction.budget_state import state_path
 from soba_nb.compaction.compactor import Compactor
-from soba_nb.compaction.model_input import VISIBLE_TYPES, entry_tokens
+from soba_nb.compaction.model_input import VISIBLE_TYPES
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     Entry,
@@ -90,18 +90,13 @@ def test_figures_measured_from_the_anchor_equal_a_full_count(steps: list[tuple[s
         if backlog is not None:
             assert tracker.state({}) is None  # nothing saved that a later process could not redo as fast
             assert all(lazy.counter.peek(e.id) is None for e in backlog_entries(backlog, path))
-            # ... and the least it could cost is a lower bound of what it costs.
-            not_results = [e for e in backlog_entries(backlog, path) if not isinstance(e, ToolResultEntry)]
-            assert backlog.floor == MIN_ENTRY_TOKENS * len(not_results) <= sum(
-                entry_tokens(e, whole.counter) for e in not_results
-            )
-        # The model input: the same messages, notes and size, on the send check's scale too.
+        # The model input (which counts it): the same messages, notes and size, on the send
+        # check's scale too.
         built, expected = lazy.model_input(), whole.model_input()
-        assert (built.messages, built.notes, built.native) == (expected.messages, expected.notes, expected.native)
+        assert (built.messages, built.notes, built.native, built.tokens) == (
+            expected.messages, expected.notes, expected.native, expected.tokens,
+        )  # fmt: skip
         assert lazy.send_figure(built) == whole.send_figure(expected)
-        if built.backlog is not None:  # not counted to assemble it or to check it
-            assert all(lazy.counter.peek(e.id) is None for e in backlog_entries(built.backlog, path))
-        assert built.tokens == expected.tokens
         # Every figure, once read, is the full count's (and the kept-up tracker's).
         assert measured == full == engine.measure()
         assert state(tracker, path) == state(whole.tracker, path) == state(engine.tracker, path)

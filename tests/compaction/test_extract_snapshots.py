@@ -468,3 +468,36 @@ def test_a_failure_keeping_the_snapshots_never_fails_the_request(tmp_path: Path)
     assert compactor.snapshots is None
     assert compactor.preflight(TurnState()) is None  # and the next request does not try again
     transcript.close()
+
+
+def test_a_long_region_opened_cold_is_left_to_its_summary_and_a_lagging_one_catches_up_in_steps(
+    tmp_path: Path, small_spacing: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28: a transcript copied without its `.extract` is not scanned whole at its first
+    preflight; snapshots that lag are carried forward a bounded stretch per preflight."""
+    monkeypatch.setattr(extract_snapshots, "CATCH_UP_ENTRIES", 4 * SPACING)
+    transcript = opened(tmp_path)
+    work(transcript, 30)  # 120 entries, no snapshot yet
+    cold = ExtractSnapshots(transcript.file)
+    cold.follow(transcript.path_view(), None)
+    assert cold.written == 0 and not snapshots_path(transcript.file).exists()
+    path = list(transcript.path_view())
+    assert extract_text(path, cold, len(path)) == extract_text(path, None, len(path))
+
+    (tmp_path / "live").mkdir()
+    fresh = opened(tmp_path / "live")
+    work(fresh, 6)  # a live session: snapshots from the start
+    following = ExtractSnapshots(fresh.file)
+    following.follow(fresh.path_view(), None)
+    assert following.written >= 1
+    work(fresh, 30, 6)  # then a long stretch with no preflight
+    following.follow(fresh.path_view(), None)
+    covers = [line.covers for line in ExtractSnapshots(fresh.file).lines()]
+    assert covers[-1] - covers[-2] <= 4 * SPACING + SPACING and covers[-1] < len(fresh.path_view()) - SPACING
+    for _ in range(10):
+        following.follow(fresh.path_view(), None)
+    assert ExtractSnapshots(fresh.file).lines()[-1].covers >= len(fresh.path_view()) - 2 * SPACING
+    path = list(fresh.path_view())
+    assert extract_text(path, ExtractSnapshots(fresh.file), len(path)) == extract_text(path, None, len(path))
+    transcript.close()
+    fresh.close()

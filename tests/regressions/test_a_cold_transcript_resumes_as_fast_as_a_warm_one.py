@@ -1,0 +1,70 @@
+"""Issue 28: a transcript opened cold — copied, downloaded or restored without what soba-nb
+keeps beside it (`.tokens`, `.budget`, `.extract`) — resumed at 10–40× pi's time, because
+every entry was counted to know the effective tokens. SPEC §2's figure is the provider's
+count of the last request plus what came after it: only that is counted to open the session
+and run its first preflight, and the first `%soba` reads the same figures a warm session
+reads. (The request's input is counted whole when it is built: under the hard limit, about a
+window's worth.)"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from soba_nb.agent.assembly import open_session
+from soba_nb.compaction.triggers import TurnState
+from soba_nb.config import build_config
+from soba_nb.layout import SessionLayout
+from soba_nb.transcript.entries import MessageEntry, ToolCallEntry, ToolResultEntry, UsageEntry
+from soba_nb.transcript.token_index import index_path
+
+ROUNDS = 200
+CONFIG = build_config([("test", {"model": {"provider": "openai", "name": "gpt-4o"}})])
+
+
+def a_long_session(folder: Path) -> Path:
+    path = folder / "analysis.soba" / "s.jsonl"
+    session = open_session(CONFIG, SessionLayout(path), project_root=folder)
+    append = session.transcript.append
+    for n in range(ROUNDS):
+        append(MessageEntry(role="user", content=f"Load part {n} of sales.csv and show the revenue by region."))
+        append(MessageEntry(role="assistant", content=f"Reading part {n}."))
+        append(ToolCallEntry(call_id=f"call_{n}", name="python", arguments='{"code": "df.describe()"}'))
+        append(ToolResultEntry(call_id=f"call_{n}", name="python", content=f"region,revenue\nnorth,{n}\n" * 5))
+        append(UsageEntry(input_tokens=2_000 + 60 * n, output_tokens=20))
+    append(MessageEntry(role="user", content="Now plot the revenue by month."))
+    session.compactor.measure()
+    session.compactor.tracker.settle()  # a warm session counted everything and saved it
+    session.compactor.measure()
+    session.close()
+    return path
+
+
+def first_request(path: Path, folder: Path) -> tuple[tuple[object, ...], int]:
+    """What the first `%soba` of a new kernel reads before its request leaves, and how many
+    counts its preflight needed."""
+    session = open_session(CONFIG, SessionLayout(path), project_root=folder)
+    try:
+        compactor = session.compactor
+        assert compactor.preflight(TurnState()) is None  # under the soft limit: nothing to compact
+        measured, counted = compactor.measure(), session.counter.cache_size
+        built = compactor.request_for_sending()
+        figures = (measured.effective, measured.source, measured.estimated, built.tokens, built.messages)
+        return (*figures, compactor.send_figure(built)), counted
+    finally:
+        session.close()
+
+
+def test_a_copied_transcript_reads_the_warm_figures_counting_only_the_last_request(tmp_path: Path) -> None:
+    warm_path = a_long_session(tmp_path / "warm")
+    cold_path = tmp_path / "copy" / "analysis.soba" / warm_path.name
+    cold_path.parent.mkdir(parents=True)
+    shutil.copyfile(warm_path, cold_path)  # the transcript alone
+
+    warm, _ = first_request(warm_path, tmp_path / "warm")
+    cold, counted = first_request(cold_path, tmp_path / "copy")
+    assert cold == warm
+    # To open it and run the preflight: the last figure's answer, its call and result, the new
+    # request, the system prompt and tools — a handful of counts for a path of 1,000 entries.
+    assert counted <= 8
+    assert len(index_path(cold_path).read_bytes().splitlines()) > 4 * ROUNDS  # the input's, kept
