@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 import tempfile
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -31,6 +32,7 @@ from typing import Any
 
 from soba_nb.agent import assembly
 from soba_nb.agent.session import AgentSession
+from soba_nb.compaction import extract_snapshots
 from soba_nb.config import SobaConfig, build_config
 from soba_nb.layout import SessionLayout
 from soba_nb.transcript.entries import entry_from_dict
@@ -300,13 +302,22 @@ def settle(path: Path) -> None:
     """Resume the session once, as a user would (measure + model input), and close it.
 
     The preflight's upkeep runs too: the snapshots of the extract's scan a live session would
-    have left every `SPACING` entries (here written in one pass, as for any old session)."""
+    have left every `SPACING` entries (here written in one pass, as for any old session). A
+    session that grew entry by entry counted every entry and kept its tracker's state: so is
+    this one (a path measured from nothing counts only from its last usage figure on)."""
     session = open_session(path)
+    catch_up = extract_snapshots.CATCH_UP_ENTRIES
     try:
         session.compactor.measure()
+        session.compactor.tracker.settle()
+        # A live session carried the scan forward at every preflight: here in one pass.
+        extract_snapshots.CATCH_UP_ENTRIES = sys.maxsize
         session.compactor.keep_extract_snapshots()
+        extract_snapshots.CATCH_UP_ENTRIES = catch_up
         session.compactor.model_input()
+        session.compactor.measure()  # the state is saved beside the transcript
     finally:
+        extract_snapshots.CATCH_UP_ENTRIES = catch_up
         session.close()
 
 

@@ -3,8 +3,9 @@
 //   node --expose-gc pi_resume.mjs PACKAGE_DIR SESSION.jsonl VARIANT APPENDS.json BUDGET_S
 //
 // PACKAGE_DIR is node_modules/@earendil-works/pi-coding-agent; VARIANT is "plan" (time
-// prepareCompaction, the summary input and appends) or "requests" (time pi's check before
-// each response while appending). Prints one JSON object: seconds and bytes.
+// prepareCompaction, the summary input and appends), "requests" (time pi's check before
+// each response while appending) or "resume" (nothing more: the whole process is timed from
+// outside, and only the session manager is imported). Prints one JSON object: seconds and bytes.
 //
 // The calls are pi's own, as its agent session makes them (dist/core/agent-session.js):
 // - resume: SessionManager.open(file), then sessionManager.buildSessionContext();
@@ -28,10 +29,11 @@ const BEST_OF = 5;
 
 const core = (name) => import(pathToFileURL(join(packageDir, "dist", "core", name)).href);
 const { SessionManager } = await core("session-manager.js");
-const compaction = await core("compaction/compaction.js");
-const { serializeConversation } = await core("compaction/utils.js");
-const { convertToLlm } = await core("messages.js");
-const appends = JSON.parse(readFileSync(appendsFile, "utf8"));
+const resumeOnly = variant === "resume";
+const compaction = resumeOnly ? null : await core("compaction/compaction.js");
+const { serializeConversation } = resumeOnly ? {} : await core("compaction/utils.js");
+const { convertToLlm } = resumeOnly ? {} : await core("messages.js");
+const appends = resumeOnly ? [] : JSON.parse(readFileSync(appendsFile, "utf8"));
 
 // VmHWM, as on our side (resume_bench._max_rss): maxRSS from getrusage would include the
 // RSS of the Python process that spawned this one.
@@ -96,7 +98,7 @@ if (variant === "plan") {
     result.summarized = preparation.messagesToSummarize.length;
   }
   result.append = median(appends.map((item) => append(manager, item)));
-} else {
+} else if (variant === "requests") {
   const settings = compaction.DEFAULT_COMPACTION_SETTINGS;
   const appended = [];
   const checks = [];

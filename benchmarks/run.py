@@ -8,6 +8,11 @@ after resume; the compaction plan against pi's `prepareCompaction`; the summary 
 cost of every request; appending one entry. pi's figures need pi installed (see
 benchmarks/pi_runner.py); without it the table says so in one line and shows ours alone.
 
+The cold rows (benchmarks/cold_bench.py, issue 28): the same session's `.jsonl` alone (opened
+cold) and its folder whole (warm), `soba-nb budget` / `inspect` as whole processes and the first
+`%soba` of a new kernel, against pi's whole-process resume, interleaved; peak RSS; the first
+compaction plan after a cold open; what each turn adds before its request leaves (at 100k).
+
 Then the older rows, on `periodic` sessions (a capsule every 40 turns):
 
 - load: `Transcript.load` against the floor of bare `json.loads` on every line of the same
@@ -44,11 +49,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 try:
-    from benchmarks import cells_bench, compaction_bench, large_input_bench, resume_bench
+    from benchmarks import (
+        cells_bench,
+        cold_bench,
+        compaction_bench,
+        large_input_bench,
+        resume_bench,
+    )
     from benchmarks.generate import LARGE_SIZE, SIZES, compact_session, write_session
     from benchmarks.pi_runner import find_pi
 except ImportError:  # run as a script: benchmarks/ itself is on sys.path
     import cells_bench  # type: ignore[no-redef]
+    import cold_bench  # type: ignore[no-redef]
     import compaction_bench  # type: ignore[no-redef]
     import large_input_bench  # type: ignore[no-redef]
     import resume_bench  # type: ignore[no-redef]
@@ -178,6 +190,7 @@ def mark(ok: bool | None) -> str:
 # -- resume, side by side with pi (the headline) ---------------------------------------------------
 
 resume_bench.register(benchmark, Row, milliseconds, megabytes)
+cold_bench.register(benchmark, Row, milliseconds, megabytes)
 large_input_bench.register(benchmark, Row, milliseconds, megabytes)
 
 

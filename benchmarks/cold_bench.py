@@ -1,0 +1,260 @@
+"""A transcript opened cold, next to the same one warm, side by side with pi (issue 28).
+
+Rows of `benchmarks/run.py` (`--only cold`). A transcript is opened cold when it comes without
+what soba-nb keeps beside it (`.tokens`, `.budget`, `.extract`): a capsule handoff's source
+session, a transcript attached to a bug report, `soba-nb inspect` in CI on an artifact, a
+session folder restored without its caches. Here: the `analysis` session with no capsule
+(benchmarks/generate.py), its `.jsonl` alone copied to a fresh folder (cold), and its folder
+copied whole (warm). Each run is a fresh process of each, interleaved with pi's:
+
+- `soba-nb budget SESSION` and `soba-nb inspect SESSION`, whole processes timed from outside
+  (interpreter, imports, load, figures, exit; benchmarks/cold_child.py imports only the
+  standard library before the command);
+- the first `%soba` of a new kernel: `open_session`, the preflight's measure, upkeep and trigger
+  decision, and the input `request_for_sending` builds when nothing is to be compacted — timed
+  from `open_session` (a kernel imported soba-nb at `%load_ext`), the whole process beside it;
+- pi 1.6.0's whole-process resume: a fresh Node process importing its session manager,
+  `SessionManager.open` + `buildSessionContext` (benchmarks/pi_resume.mjs, variant `resume`);
+- peak RSS (`VmHWM`) of each process.
+
+Times are the best run, RSS the largest. Once per size (1 run): the compaction plan a `hard_limit`
+trigger starts with after the first preflight, cold and warm — the one step that still counts
+what came before the last usage figure (the region's total, the capsule's before-figures).
+
+And what soba adds to each turn before the request leaves (the `turn` rows), on the session
+ending in a capsule: the cells since the previous turn fitted and appended, the request, the
+preflight and `request_for_sending` (benchmarks/cold_child.py `turns`), median of `TURNS`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+try:
+    from benchmarks.pi_runner import SCRIPT as PI_SCRIPT
+    from benchmarks.pi_runner import PiSetup
+    from benchmarks.pi_session import write_pi_session
+    from benchmarks.resume_bench import runs_for
+except ImportError:  # run as a script: benchmarks/ itself is on sys.path
+    from pi_runner import SCRIPT as PI_SCRIPT  # type: ignore[no-redef]
+    from pi_runner import PiSetup  # type: ignore[no-redef]
+    from pi_session import write_pi_session  # type: ignore[no-redef]
+    from resume_bench import runs_for  # type: ignore[no-redef]
+
+CHILD = Path(__file__).with_name("cold_child.py")
+TARGET_PI = 1.0
+RSS_TARGET_PI = 1.0
+TURNS = 20
+TURN_SIZE = 100_000
+TURN_TARGET_S = 0.005
+COMMANDS = ("budget", "inspect")
+STATES = ("cold", "warm")
+
+
+class ChildFailed(RuntimeError):
+    """A benchmark process did not print its figures."""
+
+
+def whole_process(command: list[str]) -> tuple[float, dict[str, Any]]:
+    """Seconds from spawning `command` to its exit, and the JSON object it printed last."""
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise ChildFailed(f"{' '.join(command)} exited {done.returncode}:\n{done.stderr.strip()[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return seconds, result
+
+
+def child(*args: str) -> list[str]:
+    return [sys.executable, str(CHILD), *args]
+
+
+def pi_command(pi: PiSetup, session: Path) -> list[str]:
+    return [pi.node, str(PI_SCRIPT), str(pi.package), str(session), "resume", "-", "0"]
+
+
+@dataclass
+class Runs:
+    """Every run's figures for one size: `(state, what) -> [(seconds, result)]`."""
+
+    figures: dict[tuple[str, str], list[tuple[float, dict[str, Any]]]] = field(default_factory=dict)
+
+    def add(self, key: tuple[str, str], seconds: float, result: dict[str, Any]) -> None:
+        self.figures.setdefault(key, []).append((seconds, result))
+
+    def best(self, key: tuple[str, str], measure: Callable[[float, dict[str, Any]], float] | None = None) -> tuple[float, dict[str, Any]] | None:
+        """The fastest run (by `measure`, default the whole process) and its figures."""
+        runs = self.figures.get(key)
+        if not runs:
+            return None
+        pick = measure or (lambda seconds, _: seconds)
+        seconds, result = min(runs, key=lambda run: pick(*run))
+        return pick(seconds, result), result
+
+    def peak(self, key: tuple[str, str]) -> int | None:
+        runs = self.figures.get(key)
+        return max(result["rss"] for _, result in runs) if runs else None
+
+
+def in_kernel(seconds: float, result: dict[str, Any]) -> float:
+    """The first `%soba`'s time from `open_session` (what a kernel that loaded soba-nb waits)."""
+    return float(result["open"] + result["preflight"] + result["model_input"])
+
+
+@dataclass
+class Measured:
+    entries: int
+    file_bytes: int
+    runs: Runs
+    plans: dict[str, dict[str, Any]]
+    turn: dict[str, Any] | None
+
+
+def turn_size(sizes: tuple[int, ...]) -> int:
+    """The size the per-turn rows run at: `TURN_SIZE`, or the largest below it."""
+    return max([size for size in sizes if size <= TURN_SIZE] or [min(sizes)])
+
+
+def copies(session: Path, scratch: Path, run: int) -> dict[str, Path]:
+    """Per run: the `.jsonl` alone in a fresh folder (one for the commands, which write nothing,
+    one for the first `%soba`, which may), and the session folder copied whole."""
+    made = {}
+    for state, name in (("cold", "cold"), ("cold first", "cold-first")):
+        folder = scratch / f"{name}-{run}"
+        folder.mkdir()
+        made[state] = Path(shutil.copyfile(session, folder / session.name))
+    warm = scratch / f"warm-{run}"
+    shutil.copytree(session.parent, warm)
+    made["warm"] = made["warm first"] = warm / session.name
+    return made
+
+
+def measure_size(workspace: Any, size: int) -> Measured:
+    session = workspace.analysis(size).path
+    scratch = workspace.folder / f"cold-{size}"
+    scratch.mkdir()
+    pi_session: Path | None = None
+    if workspace.pi is not None:
+        folder = workspace.folder / f"pi-{size}-plain"
+        folder.mkdir(exist_ok=True)
+        pi_session = folder / session.name
+        if not pi_session.exists():
+            write_pi_session(session, pi_session)
+    runs = Runs()
+    for run in range(runs_for(size)):
+        paths = copies(session, scratch, run)
+        steps: list[tuple[tuple[str, str], list[str]]] = []
+        if pi_session is not None:
+            steps.append((("pi", "resume"), pi_command(workspace.pi, pi_session)))
+        for state in STATES:
+            for command in COMMANDS:
+                steps.append(((state, command), child("cli", command, str(paths[state]))))
+            steps.append(((state, "first"), child("first", str(paths[f"{state} first"]))))
+        shift = run % len(steps)  # a different order each run: none is always first after a pause
+        for key, command in steps[shift:] + steps[:shift]:
+            runs.add(key, *whole_process(command))
+        for path in {path.parent for path in paths.values()}:
+            shutil.rmtree(path)
+    plans = {}
+    for state in STATES:
+        paths = copies(session, scratch, 99)
+        plans[state] = whole_process(child("first", str(paths[f"{state} first"]), "--plan"))[1]
+        for path in {path.parent for path in paths.values()}:
+            shutil.rmtree(path)
+    turn = None
+    if size == turn_size(workspace.sizes):
+        folder = scratch / "turns"
+        shutil.copytree(workspace.analysis(size, capsule=True).path.parent, folder)
+        turn = whole_process(child("turns", str(folder / session.name), str(TURNS)))[1]
+    shutil.rmtree(scratch)
+    return Measured(size, session.stat().st_size, runs, plans, turn)
+
+
+def register(benchmark: Callable[[str], Callable[[Any], Any]], row: type, ms: Callable[[float], str], mib: Callable[[float], str]) -> None:
+    """Register the cold rows into run.py's table."""
+
+    def line(name: str, m: Measured, text: str, mine: float | None, theirs: float | None, their_text: str,
+             target: float | None) -> Any:
+        ratio = None if mine is None or not theirs else mine / theirs
+        ok = None if ratio is None or target is None else ratio <= target
+        return row(name, m.entries, text, their_text if theirs is not None else "pi: not run",
+                   "" if ratio is None else f"{ratio:.2f}×", "" if target is None else f"≤ {target:g}× pi", ok,
+                   m.file_bytes)
+
+    def pi_figures(m: Measured) -> tuple[float | None, str, int | None]:
+        best = m.runs.best(("pi", "resume"))
+        if best is None:
+            return None, "", None
+        seconds, result = best
+        text = f"pi whole process {ms(seconds)} (open + buildSessionContext {ms(result['open'] + result['context'])})"
+        return seconds, text, m.runs.peak(("pi", "resume"))
+
+    def command_rows(m: Measured, state: str) -> list[Any]:
+        pi_seconds, pi_text, _ = pi_figures(m)
+        rows = []
+        for command in COMMANDS:
+            best = m.runs.best((state, command))
+            assert best is not None
+            rows.append(line(f"{state} open, `soba-nb {command}` (whole process)", m, ms(best[0]), best[0],
+                             pi_seconds, pi_text, TARGET_PI))
+        return rows
+
+    def first_row(m: Measured, state: str) -> Any:
+        pi_seconds, pi_text, _ = pi_figures(m)
+        best = m.runs.best((state, "first"), in_kernel)
+        whole = m.runs.best((state, "first"))
+        assert best is not None and whole is not None
+        seconds, result = best
+        trigger = result["trigger"]
+        then = (f" + model input {ms(result['model_input'])}" if trigger is None
+                else f"; decision: {trigger}, so the compaction runs before a request is built")
+        text = (f"{ms(seconds)} (open {ms(result['open'])} + preflight {ms(result['preflight'])}{then}; "
+                f"whole process {ms(whole[0])})")
+        return line(f"{state} open, first `%soba` in a new kernel", m, text, seconds, pi_seconds, pi_text, TARGET_PI)
+
+    def rss_row(m: Measured, state: str) -> Any:
+        _, _, pi_rss = pi_figures(m)
+        peaks = {what: m.runs.peak((state, what)) or 0 for what in (*COMMANDS, "first")}
+        mine = max(peaks.values())
+        text = f"{mib(mine)} (" + ", ".join(f"{what} {mib(peak)}" for what, peak in peaks.items()) + ")"
+        their_text = f"pi {mib(pi_rss)}" if pi_rss else ""
+        ratio = None if not pi_rss else mine / pi_rss
+        ok = None if ratio is None else ratio <= RSS_TARGET_PI
+        return row(f"peak RSS, {state} open", m.entries, text, their_text or "pi: not run",
+                   "" if ratio is None else f"{ratio:.2f}×", f"≤ {RSS_TARGET_PI:g}× pi", ok, m.file_bytes)
+
+    def plan_row(m: Measured) -> Any:
+        cold, warm = m.plans["cold"], m.plans["warm"]
+        text = (f"{ms(cold['plan'])} ({cold['plan_counted']:,} new counts: the region before the last usage figure; "
+                f"open and preflight before it {ms(cold['open'] + cold['preflight'])})")
+        return row("cold open, then the first compaction plan (1 run)", m.entries, text,
+                   f"warm {ms(warm['plan'])} ({warm['plan_counted']:,} new counts)",
+                   f"{cold['plan'] / warm['plan']:.0f}×" if warm["plan"] else "", "", None, m.file_bytes)
+
+    def turn_row(m: Measured) -> list[Any]:
+        if m.turn is None:
+            return []
+        text = (f"{ms(m.turn['turn'])} (median of {TURNS}: cells + request + preflight + model input; the first "
+                f"{ms(m.turn['turn_first'])}, whose first count loads the tokenizer)")
+        return [row("per turn before the request leaves, ends in a capsule", m.entries, text, "", "",
+                    f"< {TURN_TARGET_S * 1000:g} ms", m.turn["turn"] < TURN_TARGET_S, m.file_bytes)]
+
+    @benchmark("cold")
+    def cold(workspace: Any) -> list[Any]:
+        measured = [measure_size(workspace, size) for size in workspace.sizes]
+        groups: list[Callable[[Measured], list[Any]]] = [
+            lambda m: command_rows(m, "cold"), lambda m: command_rows(m, "warm"),
+            lambda m: [first_row(m, "cold")], lambda m: [first_row(m, "warm")],
+            lambda m: [rss_row(m, "cold")], lambda m: [rss_row(m, "warm")],
+            lambda m: [plan_row(m)], turn_row,
+        ]
+        return [item for group in groups for m in measured for item in group(m)]
