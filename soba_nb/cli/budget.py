@@ -28,7 +28,7 @@ def budget_command(args: argparse.Namespace) -> int:
     config = session_config(transcript)
     limits = session_limits(config, transcript)
     hard, soft = limits.hard_limit, limits.soft_limit(config)
-    tokens = token_figures(transcript, config, count=args.count)
+    tokens = token_figures(transcript, config, count=args.count, path_total=False)
     effective = tokens["effectiveTokens"]
     ledger = CostLedger()
     ledger.follow(transcript)

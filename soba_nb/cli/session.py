@@ -91,7 +91,9 @@ def session_config(transcript: Transcript) -> SobaConfig:
         raise CommandError(f"{PROG}: {error}") from None
 
 
-def token_figures(transcript: Transcript, config: SobaConfig | None = None, *, count: bool = False) -> dict[str, Any]:
+def token_figures(
+    transcript: Transcript, config: SobaConfig | None = None, *, count: bool = False, path_total: bool = True
+) -> dict[str, Any]:
     """Estimated tokens (whole path and effective model input) and the provider figure,
     measured exactly as the agent's preflight measures them, with the session's tokenizer.
 
@@ -99,7 +101,9 @@ def token_figures(transcript: Transcript, config: SobaConfig | None = None, *, c
     (`pathTokens`, `estimatedTokens`) need a count of every entry: they are given when the
     counts are at hand (kept beside the transcript), when few entries lack one, or with
     `count`; else None, and `uncountedEntries` says how many lack one (a transcript copied
-    without what soba-nb keeps beside it: counting 300,000 entries takes most of a minute)."""
+    without what soba-nb keeps beside it: counting 300,000 entries takes most of a minute).
+    `path_total`: give `pathTokens` (without it, `uncountedEntries` counts what the estimate
+    lacks, and the counts kept beside the transcript are not read for it)."""
     from soba_nb.agent.assembly import measure_recorded
     from soba_nb.compaction.budget import EAGER_BACKLOG_ENTRIES
     from soba_nb.compaction.model_input import entry_tokens
@@ -115,16 +119,21 @@ def token_figures(transcript: Transcript, config: SobaConfig | None = None, *, c
     provider, name = model_of(transcript)
     counter, measurement = measure_recorded(transcript, config, None if config is not None else TokenCounter.for_model(provider, name))
     path = transcript.path_view()
-    costly = (MessageEntry, ToolCallEntry, ToolResultEntry, CellsEntry, CapsuleEntry)
-    entries = [entry for entry in path if type(entry) in costly]  # the others cost nothing
-    known = counter.known_all([entry.id for entry in entries])
-    uncounted = known.count(None)
+    backlog = measurement.backlog
     path_tokens = estimated = None
-    if count or uncounted < EAGER_BACKLOG_ENTRIES:
-        path_tokens = sum(entry_tokens(entry, counter) if cost is None else cost for entry, cost in zip(entries, known, strict=True))
-        estimated, uncounted = measurement.estimated, 0
-    elif measurement.backlog is None:
-        estimated = measurement.estimated
+    if not path_total:
+        uncounted = 0 if backlog is None or count else backlog.visible
+        estimated = measurement.estimated if not uncounted else None
+    else:
+        costly = (MessageEntry, ToolCallEntry, ToolResultEntry, CellsEntry, CapsuleEntry)
+        entries = [entry for entry in path if type(entry) in costly]  # the others cost nothing
+        known = counter.known_all([entry.id for entry in entries])
+        uncounted = known.count(None)
+        if count or uncounted < EAGER_BACKLOG_ENTRIES:
+            path_tokens = sum(entry_tokens(e, counter) if cost is None else cost for e, cost in zip(entries, known, strict=True))
+            estimated, uncounted = measurement.estimated, 0
+        elif backlog is None:
+            estimated = measurement.estimated
     # A compaction request's figure measures its summary prompt, not the path.
     last_usage = next((e for e in reversed(path) if isinstance(e, UsageEntry) and e.operation == "inference"), None)
     return {

@@ -45,6 +45,11 @@ class Backlog:
         return sum(hi - lo for lo, hi in self.ranges)
 
     @property
+    def visible(self) -> int:
+        """How many of its entries reach the model (what `sums` counts)."""
+        return sum(1 for lo, hi in self.ranges for entry in self._path[lo:hi] if type(entry) in _VISIBLE)
+
+    @property
     def counted(self) -> bool:
         return self._sums is not None
 
