@@ -6,9 +6,10 @@ downloaded or restored without the counts kept beside it) needs only the entries
 assistant message that request produced: the anchor. Everything of the region before it is
 the backlog, counted once, the first time a figure that needs it is read — the purely local
 estimate of the whole input, the region's total a compaction plans with — never to show the
-effective figure or to decide a trigger. An input about to be sent is counted whole (it is
-under the hard limit: about a window's worth); a long path over it is compacted first, and
-the compaction's plan counts it.
+effective figure, to decide a trigger, or to assemble an input whose least possible size
+(`MIN_ENTRY_TOKENS` an entry) is over the hard limit even without its tool outputs: no clip
+could make it fit, it is never sent (compaction runs first, and its plan counts the backlog).
+An input that may be sent is counted whole (about a window's worth).
 
 A tracker that took a saved state (`budget_state`) or found no usable figure counts as
 before; this is only the start of a measurement that has nothing to start from.
@@ -20,24 +21,39 @@ from collections.abc import Callable, Sequence
 from typing import cast
 
 from soba_nb.compaction.model_input import VISIBLE_TYPES, entry_tokens
-from soba_nb.tokens import TokenCounter
-from soba_nb.transcript.entries import Entry, MessageEntry, ToolResultEntry, UsageEntry
+from soba_nb.tokens import TOKENS_PER_MESSAGE, TokenCounter
+from soba_nb.transcript.entries import (
+    CellsEntry,
+    Entry,
+    MessageEntry,
+    ToolCallEntry,
+    ToolResultEntry,
+    UsageEntry,
+)
 
+MIN_ENTRY_TOKENS = TOKENS_PER_MESSAGE
+"""The least a visible entry costs in model input, whatever its text: its message framing (a
+tool call's is more). A lower bound of the backlog rests on it."""
 _VISIBLE = frozenset(VISIBLE_TYPES)
+_NOT_RESULTS = (MessageEntry, ToolCallEntry, CellsEntry)
 
 
 class Backlog:
     """The visible entries of `path` in `ranges` (positions, end excluded), not yet counted.
 
     `sums()` counts them once (cached counts first: the `.tokens` index is read then, if
-    there is one).
+    there is one); `floor` bounds what its entries other than tool results cost, counting
+    nothing. `kinds`: the path's entry types (types are final: counted in C).
     """
 
-    def __init__(self, path: Sequence[Entry], ranges: Sequence[tuple[int, int]], counter: TokenCounter):
+    def __init__(self, path: Sequence[Entry], ranges: Sequence[tuple[int, int]], kinds: list[type], counter: TokenCounter):
         self._path = path
         self.ranges = tuple(ranges)
         self._counter = counter
         self._sums: tuple[int, int] | None = None
+        self.not_results = sum(kinds[lo:hi].count(kind) for lo, hi in self.ranges for kind in _NOT_RESULTS)
+        self.visible = self.not_results + sum(kinds[lo:hi].count(ToolResultEntry) for lo, hi in self.ranges)
+        """How many of its entries reach the model (what `sums` counts)."""
 
     @property
     def entries(self) -> int:
@@ -45,9 +61,9 @@ class Backlog:
         return sum(hi - lo for lo, hi in self.ranges)
 
     @property
-    def visible(self) -> int:
-        """How many of its entries reach the model (what `sums` counts)."""
-        return sum(1 for lo, hi in self.ranges for entry in self._path[lo:hi] if type(entry) in _VISIBLE)
+    def floor(self) -> int:
+        """At most what its messages, calls and cells cost (tool results left out)."""
+        return MIN_ENTRY_TOKENS * self.not_results
 
     @property
     def counted(self) -> bool:

@@ -221,6 +221,18 @@ class BudgetTracker:
         self._backlog = None
 
     @property
+    def counted_region(self) -> tuple[int, int]:
+        """`region_tokens` but for the backlog (as of the last `measure`): nothing is counted."""
+        return self._region_tokens, self._region_result_tokens
+
+    @property
+    def visible_floor(self) -> int:
+        """At most what the region's entries other than tool results cost (exactly that without
+        a backlog), counting nothing: enough to know that no clip could make the input fit."""
+        floor = self._region_tokens - self._region_result_tokens
+        return floor if self._backlog is None else floor + self._backlog.floor
+
+    @property
     def skills(self) -> tuple[SkillEntry, ...]:
         """Active skills on the path (as of the last `measure`), latest activation last."""
         return tuple(self._skills.values())
@@ -414,7 +426,7 @@ class BudgetTracker:
             skipped.append((start, anchor))
             start = anchor
         self._add_all(path[start:], start)
-        self._backlog = Backlog(path, skipped, self.counter) if skipped else None
+        self._backlog = Backlog(path, skipped, kinds, self.counter) if skipped else None
         if self._backlog is not None and self._backlog.entries < EAGER_BACKLOG_ENTRIES:
             self._mark(path)
             self.settle()

@@ -27,6 +27,7 @@ from soba_nb.compaction.extract_snapshots import ExtractSnapshots
 from soba_nb.compaction.flight import FlightRecorder
 from soba_nb.compaction.generation import generate_capsule
 from soba_nb.compaction.model_input import (
+    NOT_CLIPPED,
     ModelInput,
     VisibleContext,
     assemble,
@@ -235,6 +236,15 @@ class Compactor:
     def model_input(self, *, fit: bool = True) -> ModelInput:
         """The model input of the current path (emergency clipping toward the hard limit)."""
         context = self.context()
+        tracker = self.tracker
+        if tracker.backlog is not None and (not fit or self._beyond_clipping(context)):
+            # Nothing is clipped (no clip would make it fit: it is never sent as it is), so the
+            # entries before the last usage figure need no count; its size counts them if read.
+            built = assemble(
+                context, system=self.system, tools=self.tools, counter=self.counter,
+                sums=tracker.counted_region, backlog=tracker.backlog,
+            )  # fmt: skip
+            return replace(built, notes=(NOT_CLIPPED, *built.notes)) if fit else built  # (said before a repair)
         # Clipped to fit on the scale the send check reads (the provider's count when it is higher).
         measurement = self.measure()
         calibration = max(measurement.effective - measurement.estimated, 0)
@@ -248,12 +258,23 @@ class Compactor:
             sums=self.tracker.region_tokens,
         )
 
+    def _beyond_clipping(self, context: VisibleContext) -> bool:
+        """Even with every tool output gone, the input's least possible size (counting nothing)
+        is over the hard limit, and so over what clipping aims at (`assemble` would clip
+        nothing and say so)."""
+        least = fixed_tokens(system_text(self.system, context.skills), self.tools, self.counter)
+        least += context.capsule_tokens(self.counter) + self.tracker.visible_floor
+        return least > self.thresholds.hard_limit
+
     def send_figure(self, built: ModelInput) -> int:
         """The size of `built` on the scale the trigger reads: effective tokens (SPEC §2, the
         provider's last usage figure plus our count of what came after it; our estimate
         before any figure), less what the assembler clipped. One figure for both decisions,
         so the send check never refuses what the trigger thought fits."""
         measurement = self.measure()
+        if built.backlog is not None and built.backlog is measurement.backlog:
+            # The same entries left out of both figures: their difference needs no count of them.
+            return built.counted + (measurement.effective - measurement.counted)
         return built.tokens + (measurement.effective - measurement.estimated)
 
     def request_for_sending(self, cancel: threading.Event | None = None) -> ModelInput:

@@ -13,7 +13,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from soba_nb.collector import collector_paused
 from soba_nb.compaction.cells_context import render_cells
@@ -32,6 +32,9 @@ from soba_nb.transcript.entries import (
     ToolResultEntry,
 )
 
+if TYPE_CHECKING:
+    from soba_nb.compaction.backlog import Backlog
+
 TOOL_OUTPUT_LIMIT_CHARS = 12_000
 """Tool output beyond this many characters is clipped (head and tail kept) in model input."""
 MIN_CLIPPED_CHARS = 400
@@ -43,6 +46,7 @@ CLIP_MARGIN_TOKENS = 16
 TOKENS_PER_TOOL_CALL = 4
 CLIP_NOTE = "[… {count} characters clipped from model input; the transcript holds the whole output …]"
 INTERRUPTED_RESULT = "[no result was recorded for this call: it was interrupted]"
+NOT_CLIPPED = "larger than the hard limit even without tool outputs: not clipped"
 
 CAPSULE_FRAME = (
     "Context Capsule — a structured summary of the earlier part of this session "
@@ -238,11 +242,21 @@ class ModelInput:
     system: str
     tools: tuple[ToolSchema, ...]
     messages: tuple[ChatMessage, ...]
-    tokens: int
+    counted: int
+    """Its size in tokens, but for the backlog's entries (all of it without a backlog)."""
     notes: tuple[str, ...] = field(default_factory=tuple)
     """What the assembler had to do (repairs, emergency clips), for logs and tests."""
     native: NativeContinuation | None = None
     """The native item the provider replays before `messages` (instead of the capsule text)."""
+    backlog: Backlog | None = None
+    """Entries not counted yet (`soba_nb.compaction.backlog`): an input over the hard limit
+    even without its tool outputs is never sent (compaction runs first), and is counted whole
+    only if its size is read."""
+
+    @property
+    def tokens(self) -> int:
+        """Its size in tokens (a backlog is counted when this is read)."""
+        return self.counted if self.backlog is None else self.counted + self.backlog.tokens
 
 
 def fixed_key(system: str, tools: Sequence[ToolSchema]) -> str:
@@ -379,6 +393,7 @@ def assemble(
     fit_to: int | None = None,
     strict: bool = False,
     sums: tuple[int, int] | None = None,
+    backlog: Backlog | None = None,
 ) -> ModelInput:
     """Build the model input of a visible context and measure it.
 
@@ -388,7 +403,10 @@ def assemble(
     repairing (tests); production repairs and notes it, never sending broken pairs. `sums`:
     the tokens of the context's entries and of its tool results alone, when the caller keeps
     them (the budget tracker does): no count is looked up unless clipping needs it.
+    `backlog`: entries of the context that `sums` leave out, counted only if the size is read
+    (nothing is clipped: `fit_to` is None, the caller knowing that no clip would fit it).
     """
+    assert backlog is None or (sums is not None and fit_to is None), "a backlog beside known sums, unclipped"
     full_system = system_text(system, context.skills)
     notes: list[str] = []
     limits: dict[str, int] = {}
@@ -409,7 +427,7 @@ def assemble(
         # What comes before the first problem stays as it is (a call left waiting at the end of
         # a long path is mended at the end, not by copying the whole input).
         messages = [*messages[:clean], *repair_pairing(messages[clean:])]
-    return ModelInput(full_system, tuple(tools), tuple(messages), total, tuple(notes), context.native)
+    return ModelInput(full_system, tuple(tools), tuple(messages), total, tuple(notes), context.native, backlog)
 
 
 def _tool_results(context: VisibleContext) -> list[ToolResultEntry]:
@@ -437,7 +455,7 @@ def _emergency_clip(
     if total - results_total > fit_to:
         # Even with every tool output gone it would not fit: clipping cannot help (and would
         # re-count every output of a long path for nothing); compaction has to run.
-        notes.append("larger than the hard limit even without tool outputs: not clipped")
+        notes.append(NOT_CLIPPED)
         return total
     if not results:
         results = _tool_results(context)

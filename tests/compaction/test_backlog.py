@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from test_budget_tracker import STEP, play, state
 
 from soba_nb.compaction import budget
-from soba_nb.compaction.backlog import Backlog
+from soba_nb.compaction.backlog import MIN_ENTRY_TOKENS, Backlog
 from soba_nb.compaction.budget_state import state_path
 from soba_nb.compaction.compactor import Compactor
-from soba_nb.compaction.model_input import VISIBLE_TYPES
+from soba_nb.compaction.model_input import NOT_CLIPPED, VISIBLE_TYPES, entry_tokens
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     Entry,
@@ -29,7 +29,13 @@ from soba_nb.transcript.entries import (
 )
 from soba_nb.transcript.store import Transcript
 
-HARD_LIMITS = (300, 1500, 4000, 50_000)
+HARD_LIMITS = (60, 300, 4000, 50_000)
+"""From under the least a short path costs (no clip could make it fit) to far over it."""
+FIGURE_STEPS = st.sampled_from(
+    ["user", "assistant", "assistant", "call", "result", "usage", "usage", "truncated usage", "compaction usage",
+     "intent", "soft compaction", "skill a", "skill b", "capsule keeping", "rewind"]
+)  # fmt: skip
+"""`STEP` with more answers and figures: most paths have an anchor."""
 
 
 def cold(t: Transcript, hard: int = 4000) -> Compactor:
@@ -61,14 +67,14 @@ def rounds(t: Transcript, count: int, *, first: int = 0) -> None:
         t.append(UsageEntry(input_tokens=500 + 70 * n))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @example([("user", 1), ("assistant", 2), ("usage", 3), ("user", 4)], 0)
 @example([("user", 1), ("call", 2), ("result", 0), ("assistant", 3), ("usage", 1), ("call", 5)], 1)
 @example([("skill a", 1), ("user", 1), ("assistant", 2), ("usage", 3), ("skill a", 4), ("skill b", 2)], 2)
 @example([("user", 1), ("intent", 0), ("assistant", 2), ("soft compaction", 1), ("usage", 3), ("user", 4)], 3)
 @example([("user", 9), ("assistant", 2), ("capsule keeping", 2), ("user", 3), ("assistant", 4), ("usage", 5)], 0)
 @example([("call", 1), ("user", 1), ("assistant", 2), ("usage", 3), ("result", 0), ("user", 4)], 1)
-@given(st.lists(st.tuples(STEP, st.integers(0, 1000)), max_size=40), st.integers(0, len(HARD_LIMITS) - 1))
+@given(st.lists(st.tuples(st.one_of(STEP, FIGURE_STEPS), st.integers(0, 1000)), max_size=40), st.integers(0, len(HARD_LIMITS) - 1))
 def test_figures_measured_from_the_anchor_equal_a_full_count(steps: list[tuple[str, int]], limit: int) -> None:
     hard = HARD_LIMITS[limit]
     with tempfile.TemporaryDirectory() as folder, patch.object(budget, "EAGER_BACKLOG_ENTRIES", 0):
@@ -90,13 +96,19 @@ def test_figures_measured_from_the_anchor_equal_a_full_count(steps: list[tuple[s
         if backlog is not None:
             assert tracker.state({}) is None  # nothing saved that a later process could not redo as fast
             assert all(lazy.counter.peek(e.id) is None for e in backlog_entries(backlog, path))
-        # The model input (which counts it): the same messages, notes and size, on the send
-        # check's scale too.
+            # ... and the least it could cost is at most what it costs.
+            not_results = [e for e in backlog_entries(backlog, path) if not isinstance(e, ToolResultEntry)]
+            assert backlog.floor == MIN_ENTRY_TOKENS * len(not_results) <= sum(
+                entry_tokens(e, whole.counter) for e in not_results
+            )
+        # The model input: the same messages, notes and size, on the send check's scale too;
+        # one no clip could make fit is not counted to be assembled or checked.
         built, expected = lazy.model_input(), whole.model_input()
-        assert (built.messages, built.notes, built.native, built.tokens) == (
-            expected.messages, expected.notes, expected.native, expected.tokens,
-        )  # fmt: skip
+        assert (built.messages, built.notes, built.native) == (expected.messages, expected.notes, expected.native)
         assert lazy.send_figure(built) == whole.send_figure(expected)
+        if built.backlog is not None:
+            assert all(lazy.counter.peek(e.id) is None for e in backlog_entries(built.backlog, path))
+        assert built.tokens == expected.tokens
         # Every figure, once read, is the full count's (and the kept-up tracker's).
         assert measured == full == engine.measure()
         assert state(tracker, path) == state(whole.tracker, path) == state(engine.tracker, path)
@@ -120,15 +132,21 @@ def test_a_long_path_copied_alone_is_measured_from_its_last_figure(tmp_path: Pat
     assert copy.counter.cache_size > 480
 
 
-def test_an_input_that_needs_clipping_is_counted_first(tmp_path: Path) -> None:
-    """Over the hard limit the clip decisions read every count: the backlog is counted (in a
-    session, the preflight's compaction counts it first)."""
+def test_an_input_no_clip_could_fit_is_not_counted_and_one_that_might_be_is(tmp_path: Path) -> None:
+    """Over the hard limit even without its tool outputs (at the least each entry could cost),
+    the input is never sent: it is assembled and checked without counting what came before
+    the last usage figure. Otherwise the clip decisions read every count: it is counted."""
     t = open_transcript(tmp_path)
     rounds(t, 120)
-    warm = counted_whole(t, hard=4000)
-    copy = cold(t, hard=4000)
-    assert copy.send_figure(copy.model_input()) == warm.send_figure(warm.model_input()) > 4000
-    assert copy.tracker.backlog is None
+    for hard, lazy in ((300, True), (4000, False)):
+        warm = counted_whole(t, hard=hard)
+        copy = cold(t, hard=hard)
+        built, expected = copy.model_input(), warm.model_input()
+        assert copy.send_figure(built) == warm.send_figure(expected) > hard
+        assert built.notes == expected.notes and (copy.tracker.backlog is not None) == lazy
+        if lazy:
+            assert NOT_CLIPPED in built.notes and copy.counter.cache_size <= 6
+        assert built.tokens == expected.tokens
 
 
 def test_a_compaction_counts_the_backlog_once_and_plans_as_a_full_count(tmp_path: Path) -> None:
