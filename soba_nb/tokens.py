@@ -184,6 +184,12 @@ class TokenCounter:
         base = f"{self.choice.encoding} x{self.choice.factor:g}"
         return base if self.images is ImageRule.NONE else f"{base} images:{self.images.value}"
 
+    def load(self) -> None:
+        """Load the tokenizer now rather than at the first count: a session opened without the
+        counts kept beside it will count, and loading it before the transcript is read lets
+        the transcript reuse what loading borrows (o200k: about 30 MB of its 75 MB peak)."""
+        self._count_raw("")
+
     def _count_raw(self, text: str) -> int:
         # The encoding is loaded on the first real count (about a second for o200k): a
         # resumed session whose counts are all in its index never needs it.

@@ -57,6 +57,8 @@ def open_session(
     """A session on `layout`'s transcript (created with its header when new). `provider`
     binds that provider as it is; `provider_factory` makes one from the configuration on
     first use (default: `soba_nb.providers.make_provider`)."""
+    if layout.transcript.exists() and not layout.budget.exists():
+        session_counter(config).load()  # opened cold, it will count: `TokenCounter.load`
     return AgentSession(
         config,
         layout=layout,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from soba_nb.cli.session import (
-    load_session,
+    load_counted_session,
     notebook_folder,
     session_config,
     token_arguments,
@@ -23,7 +23,7 @@ def budget_command(args: argparse.Namespace) -> int:
     from soba_nb.agent.cost import CostLedger, cap_note
     from soba_nb.agent.session import session_limits
 
-    transcript = load_session(args.session)
+    transcript = load_counted_session(args.session)
     folder = notebook_folder(transcript)
     config = session_config(transcript)
     limits = session_limits(config, transcript)

@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any
 
 from soba_nb.cli.session import (
-    load_session,
+    load_counted_session,
     session_config,
     token_arguments,
     token_figures,
@@ -115,7 +115,7 @@ def render_inspect(info: dict[str, Any]) -> str:
     "inspect", "entries, leaf, checkpoints, capsules and token figures", token_arguments
 )
 def inspect_command(args: argparse.Namespace) -> int:
-    info = describe(load_session(args.session), count=args.count)
+    info = describe(load_counted_session(args.session), count=args.count)
     if args.json:
         print_json(info)
     else:

@@ -5,18 +5,23 @@ transcript read-only, its model, its token figures and the folder whose `soba.js
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import sys
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from soba_nb.cli.table import EXIT_USAGE, PROG, CommandError
-from soba_nb.layout import SESSIONS_FOLDER_SUFFIX
+from soba_nb.layout import SESSIONS_FOLDER_SUFFIX, SessionLayout
 from soba_nb.transcript.entries import UsageEntry
 from soba_nb.transcript.store import TornLineWarning, Transcript, TranscriptError
 
 if TYPE_CHECKING:
     from soba_nb.config import SobaConfig
+
+HEADER_BYTES = 64 * 1024
+"""A header line longer than this is not read to choose a tokenizer ahead."""
 
 
 
@@ -63,6 +68,21 @@ def load_session(path: Path) -> Transcript:
         what = "torn line at the end ignored" if line > last_entry_line else "torn line (recovered after a crash)"
         print(f"{path}:{line}: warning: {what}", file=sys.stderr)
     return transcript
+
+
+def load_counted_session(path: Path) -> Transcript:
+    """`load_session` for a command that counts: a transcript without the budget state kept
+    beside it is counted from its last usage figure on, so the tokenizer its header's model
+    counts with is loaded first (`TokenCounter.load`; the embedded model's is left alone)."""
+    if path.is_file() and not SessionLayout(path).budget.exists():
+        with contextlib.suppress(OSError, ValueError, AttributeError), path.open("rb") as lines:
+            model = json.loads(lines.readline(HEADER_BYTES)).get("model") or ""
+            provider, _, name = model.partition("/")
+            if name and provider != "local":
+                from soba_nb.tokens import TokenCounter
+
+                TokenCounter.for_model(provider, name).load()
+    return load_session(path)
 
 
 def model_of(transcript: Transcript) -> tuple[str, str]:

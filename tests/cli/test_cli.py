@@ -412,6 +412,32 @@ def test_a_transcript_copied_alone_is_measured_from_its_last_figure(
     assert tokens["estimatedTokens"] == counted["estimatedTokens"]
 
 
+def test_a_transcript_alone_has_its_tokenizer_loaded_before_it_is_read(
+    capsys: pytest.CaptureFixture[str], notebook_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It will be counted (from its last usage figure on): loaded first, the tokenizer's
+    transient memory is reused by the transcript (a lower peak). A transcript with its budget
+    state beside it may need no count: nothing is loaded ahead."""
+    from soba_nb import tokens
+    from soba_nb.layout import SessionLayout
+
+    path = long_session(notebook_dir, 3)
+    loaded_first: list[bool] = []
+    load = Transcript.load
+
+    def watched(file: Path) -> Transcript:
+        loaded_first.append("o200k_base" in tokens._ENCODINGS)
+        return load(file)
+
+    monkeypatch.setattr(Transcript, "load", watched)
+    for budget_state in (False, True):
+        monkeypatch.setattr(tokens, "_ENCODINGS", {})
+        if budget_state:
+            SessionLayout(path).budget.write_text("not a state: a rebuild costs nothing more")
+        assert run(capsys, "budget", str(path))[0] == 0
+    assert loaded_first == [True, False]
+
+
 def test_the_counts_kept_beside_a_transcript_give_every_figure(
     capsys: pytest.CaptureFixture[str], notebook_dir: Path
 ) -> None:
