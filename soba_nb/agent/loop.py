@@ -182,10 +182,15 @@ class TurnRunner:
         fixed, hard = self.session.compactor.tracker.fixed, limits.hard_limit
         window = f"the window is {limits.context_window:,} ({limits.window_source})"
         if fixed >= hard:  # no window, however small, ends in a traceback: it says so (SPEC §13)
+            cure = (
+                "lower those in soba.json, or give the model a larger window"
+                if fixed < limits.context_window
+                else "the model needs a larger window (set model.contextWindow when it has one)"
+            )
             return (
                 f"Nothing fits: the system prompt and tools alone take {fixed:,} tokens and hardLimit is "
                 f"{hard:,} ({window}, less maxOutputTokens {limits.max_output_tokens:,} and safetyReserveTokens "
-                f"{limits.safety_reserve_tokens:,}): lower those in soba.json, or give the model a larger window"
+                f"{limits.safety_reserve_tokens:,}): {cure}"
             )
         return (
             f"About {hard - fixed:,} tokens of conversation fit beside the system prompt and tools ({fixed:,}). "
