@@ -247,7 +247,10 @@ def _long_session(tmp_path: Path, root: Path, on_tmpfs: bool, figures, monkeypat
         inference = [r for r in server.requests if r.operation == "inference"]
         over = [tokens for op, tokens, fits in model.judged if not fits]
         split = sum(_split_pairs(r) for r in inference)
-    flights = [json.loads(line) for line in (project / "nb.soba" / "flight.jsonl").read_text().splitlines()]
+    flights = []
+    for line in (project / "nb.soba" / "flight.jsonl").read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):  # a record the full disk cut short (metrics only)
+            flights.append(json.loads(line))
     cancelled_ops = {f["operationId"] for f in flights if f["outcome"] == "cancelled"}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torn lines a full disk left, tolerated
