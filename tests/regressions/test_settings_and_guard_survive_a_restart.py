@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from compaction_support import good_summary, words
-from conftest import new_shell, shut_down
+from conftest import SMALL_LIMITS, new_shell, shut_down, write_soba_json
 from IPython.utils.capture import capture_output
 from llm_server import text
 
@@ -56,7 +56,10 @@ def test_auto_compact_off_is_kept_by_the_session(ip, nb_dir, scripted, capsys):
 
 
 def test_the_loop_guards_pause_holds_after_a_restart(ip, nb_dir, scripted):
-    # A summary that never makes the input smaller: every soft attempt ends "skipped".
+    # Every soft attempt ends "skipped": the summary is cut short (over twice maxOutputTokens)
+    # and the deterministic capsule that replaces it reclaims about a quarter, under this
+    # floor (set here: how much a fallback reclaims moves with the tool schemas' size).
+    write_soba_json(nb_dir, scripted.server.url, {**SMALL_LIMITS, "compaction": {**SMALL_LIMITS["compaction"], "minSavingsRatio": 0.4}})
     scripted.summary = text(good_summary(words(2500)))
     ip.run_line_magic("auto_compact", "off")
     engine = ip.magics_manager.registry["SobaMagics"].agent.compactor
