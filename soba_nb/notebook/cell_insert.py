@@ -74,6 +74,10 @@ def running_cell_id(shell: Any) -> str | None:
 
 
 def _execution_count(shell: Any) -> int | None:
-    """The running cell's `In [n]`: IPython counts it up only when the cell has finished."""
-    count = getattr(shell, "execution_count", None)
+    """The running cell's `In [n]`. IPython 8 counts `execution_count` up when the cell has
+    finished, IPython 9 before it runs; the display hook's `prompt_count` is the running
+    cell's number in both (what its `Out[n]` would show)."""
+    count = getattr(getattr(shell, "displayhook", None), "prompt_count", None)
+    if not isinstance(count, int):
+        count = getattr(shell, "execution_count", None)
     return count if isinstance(count, int) else None
