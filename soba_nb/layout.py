@@ -45,6 +45,8 @@ SKILLS_FOLDER = PROJECT_FOLDER / "skills"
 PROJECT_CONFIG_NAME = "soba.json"
 USER_FOLDER = Path("~/.soba")
 USER_CONFIG_PATH = USER_FOLDER / "config.json"
+USER_CACHE_FOLDER = USER_FOLDER / "cache"
+"""Derived data kept between processes: a tokenizer's ranks (`soba_nb.tokenizer_cache`)."""
 SYSTEM_CONFIG_PATH = Path("/etc/soba/config.json")
 """The admin's layer of configuration, below the user's (SPEC §13)."""
 SYSTEM_CONFIG_ENV = "SOBA_SYSTEM_CONFIG"

@@ -53,6 +53,14 @@ class ScriptedModel:
         return [r for r in self.server.requests if r.operation == "inference"]
 
 
+@pytest.fixture(autouse=True)
+def _tokenizer_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tokenizer's ranks are kept in a folder of the test run, not the user's `~/.soba/`."""
+    from soba_nb import tokenizer_cache
+
+    monkeypatch.setattr(tokenizer_cache, "CACHE_FOLDER", tmp_path_factory.getbasetemp() / "soba-cache")
+
+
 @pytest.fixture
 def llm_server() -> Iterator[LLMServer]:
     with LLMServer() as server:

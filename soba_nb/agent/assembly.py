@@ -7,11 +7,9 @@ settings; the magics, the CLI, the demo and the benchmarks all come through here
   counter, token index, limits, compactor, flight records), its model bound on first use
   from `provider_factory` (default: the configuration's provider);
 - `reconfigure(session, config, ...)`: new settings for an open session (soba.json edited,
-  `%config SobaMagics.…`, `%auto_compact`);
-- `measure_recorded(transcript, config)`: what the preflight would measure, for a
-  transcript opened read-only (`soba-nb budget`, `inspect`), with the same counter and the
-  same system prompt and tools as an open session, from what a session keeps beside it (read,
-  never written) — or, for a transcript copied without it, from its last usage figure on.
+  `%config SobaMagics.…`, `%auto_compact`).
+
+What the preflight would measure of a transcript opened read-only is `soba_nb.agent.measure`.
 """
 
 from __future__ import annotations
@@ -20,19 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from soba_nb.agent.prompt import SYSTEM_PROMPT
-from soba_nb.agent.session import AgentSession, session_counter, session_limits
-from soba_nb.agent.tools import TOOL_SCHEMAS, tool_schemas_for
-from soba_nb.compaction.budget import BudgetTracker, Measurement
-from soba_nb.compaction.budget_state import BudgetStateFile
-from soba_nb.compaction.model_input import fixed_tokens
+from soba_nb.agent.limits import session_counter
+from soba_nb.agent.session import AgentSession
 from soba_nb.config import SobaConfig
 from soba_nb.layout import SessionLayout
 from soba_nb.providers.base import Provider
-from soba_nb.tokens import TokenCounter
-from soba_nb.transcript.store import Transcript
-from soba_nb.transcript.token_index import TokenIndex
-from soba_nb.window import model_key, usage_ceiling
 
 
 def choose_layout(folder: Path, *, session_file: Path | None = None, new: bool = False) -> SessionLayout:
@@ -81,27 +71,3 @@ def reconfigure(
     if idle_timeout_s is not None:
         session.set_idle_timeout(idle_timeout_s)
     return session
-
-
-def measure_recorded(transcript: Transcript, config: SobaConfig | None, counter: TokenCounter | None = None) -> tuple[TokenCounter, Measurement]:
-    """The counter and the measurement an open session would make of `transcript`'s path
-    (its configuration's counter; `counter` when there is no configuration). The budget
-    state and the counts beside the transcript are read, never written; without them the
-    path is measured from its last usage figure on (the rest is counted if the measurement's
-    `estimated` is read)."""
-    if config is not None:
-        counter = session_counter(config)
-    assert counter is not None, "a counter or a configuration"
-    saved = BudgetStateFile(transcript.file).load()
-    if saved is not None and saved.counter == counter.key:
-        counter.prime(saved.counts)
-    counter.backfill = TokenIndex.open(transcript.file, counter.key, writable=False, keys_of=transcript.own_ids).read_counts
-    tools = TOOL_SCHEMAS
-    if config is not None:
-        hard_limit = session_limits(config, transcript).hard_limit
-        tools = tool_schemas_for(hard_limit, fixed_tokens(SYSTEM_PROMPT, TOOL_SCHEMAS, counter))
-    tracker = BudgetTracker(counter, fixed_tokens(SYSTEM_PROMPT, tools, counter))
-    if config is not None:
-        tracker.distrust_usage_from(usage_ceiling(transcript.windows, model_key(config)))
-    tracker.offer(saved)
-    return counter, tracker.measure(transcript.path_view())

@@ -16,12 +16,11 @@ from typing import Any
 from soba_nb.agent.binding import ModelBinding
 from soba_nb.agent.cost import CostLedger, SessionCost
 from soba_nb.agent.kernel_state import kernel_state
+from soba_nb.agent.limits import session_counter, session_limits, takes_images
 from soba_nb.agent.prompt import SYSTEM_PROMPT
 from soba_nb.agent.provenance import Provenance, trace
 from soba_nb.agent.skills import load_skill
 from soba_nb.agent.tools import TOOL_SCHEMAS, tool_schemas_for
-from soba_nb.catalogue import lookup
-from soba_nb.catalogue import takes_images as catalogue_takes_images
 from soba_nb.compaction.compactor import NO_MODELS, Compactor, CompactorSettings
 from soba_nb.compaction.flight import FlightRecorder
 from soba_nb.compaction.model_input import fixed_tokens
@@ -33,7 +32,6 @@ from soba_nb.providers.base import ModelRequest, Provider
 from soba_nb.providers.discovery import ServerWindow, discover_window
 from soba_nb.providers.errors import ProviderError
 from soba_nb.providers.http import DEFAULT_IDLE_TIMEOUT_S
-from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     CheckpointEntry,
@@ -50,58 +48,10 @@ from soba_nb.transcript.token_index import TokenIndex
 from soba_nb.window import (
     AUTO_KEY,
     SessionLimits,
-    learned_window,
     model_key,
     recorded_server_window,
-    resolve_limits,
     usage_ceiling,
 )
-
-
-def session_limits(
-    config: SobaConfig, transcript: Transcript, server: ServerWindow | None = None
-) -> SessionLimits:
-    """The limits of a session: its config, the catalogue, the server's figure (or the one
-    recorded last), what the session learned and its `%auto_compact` setting."""
-    model = model_key(config)
-    windows = transcript.windows
-    return resolve_limits(
-        config,
-        catalogue=lookup(config.model.provider, config.model.name),
-        server=server or recorded_server_window(windows, model),
-        learned=learned_window(windows, model),
-        auto_setting=transcript.setting(AUTO_KEY),
-    )
-
-
-def takes_images(config: SobaConfig) -> bool:
-    """The model takes images: `model.vision` when set, else the catalogue (the embedded
-    model takes none)."""
-    model = config.model
-    if model.provider == "local":
-        return False
-    return model.vision if model.vision is not None else catalogue_takes_images(model.provider, model.name)
-
-
-def image_rule(config: SobaConfig) -> ImageRule:
-    """How the model counts an image: Anthropic's area rule, OpenAI's tiles (every
-    OpenAI-compatible server), or none."""
-    if not takes_images(config):
-        return ImageRule.NONE
-    return ImageRule.AREA if config.model.provider == "anthropic" else ImageRule.TILES
-
-
-def session_counter(config: SobaConfig) -> TokenCounter:
-    """The embedded model counts with its own tokenizer; other models by family (tokens.py),
-    their images by their provider's rule."""
-    if config.model.provider == "local":
-        from soba_nb.resolution import embedded_model_installed
-
-        if embedded_model_installed():
-            from soba_nb.providers.local_model import count_tokens
-
-            return TokenCounter.exact(f"{config.model.name} (GGUF vocabulary)", count_tokens)
-    return TokenCounter.for_model(config.model.provider, config.model.name, images=image_rule(config))
 
 
 class RewindError(ValueError):

@@ -21,7 +21,7 @@ from soba_nb.cli.table import EXIT_OK, print_json, subcommand
 )
 def budget_command(args: argparse.Namespace) -> int:
     from soba_nb.agent.cost import CostLedger, cap_note
-    from soba_nb.agent.session import session_limits
+    from soba_nb.agent.limits import session_limits
 
     transcript = load_counted_session(args.session)
     folder = notebook_folder(transcript)

@@ -124,7 +124,7 @@ def token_figures(
     without what soba-nb keeps beside it: counting 300,000 entries takes most of a minute).
     `path_total`: give `pathTokens` (without it, `uncountedEntries` counts what the estimate
     lacks, and the counts kept beside the transcript are not read for it)."""
-    from soba_nb.agent.assembly import measure_recorded
+    from soba_nb.agent.measure import measure_recorded
     from soba_nb.compaction.budget import EAGER_BACKLOG_ENTRIES
     from soba_nb.compaction.model_input import entry_tokens
     from soba_nb.tokens import TokenCounter  # loads the BPE ranks: only when counting

@@ -45,12 +45,13 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import httpx
-
 from soba_nb.config import MAX_CONTEXT_WINDOW
+
+if TYPE_CHECKING:  # imported where a server is asked: `ServerWindow` alone needs no HTTP client
+    import httpx
 
 DISCOVERY_TIMEOUT_S = 2.0
 """Default bound on the whole discovery, all probes together."""
@@ -101,6 +102,8 @@ class _Probe:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             raise _NoAnswer("out of time")
+        import httpx
+
         timeout = httpx.Timeout(remaining, connect=min(CONNECT_TIMEOUT_S, remaining))
         with self.client.stream(
             method, url, json=body, headers=self.headers, timeout=timeout
@@ -246,6 +249,8 @@ def discover_window(
     base = base_url.rstrip("/")
     root = base[: -len(OPENAI_PATH_SUFFIX)] if base.endswith(OPENAI_PATH_SUFFIX) else base
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    import httpx
+
     own_client = client is None
     http = httpx.Client() if client is None else client
     try:

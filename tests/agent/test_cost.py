@@ -18,8 +18,8 @@ from compaction_support import good_summary
 from conftest import SMALL_LIMITS, TEST_KEY_ENV, new_shell, shut_down
 from llm_server import text
 
-from soba_nb.agent.assembly import measure_recorded
 from soba_nb.agent.cost import CostLedger, prices_for
+from soba_nb.agent.measure import measure_recorded
 from soba_nb.catalogue import PRICES_TAKEN
 from soba_nb.cli import main
 from soba_nb.config import ModelSettings, PricingSettings, SobaConfig, recorded_config

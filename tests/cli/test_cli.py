@@ -443,7 +443,8 @@ def test_the_counts_kept_beside_a_transcript_give_every_figure(
 ) -> None:
     """What a session keeps beside its transcript is read (never written): the figures a
     copy alone would not count are there."""
-    from soba_nb.agent.assembly import measure_recorded, open_session
+    from soba_nb.agent.assembly import open_session
+    from soba_nb.agent.measure import measure_recorded
     from soba_nb.config import build_config
     from soba_nb.layout import SessionLayout
 

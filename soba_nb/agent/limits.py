@@ -1,0 +1,80 @@
+"""What a session's configuration means for its model: its limits, the counter that counts
+for it and how it counts an image.
+
+Kept apart from `soba_nb.agent.session` (which binds a provider, and so imports every HTTP
+client): `soba-nb budget` and `inspect` need these and nothing that talks to a server.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from soba_nb.catalogue import lookup
+from soba_nb.catalogue import takes_images as catalogue_takes_images
+from soba_nb.config import SobaConfig
+from soba_nb.images import ImageRule
+from soba_nb.tokens import TokenCounter
+from soba_nb.transcript.store import Transcript
+from soba_nb.window import (
+    AUTO_KEY,
+    SessionLimits,
+    learned_window,
+    model_key,
+    recorded_server_window,
+    resolve_limits,
+)
+
+if TYPE_CHECKING:
+    from soba_nb.providers.discovery import ServerWindow
+
+
+def session_limits(
+    config: SobaConfig, transcript: Transcript, server: ServerWindow | None = None
+) -> SessionLimits:
+    """The limits of a session: its config, the catalogue, the server's figure (or the one
+    recorded last), what the session learned and its `%auto_compact` setting."""
+    model = model_key(config)
+    windows = transcript.windows
+    return resolve_limits(
+        config,
+        catalogue=lookup(config.model.provider, config.model.name),
+        server=server or recorded_server_window(windows, model),
+        learned=learned_window(windows, model),
+        auto_setting=transcript.setting(AUTO_KEY),
+    )
+
+
+def takes_images(config: SobaConfig) -> bool:
+    """The model takes images: `model.vision` when set, else the catalogue (the embedded
+    model takes none)."""
+    model = config.model
+    if model.provider == "local":
+        return False
+    return (
+        model.vision
+        if model.vision is not None
+        else catalogue_takes_images(model.provider, model.name)
+    )
+
+
+def image_rule(config: SobaConfig) -> ImageRule:
+    """How the model counts an image: Anthropic's area rule, OpenAI's tiles (every
+    OpenAI-compatible server), or none."""
+    if not takes_images(config):
+        return ImageRule.NONE
+    return ImageRule.AREA if config.model.provider == "anthropic" else ImageRule.TILES
+
+
+def session_counter(config: SobaConfig) -> TokenCounter:
+    """The embedded model counts with its own tokenizer; other models by family (tokens.py),
+    their images by their provider's rule."""
+    if config.model.provider == "local":
+        from soba_nb.resolution import embedded_model_installed
+
+        if embedded_model_installed():
+            from soba_nb.providers.local_model import count_tokens
+
+            return TokenCounter.exact(f"{config.model.name} (GGUF vocabulary)", count_tokens)
+    return TokenCounter.for_model(
+        config.model.provider, config.model.name, images=image_rule(config)
+    )

@@ -1,0 +1,97 @@
+"""The BPE ranks of a tokenizer, kept in `~/.soba/cache/` in the form quickest to read.
+
+The first count of a session opened without its counts (a copied transcript, a new kernel on
+an old session, `soba-nb budget` of an artifact) waits for its tokenizer, and most of the
+wait before tiktoken's own constructor is the packaged file read back: gzip, a sha256 and
+200,000 base64 tokens decoded one by one (about 0.13 s for o200k_base). The same tokens, in
+rank order as one msgpack array of byte strings, read back in about 5 ms.
+
+The file is derived data and is trusted only when its sha256 is the one written here (the
+encoding of tiktoken's published ranks, checked once): a torn, stale or planted file is not
+read but replaced. It is written to a temporary file beside it and renamed; a home folder
+that cannot be written (read-only, full, none) only means the slow read every time. Nothing
+is sent anywhere and nothing else is kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+import msgspec
+
+from soba_nb.layout import USER_CACHE_FOLDER
+
+logger = logging.getLogger(__name__)
+
+CACHE_FOLDER = USER_CACHE_FOLDER
+
+# sha256 of `msgspec.msgpack.encode(tokens in rank order)` for tiktoken's published files.
+EXPECTED_SHA256 = {
+    "o200k_base": "21be86ee43e53a592c4dc0621c2eca9af6bc4c29df3c9a2161e452e4ecccab5d",
+    "cl100k_base": "ed0816e2b705c3b6474af6314071f4fdeebd9b5862af1ff3d3f9136711a8a00c",
+}
+MAX_CACHE_BYTES = 16 * 1024 * 1024
+"""A file larger than this is not read (o200k_base's is 1.8 MB)."""
+
+_DECODER = msgspec.msgpack.Decoder(list[bytes])
+
+
+def cache_path(name: str) -> Path:
+    return CACHE_FOLDER.expanduser() / f"{name}.ranks"
+
+
+def read_ranks(name: str) -> dict[bytes, int] | None:
+    """The ranks kept for `name`, or None when there are none to trust (never raises)."""
+    expected = EXPECTED_SHA256.get(name)
+    if expected is None:
+        return None
+    try:
+        fd = os.open(cache_path(name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, RuntimeError):  # none yet, a link, no home folder
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a folder or a FIFO in its place
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            blob = file.read(MAX_CACHE_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(blob) > MAX_CACHE_BYTES or hashlib.sha256(blob).hexdigest() != expected:
+        logger.debug("tokenizer cache %s: not the expected file, rebuilt", name)
+        return None
+    tokens = _DECODER.decode(blob)
+    return dict(zip(tokens, range(len(tokens)), strict=True))
+
+
+def keep_ranks(name: str, ranks: dict[bytes, int]) -> None:
+    """Keep `ranks` for the next process, when they are tiktoken's published ones (never raises)."""
+    expected = EXPECTED_SHA256.get(name)
+    tokens = list(ranks)
+    if expected is None or list(ranks.values()) != list(range(len(tokens))):
+        return
+    blob = msgspec.msgpack.encode(tokens)
+    if hashlib.sha256(blob).hexdigest() != expected:
+        return
+    target = cache_path(name)
+    temporary = None
+    try:
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=target.parent)
+        with os.fdopen(fd, "wb") as file:
+            file.write(blob)
+        os.replace(temporary, target)
+        temporary = None
+    except (OSError, RuntimeError) as error:
+        logger.debug("tokenizer cache %s: not kept (%s)", name, type(error).__name__)
+    finally:
+        if temporary is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
