@@ -6,13 +6,20 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-try:
-    __version__ = version("soba-nb")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0.0.0"
+
+def __getattr__(name: str) -> str:
+    """`__version__`, read from the installed package's metadata when first asked for (the
+    metadata machinery costs every `soba-nb` command 10 ms it rarely needs)."""
+    if name != "__version__":
+        raise AttributeError(f"module 'soba_nb' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("soba-nb")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "0.0.0"
 
 
 def load_ipython_extension(ipython: Any) -> None:

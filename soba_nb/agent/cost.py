@@ -140,7 +140,8 @@ def identity(model: ModelSettings) -> Identity:
 
 @dataclass
 class _Tokens:
-    """Token sums of requests that had no price when recorded (priced later if they can be)."""
+    """Token sums of requests: priced together (a cost is linear in its tokens, and exact in
+    decimals), by the prices they were recorded with or, if they had none, later if they can be."""
 
     uncached: int = 0
     cached: int = 0
@@ -149,7 +150,7 @@ class _Tokens:
 
     def add(self, entry: UsageEntry) -> None:
         cached = entry.cached_input_tokens if isinstance(entry.cached_input_tokens, int) else 0
-        cached = min(cached, entry.input_tokens)
+        cached = max(min(cached, entry.input_tokens), 0)
         self.uncached += entry.input_tokens - cached
         self.cached += cached
         self.output += entry.output_tokens
@@ -233,15 +234,14 @@ class CostLedger:
     _prices: Prices | None = None
     _started: bool = False
     """A `config` entry was read (before one, entries are priced by the current model)."""
-    _priced: dict[str, Decimal] = field(default_factory=lambda: dict.fromkeys(OPERATIONS, Decimal(0)))
-    _priced_requests: int = 0
+    _priced: dict[tuple[Prices, str], _Tokens] = field(default_factory=dict)
     _pending: dict[tuple[Identity | None, str], _Tokens] = field(default_factory=dict)
 
     def follow(self, transcript: Transcript) -> None:
         """Read what was appended since the last call."""
         if len(transcript) < self._seen:  # not the same file any more: start again
             self._seen, self._model, self._prices, self._started = 0, None, None, False
-            self._priced, self._priced_requests = dict.fromkeys(OPERATIONS, Decimal(0)), 0
+            self._priced = {}
             self._pending = {}
         self.add(islice(transcript, self._seen, None))
 
@@ -257,9 +257,7 @@ class CostLedger:
 
     def _add_usage(self, entry: UsageEntry) -> None:
         if self._prices is not None:
-            cached = entry.cached_input_tokens if isinstance(entry.cached_input_tokens, int) else 0
-            self._priced[entry.operation] += self._prices.cost(entry.input_tokens, cached, entry.output_tokens)
-            self._priced_requests += 1
+            self._priced.setdefault((self._prices, entry.operation), _Tokens()).add(entry)
             return
         who = None if not self._started else identity(self._model) if self._model is not None else ("", None, "")
         self._pending.setdefault((who, entry.operation), _Tokens()).add(entry)
@@ -268,8 +266,11 @@ class CostLedger:
         """The session's cost, `config` being the one it runs with now."""
         prices = config_prices(config)
         now = identity(config.model)
-        totals = dict(self._priced)
-        priced, unpriced = self._priced_requests, 0
+        totals = dict.fromkeys(OPERATIONS, Decimal(0))
+        priced, unpriced = 0, 0
+        for (recorded, operation), tokens in self._priced.items():
+            totals[operation] += tokens.priced(recorded)
+            priced += tokens.requests
         for (who, operation), tokens in self._pending.items():
             if prices is not None and who in (None, now):
                 totals[operation] += tokens.priced(prices)

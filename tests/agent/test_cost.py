@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from compaction_support import good_summary
 from conftest import SMALL_LIMITS, TEST_KEY_ENV, new_shell, shut_down
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from llm_server import text
 
 from soba_nb.agent.cost import CostLedger, prices_for
@@ -409,3 +411,47 @@ def test_each_request_keeps_the_prices_it_was_recorded_under(tmp_path):
     )
     ledger.follow(transcript)  # nothing new: nothing counted twice
     assert ledger.cost(dearer).inference == Decimal(21)
+
+
+PRICE_CHOICES = [None, (2.5, 10.0, 1.25), (0.15, 0.6, None), (3.0, 15.0, 0.3), (1.1, 4.4, 0.275)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(range(len(PRICE_CHOICES))),
+            st.tuples(
+                st.integers(0, 2_000_000), st.one_of(st.none(), st.integers(-5, 2_000_000)), st.integers(0, 100_000),
+                st.sampled_from(["inference", "compaction"]),
+            ),
+        ),
+        max_size=40,
+    )
+)
+def test_requests_priced_together_cost_what_each_costs_alone(steps: list[Any]) -> None:
+    """The ledger sums tokens by the prices they were recorded with and prices each sum once:
+    exactly what pricing every request alone and adding up gives (a cost is linear and exact
+    in decimals), across price changes, unpriced stretches and odd cached figures."""
+    ledger, expected = CostLedger(), {"inference": Decimal(0), "compaction": Decimal(0)}
+    prices = None
+    for step in steps:
+        if isinstance(step, int):
+            choice = PRICE_CHOICES[step]
+            model: dict[str, Any] = {"name": "gpt-4o", "baseUrl": "http://gw.example/v1"}
+            if choice is not None:
+                model["pricing"] = {"inputPerMTok": choice[0], "outputPerMTok": choice[1]}
+                if choice[2] is not None:
+                    model["pricing"]["cachedInputPerMTok"] = choice[2]
+            config = SobaConfig.model_validate({"model": model})
+            ledger.add([ConfigEntry(config=config.to_json())])
+            prices = prices_for(config.model)
+            continue
+        input_tokens, cached, output, operation = step
+        entry = UsageEntry(input_tokens=input_tokens, cached_input_tokens=cached, output_tokens=output, operation=operation)
+        ledger.add([entry])
+        if prices is not None:
+            expected[operation] += prices.cost(input_tokens, cached or 0, output)
+    unpriced = SobaConfig.model_validate({"model": {"name": "llama3", "baseUrl": "http://other.example/v1"}})
+    now = ledger.cost(unpriced)  # no prices now: only what was priced when recorded counts
+    assert (now.inference, now.compaction) == (expected["inference"], expected["compaction"])
