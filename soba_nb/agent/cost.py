@@ -234,8 +234,8 @@ class CostLedger:
     _prices: Prices | None = None
     _started: bool = False
     """A `config` entry was read (before one, entries are priced by the current model)."""
-    _priced: dict[tuple[Prices, str], _Tokens] = field(default_factory=dict)
-    _pending: dict[tuple[Identity | None, str], _Tokens] = field(default_factory=dict)
+    _priced: dict[tuple[Prices, UsageOperation], _Tokens] = field(default_factory=dict)
+    _pending: dict[tuple[Identity | None, UsageOperation], _Tokens] = field(default_factory=dict)
 
     def follow(self, transcript: Transcript) -> None:
         """Read what was appended since the last call."""
