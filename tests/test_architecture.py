@@ -27,7 +27,7 @@ LAYERS = {
     "own_files": {"layout"},
     "transcript": {"layout", "redact", "collector"},
     "compaction": {"transcript", "tokens", "images", "messages", "redact", "text", "layout", "collector"},
-    "config": {"compaction", "layout", "paths", "printable", "resolution", "text"},
+    "config": {"compaction", "layout", "paths", "printable", "redact", "resolution", "text"},
     "engine": {"messages"},
     "providers": {"engine", "compaction", "config", "images", "messages", "text", "transcript", "tokens", "redact", "resolution"},
     "window": {"catalogue", "compaction", "config", "providers", "transcript"},

@@ -44,6 +44,7 @@ from soba_nb.config.settings import SobaConfig as SobaConfig  # re-exported
 from soba_nb.layout import SYSTEM_CONFIG_ENV, SYSTEM_CONFIG_PATH, USER_CONFIG_PATH
 from soba_nb.paths import shown
 from soba_nb.printable import printable
+from soba_nb.redact import is_secret_name, redact
 from soba_nb.resolution import resolve_provider
 from soba_nb.text import clip
 
@@ -188,19 +189,39 @@ def _one_line(exc: ValidationError, merged: Mapping[str, Any], prefix: tuple[str
     key = ".".join(part if part.isidentifier() else json.dumps(part) for part in loc) if loc else "config"
     rule = " ".join(str(err["msg"]).split())
     if err["type"] == "extra_forbidden":
-        return f"{key}: unknown key (value {clip(json.dumps(value, default=str), VALUE_SHOWN_CHARS)}); {_known_keys(loc)}"
+        if loc and is_secret_name(loc[-1]):
+            return (
+                f"{key}: unknown key (its value is not shown: the key names a secret; a key is read only "
+                f"from the environment variable model.apiKeyEnv names); {_known_keys(loc)}"
+            )
+        return f"{key}: unknown key (value {_shown_value(value)}); {_known_keys(loc)}"
     if err["type"] == "value_error":
         rule = rule.removeprefix("Value error, ")
         # A field's own check (baseUrl) gets the key and value; the limits check words its own.
-        return f"{key} = {clip(json.dumps(value, default=str), VALUE_SHOWN_CHARS)}: {rule}" if loc else rule
+        return f"{_key_and_value(key, loc, value)}: {rule}" if loc else rule
     if err["type"] in ("model_type", "model_attributes_type", "dict_type"):
-        return f"{key} = {clip(json.dumps(value, default=str), VALUE_SHOWN_CHARS)}: must be a JSON object"
+        return f"{_key_and_value(key, loc, value)}: must be a JSON object"
     if err["type"] == "missing":
         return f"{key}: required"
-    return f"{key} = {clip(json.dumps(value, default=str), VALUE_SHOWN_CHARS)}: {rule.lower()}"
+    return f"{_key_and_value(key, loc, value)}: {rule.lower()}"
 
 
 VALUE_SHOWN_CHARS = 80
+
+
+def _shown_value(value: Any) -> str:
+    """A value as a configuration error shows it: JSON, redacted, then clipped. The error is
+    shown in a cell's output, which the notebook file keeps: a secret written where a setting
+    belongs (a key pasted into `contextWindow`, a password in `baseUrl`) must not be echoed,
+    nor anything under a key that names a secret."""
+    return clip(redact(json.dumps(value, default=str)), VALUE_SHOWN_CHARS)
+
+
+def _key_and_value(key: str, loc: Sequence[str], value: Any) -> str:
+    """`key = value` for an error, or `key (value not shown)` under a key that names a secret."""
+    if any(is_secret_name(part) for part in loc):
+        return f"{key} (value not shown)"
+    return f"{key} = {_shown_value(value)}"
 
 
 def _known_keys(loc: list[str]) -> str:

@@ -3,6 +3,7 @@ that make sense (SPEC §12), camelCase JSON names."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -20,6 +21,7 @@ from soba_nb.compaction.limits import (
     hard_limit,
     soft_limit,
 )
+from soba_nb.redact import redact
 
 ProviderName = Literal["openai", "anthropic", "local"]
 
@@ -48,6 +50,30 @@ class Section(BaseModel):
         extra="forbid",
         validate_assignment=True,
     )
+
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+"""What `model.apiKeyEnv` may hold: a shell's environment variable name."""
+
+
+def api_key_env_problem(name: str) -> str | None:
+    """Why `name` cannot be `model.apiKeyEnv` (None when it can; empty: no key is sent). A key
+    pasted there instead of its variable's name is refused before anything shows or records it."""
+    if name and (ENV_NAME.fullmatch(name) is None or redact(name, {}) != name or _looks_random(name)):
+        return (
+            "must be the name of the environment variable that holds the key (letters, digits and _), "
+            "not the key itself"
+        )
+    return None
+
+
+def _looks_random(name: str) -> bool:
+    """A long name mixing lower case, upper case and digits is a key (`sk_live_51Hx…`,
+    `AIzaSy…`), not a variable's name (`OPENAI_API_KEY`, `TeamKey2`)."""
+    return len(name) > KEY_LIKE_CHARS and not name.isupper() and not name.islower() and any(c.isdigit() for c in name)
+
+
+KEY_LIKE_CHARS = 24
 
 
 def base_url_problem(url: str) -> str | None:
@@ -111,6 +137,14 @@ class ModelSettings(Section):
     """Whether the model takes images (null: the model catalogue decides by name)."""
     pricing: PricingSettings | None = None
     """What the model costs (null: the catalogue's prices, or none: SPEC §11)."""
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, value: str) -> str:
+        problem = api_key_env_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @field_validator("base_url")
     @classmethod

@@ -11,6 +11,7 @@ import ipaddress
 import os
 from urllib.parse import urlsplit
 
+from soba_nb.config.settings import api_key_env_problem
 from soba_nb.providers.errors import MissingApiKeyError
 
 REDACTED = "[redacted]"
@@ -48,6 +49,10 @@ def read_api_key(env_name: str, base_url: str) -> str | None:
         raise MissingApiKeyError(
             f"no API key for {base_url}: model.apiKeyEnv is empty; set it to the name of "
             "the environment variable that holds the key"
+        )
+    if api_key_env_problem(env_name) is not None:  # a key where its variable's name belongs
+        raise MissingApiKeyError(
+            f"no API key for {base_url}: model.apiKeyEnv {api_key_env_problem(env_name)} (its value is not shown)"
         )
     raise MissingApiKeyError(
         f"no API key for {base_url}: the environment variable {env_name} (model.apiKeyEnv) "
