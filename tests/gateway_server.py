@@ -30,6 +30,7 @@ from typing import Any
 
 import httpx
 import pytest
+from child_processes import tied_to_this_process
 from jupyter_support import free_port
 
 START_TIMEOUT_S = 180.0
@@ -96,7 +97,7 @@ def litellm_proxy(
     env = {**os.environ, **OFFLINE_ENV}
     with log.open("wb") as output:
         process = subprocess.Popen(
-            command, stdout=output, stderr=subprocess.STDOUT, env=env, cwd=folder, start_new_session=True
+            tied_to_this_process(command), stdout=output, stderr=subprocess.STDOUT, env=env, cwd=folder, start_new_session=True
         )
     root = f"http://127.0.0.1:{port}"
     try:

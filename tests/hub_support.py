@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from child_processes import tied_to_this_process
 from jupyter_support import REPO_ROOT, free_port
 from local_users import ACCOUNT_TOOLS
 
@@ -237,7 +238,7 @@ def jupyterhub(
     hub = Hub(settings["bind_url"], service_token, folder, log)
     with log.open("wb") as output:
         process = subprocess.Popen(
-            [sys.executable, "-m", "jupyterhub", "-f", str(config)],
+            tied_to_this_process([sys.executable, "-m", "jupyterhub", "-f", str(config)]),
             cwd=folder, env=env, stdout=output, stderr=subprocess.STDOUT,
             start_new_session=True, umask=umask,
         )

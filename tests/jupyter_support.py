@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from child_processes import tied_to_this_process
 
 import soba_nb
 
@@ -197,7 +198,7 @@ def jupyter_server(
     log = tmp / f"{module}.log"
     with log.open("wb") as output:
         process = subprocess.Popen(
-            [
+            tied_to_this_process([
                 sys.executable,
                 "-m",
                 module,
@@ -216,7 +217,7 @@ def jupyter_server(
                 # CI and these machines run as root; the server refuses that unless told.
                 *(["--allow-root"] if os.geteuid() == 0 else []),
                 *extra_args,
-            ],
+            ]),
             cwd=root,
             env=env,
             stdout=output,

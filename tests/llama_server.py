@@ -25,6 +25,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from child_processes import tied_to_this_process
 from jupyter_support import free_port
 
 from soba_nb.providers.local_model import local_model_path
@@ -61,7 +62,7 @@ def llama_cpp_server(n_ctx: int, log: Path) -> Iterator[str]:
         "--n_threads", "2",
     ]
     with log.open("wb") as output:
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(tied_to_this_process(command), stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
