@@ -7,7 +7,7 @@ client): `soba-nb budget` and `inspect` need these and nothing that talks to a s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from soba_nb.catalogue import lookup
 from soba_nb.catalogue import takes_images as catalogue_takes_images
@@ -26,6 +26,10 @@ from soba_nb.window import (
 
 if TYPE_CHECKING:
     from soba_nb.providers.discovery import ServerWindow
+
+
+class HasCounter(Protocol):
+    counter: TokenCounter
 
 
 def session_limits(
@@ -78,3 +82,9 @@ def session_counter(config: SobaConfig) -> TokenCounter:
     return TokenCounter.for_model(
         config.model.provider, config.model.name, images=image_rule(config)
     )
+
+
+def counts_differently(session: HasCounter, config: SobaConfig) -> bool:
+    """`config` counts otherwise than the open session does (its key: encoding, factor, image
+    rule): the session must be reopened for it."""
+    return session_counter(config).key != session.counter.key

@@ -26,6 +26,7 @@ from IPython.core.error import UsageError
 
 from soba_nb.agent.assembly import choose_layout, open_session, reconfigure
 from soba_nb.agent.events import AgentEvent, ToolFinished, ToolStarted
+from soba_nb.agent.limits import counts_differently
 from soba_nb.agent.session import AgentSession, RewindError
 from soba_nb.agent.skills import SkillError
 from soba_nb.agent.tools.base import CellKind, NotebookAccess
@@ -95,6 +96,11 @@ class SessionHolder:
             location = locate(self.user_ns, session_file=requested)
             folder = location.notebook.parent if location.notebook else Path.cwd()
             config = load_config(folder, self._overrides())
+            if self.agent is not None and not new and requested is None and counts_differently(self.agent, config):
+                # Another tokenizer, factor or image rule (a model switched in soba.json): the
+                # session is reopened on its transcript, as after a restart, so that every
+                # count — and which images a request may carry — follows the new model.
+                requested = self.agent.file
             if self.agent is None or new or requested is not None:
                 self.close()
                 self.agent = open_session(

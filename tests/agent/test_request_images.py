@@ -129,6 +129,29 @@ def test_a_model_without_vision_gets_a_line_naming_the_image(inline, nb_dir, scr
     assert len(scripted.inference_requests()[-1].images()) == 1
 
 
+def test_a_model_switched_in_soba_json_counts_and_sees_as_the_new_model(inline, nb_dir, scripted):
+    """The session's counter follows soba.json: a switch to a model that takes images (or
+    counts with another tokenizer) reopens the session on its transcript, as a restart would,
+    and the next request carries the image; switching back stops it. No turn is lost."""
+    configure(nb_dir, scripted, name="gpt-3.5-turbo")
+    scripted.script(tool_calls(("python", {"code": PLOT})), text("I cannot see it."))
+    inline.run_line_magic("soba", "plot it")
+    agent = magics(inline).agent
+    file, before = agent.file, agent.counter.key
+    assert scripted.inference_requests()[-1].images() == [] and "images" not in before
+    configure(nb_dir, scripted, name="my-local-vlm", vision=True)
+    scripted.script(tool_calls(("python", {"code": PLOT})), text("Seen."))
+    inline.run_line_magic("soba", "plot it again")
+    agent = magics(inline).agent
+    assert agent.file == file and agent.counter.key == "o200k_base x1.15 images:tiles" != before
+    assert len(scripted.inference_requests()[-1].images()) >= 1
+    assert [e.content for e in agent.transcript.path() if getattr(e, "role", None) == "user"] == ["plot it", "plot it again"]
+    configure(nb_dir, scripted, name="gpt-3.5-turbo")
+    scripted.script(text("Back to text."))
+    inline.run_line_magic("soba", "and now?")
+    assert scripted.inference_requests()[-1].images() == [] and magics(inline).agent.counter.key == before
+
+
 def test_only_the_newest_images_are_sent_and_a_large_one_is_resized(ip, nb_dir, scripted):
     configure(nb_dir, scripted, name="gpt-4o")
     layer = json.loads((nb_dir / "soba.json").read_text())
