@@ -87,6 +87,9 @@ def test_a_gateways_own_counts_are_no_cut_prompt(ip, nb_dir, llm_server, context
     outputs = turns(ip, model, 6)
     assert not any("cut the prompt" in out or "not a count to trust" in out for out in outputs)
     assert not any("Traceback" in out or "failed" in out for out in outputs), outputs
+    # Over the hard limit on our count only (the gateway's, which the send check reads, is far
+    # lower): nothing was clipped and nothing is wrong, so no turn says "not clipped".
+    assert not any("not clipped" in out for out in outputs), outputs
     assert [source for _, source in learned(ip)] in ([], ["overflow"])  # never "truncation"
     first = next(e for e in agent(ip).transcript.entries if isinstance(e, UsageEntry))
     assert first.input_tokens < 0.5 * first.sent_tokens  # what the one-figure rule took for a cut
