@@ -1,7 +1,7 @@
 """One soba-nb process of benchmarks/cold_bench.py; prints one JSON object (its last line).
 
     python benchmarks/cold_child.py cli budget|inspect SESSION   # the command, output discarded
-    python benchmarks/cold_child.py first SESSION [--plan]       # the first %soba of a new kernel
+    python benchmarks/cold_child.py first SESSION [--plan] [--after-load-ext]  # the first %soba of a new kernel
     python benchmarks/cold_child.py turns SESSION TURNS          # what each turn adds before its request
 
 Only the standard library is imported before the command runs: a `cli` process costs what
@@ -48,7 +48,12 @@ def cli(command: str, path: Path) -> dict[str, Any]:
     return {"rss": max_rss()}
 
 
-def first(path: Path, plan: bool) -> dict[str, Any]:
+PAUSE_S = 1.0
+"""`first --after-load-ext`: the time between `%load_ext soba_nb` and the first `%soba` (a user
+typing a request takes longer)."""
+
+
+def first(path: Path, plan: bool, after_load_ext: bool = False) -> dict[str, Any]:
     """The first `%soba` of a new kernel (soba-nb imported at `%load_ext`): the session opened,
     its preflight's measure, upkeep and trigger decision, and — when nothing is to be
     compacted — the input `request_for_sending` builds. With `plan`: then the compaction plan a
@@ -59,6 +64,15 @@ def first(path: Path, plan: bool) -> dict[str, Any]:
     from soba_nb.compaction.triggers import TurnState, decide
     from soba_nb.layout import SessionLayout
 
+    pause = 0.0
+    if after_load_ext:  # what `%load_ext soba_nb` starts (soba_nb/notebook/warm_up.py), then the user types
+        from generate import bench_config
+
+        from soba_nb.notebook import warm_up
+
+        warm_up.start_for(bench_config())
+        time.sleep(PAUSE_S)
+        pause = PAUSE_S
     rss_imports = max_rss()
     gc.collect()
     start = time.perf_counter()
@@ -72,7 +86,7 @@ def first(path: Path, plan: bool) -> dict[str, Any]:
         turn=TurnState(), guard=tracker.guard,
     )  # fmt: skip
     decided = time.perf_counter()
-    result: dict[str, Any] = {"open": opened - start, "preflight": decided - opened, "model_input": 0.0}
+    result: dict[str, Any] = {"open": opened - start, "preflight": decided - opened, "model_input": 0.0, "pause": pause}
     result["trigger"] = None if decision.trigger is None else decision.trigger.value
     if decision.trigger is None:
         compactor.request_for_sending()
@@ -146,7 +160,7 @@ def main(argv: list[str]) -> int:
     if mode == "cli":
         result = cli(argv[1], Path(argv[2]))
     elif mode == "first":
-        result = first(Path(argv[1]), plan="--plan" in argv[2:])
+        result = first(Path(argv[1]), plan="--plan" in argv[2:], after_load_ext="--after-load-ext" in argv[2:])
     else:
         result = turns(Path(argv[1]), int(argv[2]))
     print(json.dumps(result))

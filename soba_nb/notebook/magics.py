@@ -40,7 +40,7 @@ from soba_nb.agent.skills import SkillError
 from soba_nb.capsule_files.memory import mirror, should_mirror
 from soba_nb.compaction.cells_context import fence_for
 from soba_nb.compaction.outcomes import Outcome
-from soba_nb.notebook import controls, input_transform
+from soba_nb.notebook import controls, input_transform, warm_up
 from soba_nb.notebook.approval_prompt import InputApprover
 from soba_nb.notebook.arguments import PROMPT_VALUE_CHARS as PROMPT_VALUE_CHARS  # re-exported
 from soba_nb.notebook.arguments import (
@@ -476,6 +476,7 @@ def register(shell: Any) -> SobaMagics:
     shell.set_hook("complete_command", magics.complete_checkpoint_ids, str_key="%rewind")
     if magics not in shell.configurables:  # `%config SobaMagics.…` looks here
         shell.configurables.append(magics)
+    warm_up.start(shell.user_ns)
     return magics
 
 

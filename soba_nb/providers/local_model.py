@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,9 +77,18 @@ class ModelFacts:
     """With the model's own tokenizer."""
 
 
-@functools.lru_cache(maxsize=4)
+_FACTS_LOCK = threading.Lock()
+
+
 def model_facts(path: Path | None = None) -> ModelFacts:
-    """Read once per process (metadata and vocabulary only, no weights)."""
+    """Read once per process (metadata and vocabulary only, no weights); a second thread
+    asking while it is read waits for the same reading (`soba_nb.notebook.warm_up`)."""
+    with _FACTS_LOCK:
+        return _read_facts(path)
+
+
+@functools.lru_cache(maxsize=4)
+def _read_facts(path: Path | None) -> ModelFacts:
     missing = engine_missing()
     if missing is not None:
         raise _missing(f"the package {missing}")
