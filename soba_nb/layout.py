@@ -4,7 +4,8 @@ A notebook's sessions live next to it in `<notebook-stem>.soba/`: one transcript
 (`<session-id>.jsonl`), the caches beside each transcript (`<session-id>.tokens`,
 `.budget`, `.extract`) and the folder's flight records (`flight.jsonl`). The project keeps
 `.soba/` (memory, skills) and `soba.json`; the user keeps `~/.soba/config.json`; an admin
-keeps `/etc/soba/config.json` (SPEC §13; `SOBA_SYSTEM_CONFIG` names another file). Every
+keeps `/etc/soba/config.json` (SPEC §13; `SOBA_SYSTEM_CONFIG` names another file); derived
+data goes to the user's cache folder (`~/.cache/soba-nb`). Every
 module that needs one of these paths asks this one; nothing else spells them.
 
 This module imports nothing of soba's: every layer may use it.
@@ -45,8 +46,15 @@ SKILLS_FOLDER = PROJECT_FOLDER / "skills"
 PROJECT_CONFIG_NAME = "soba.json"
 USER_FOLDER = Path("~/.soba")
 USER_CONFIG_PATH = USER_FOLDER / "config.json"
-USER_CACHE_FOLDER = USER_FOLDER / "cache"
-"""Derived data kept between processes: a tokenizer's ranks (`soba_nb.tokenizer_cache`)."""
+CACHE_HOME_ENV = "XDG_CACHE_HOME"
+CACHE_FOLDER_NAME = "soba-nb"
+"""Derived data kept between processes (a tokenizer's ranks: `soba_nb.tokenizer_cache`) lives in
+`$XDG_CACHE_HOME/soba-nb`, else `~/.cache/soba-nb`: never beside a user's files."""
+
+
+def user_cache_folder() -> Path:
+    base = os.environ.get(CACHE_HOME_ENV, "")
+    return (Path(base) if Path(base).is_absolute() else Path("~/.cache").expanduser()) / CACHE_FOLDER_NAME
 SYSTEM_CONFIG_PATH = Path("/etc/soba/config.json")
 """The admin's layer of configuration, below the user's (SPEC §13)."""
 SYSTEM_CONFIG_ENV = "SOBA_SYSTEM_CONFIG"

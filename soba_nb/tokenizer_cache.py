@@ -1,4 +1,5 @@
-"""The BPE ranks of a tokenizer, kept in `~/.soba/cache/` in the form quickest to read.
+"""The BPE ranks of a tokenizer, kept in the user's cache folder (`$XDG_CACHE_HOME/soba-nb`,
+else `~/.cache/soba-nb`) in the form quickest to read.
 
 The first count of a session opened without its counts (a copied transcript, a new kernel on
 an old session, `soba-nb budget` of an artifact) waits for its tokenizer, and most of the
@@ -25,11 +26,12 @@ from pathlib import Path
 
 import msgspec
 
-from soba_nb.layout import USER_CACHE_FOLDER
+from soba_nb.layout import user_cache_folder
 
 logger = logging.getLogger(__name__)
 
-CACHE_FOLDER = USER_CACHE_FOLDER
+CACHE_FOLDER: Path | None = None
+"""Where the ranks are kept; None: the user's cache folder (`soba_nb.layout.user_cache_folder`)."""
 
 # sha256 of `msgspec.msgpack.encode(tokens in rank order)` for tiktoken's published files.
 EXPECTED_SHA256 = {
@@ -43,7 +45,7 @@ _DECODER = msgspec.msgpack.Decoder(list[bytes])
 
 
 def cache_path(name: str) -> Path:
-    return CACHE_FOLDER.expanduser() / f"{name}.ranks"
+    return (CACHE_FOLDER or user_cache_folder()) / f"{name}.ranks"
 
 
 def read_ranks(name: str) -> dict[bytes, int] | None:

@@ -7,8 +7,8 @@ hashes tiktoken itself expects, parse their ranks (as tiktoken's `load_tiktoken_
 a third of its time: the first count of a resumed session waits for it) and build the
 encoding with tiktoken's own constructor for it (its pattern and special tokens), handed
 those ranks instead of a download. Nothing touches the network or tiktoken's cache folder;
-the ranks are kept in `~/.soba/cache/` in a form read 25 times faster
-(`soba_nb.tokenizer_cache`).
+the ranks are kept in the user's cache folder (`~/.cache/soba-nb/`) in a form read 25 times
+faster (`soba_nb.tokenizer_cache`).
 
 Encoding per model family (documented in docs/troubleshooting.md):
 - OpenAI `gpt-4o`, `gpt-4.1`, `gpt-5`, `o1`/`o3`/`o4` → `o200k_base`, factor 1.0;

@@ -1,4 +1,4 @@
-"""The tokenizer's ranks kept in `~/.soba/cache/` (soba_nb/tokenizer_cache.py): read back only
+"""The tokenizer's ranks kept in the user's cache folder (soba_nb/tokenizer_cache.py): read back only
 when they are tiktoken's published ranks, replaced when torn, stale or planted, never
 followed through a link, and a folder that cannot be written costs nothing but time."""
 
@@ -116,3 +116,15 @@ def test_ranks_that_are_not_the_published_ones_are_not_kept(cache: Path) -> None
     keep_ranks("o200k_base", {b"a": 0, b"b": 1})
     keep_ranks("some_other_encoding", packaged("cl100k_base"))
     assert not cache.exists() or list(cache.iterdir()) == []
+
+
+def test_the_ranks_go_to_the_users_cache_folder_never_beside_their_files(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`$XDG_CACHE_HOME/soba-nb`, else `~/.cache/soba-nb` (a relative XDG_CACHE_HOME is ignored,
+    as the XDG rules say): a JupyterHub user's home is their notebook folder."""
+    monkeypatch.setattr(tokenizer_cache, "CACHE_FOLDER", None)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_path("o200k_base") == tmp_path / "xdg" / "soba-nb" / "o200k_base.ranks"
+    for unset in ("", "relative/cache"):
+        monkeypatch.setenv("XDG_CACHE_HOME", unset)
+        assert cache_path("o200k_base") == tmp_path / "home" / ".cache" / "soba-nb" / "o200k_base.ranks"
