@@ -181,7 +181,10 @@ def plan_cut(
         raise NothingToCompact("nothing to compact: no message to cut at (the history is a single tool group)")
     cut, kept_tokens = _choose(cuts, keep_recent_tokens, max_kept_tokens)
     summarized = total - kept_tokens
-    if summarized == 0:
+    if summarized == 0 and (max_kept_tokens is None or previous is None):
+        # Forced (`max_kept_tokens`) with a capsule, a region that is all the group being
+        # worked on (a request and the calls it made since) is no dead end: nothing new is
+        # summarized, but the capsule gives way — rolled up again alone, smaller (`fitting`).
         raise NothingToCompact(
             f"nothing to compact: the history before the kept window is empty "
             f"({kept_tokens} tokens, keepRecentTokens {keep_recent_tokens})"

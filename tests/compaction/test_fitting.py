@@ -4,14 +4,22 @@ that cannot fit even alone is refused, in those words."""
 
 from __future__ import annotations
 
-from compaction_support import FakeSummarizer, make_compactor, open_transcript, thresholds, words
+import pytest
+from compaction_support import (
+    FakeSummarizer,
+    good_summary,
+    make_compactor,
+    open_transcript,
+    thresholds,
+    words,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from soba_nb.compaction.deterministic import BARE_NOTE
 from soba_nb.compaction.fitting import first_fitting, later_cuts, shortest_fitting
 from soba_nb.compaction.outcomes import Outcome
-from soba_nb.compaction.planner import Cut, plan_cut
+from soba_nb.compaction.planner import Cut, NothingToCompact, plan_cut
 from soba_nb.compaction.triggers import Trigger, TurnState
 from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import CapsuleEntry, MessageEntry, ToolCallEntry, ToolResultEntry
@@ -171,3 +179,57 @@ def test_when_a_capsule_gives_way_the_story_goes_before_the_facts() -> None:
     assert shorter.files_read.count("file_") == 50 and shorter.verification.count("cmd ") == 50
     kept_story = shorter.work_done.count("said thing")
     assert kept_story < NARRATIVE_MAX_ITEMS // 8 and "more, older" in shorter.work_done  # (the note takes a line)
+
+
+def after_a_capsule_the_request_grows(tmp_path, summarizer=None, result_words=100):
+    """A hard-limit compaction at the preflight keeps only the request; then the model calls a
+    tool and its result no longer fits beside the capsule written for the request alone (seen
+    with llama.cpp at 2,048: the region is one group, a request and its calls)."""
+    t = open_transcript(tmp_path)
+    for index in range(6):
+        t.append(MessageEntry(role="user", content=f"Step {index}: load and clean table {index}. " + words(120)))
+        t.append(MessageEntry(role="assistant", content=f"Done {index}. " + words(150)))
+    request = "Now this: " + words(300)
+    t.append(MessageEntry(role="user", content=request))
+    engine = make_compactor(t, thresholds(hard=700, keep=1500, min_tokens=100, min_reclaimable=50), summarizer=summarizer)
+    first = engine.preflight(TurnState())
+    assert first is not None and first.outcome is Outcome.COMPLETED
+    t.append(ToolCallEntry(call_id="c1", name="python", arguments='{"code": "df.describe()"}'))
+    t.append(ToolResultEntry(call_id="c1", name="python", content=words(result_words)))
+    assert engine.measure().effective > 700
+    return t, engine, request
+
+
+@pytest.mark.parametrize("result_words", [60, 100])
+def test_a_capsule_rolls_up_again_when_the_request_it_kept_outgrows_it(tmp_path, result_words):
+    t, engine, request = after_a_capsule_the_request_grows(tmp_path, result_words=result_words)
+    before = capsule_of(t)
+    sent = engine.request_for_sending()  # was: "nothing to compact: the history before the kept window is empty"
+    after = capsule_of(t)
+    assert sent.tokens <= 700 and after.id != before.id and after.rolls_up == before.id
+    assert len(after.content) < len(before.content)
+    assert [m.content for m in sent.messages if m.role == "user"][-1] == request  # the request, whole
+    assert any(m.role == "tool" for m in sent.messages)  # its call and result kept, never split
+
+
+def test_a_model_capsule_too_large_to_roll_up_gives_way_to_the_fallback(tmp_path):
+    long_model_capsule = FakeSummarizer(text=good_summary(words(230)))
+    t, engine, _ = after_a_capsule_the_request_grows(tmp_path, summarizer=long_model_capsule)
+    assert engine.request_for_sending().tokens <= 700
+    assert capsule_of(t).quality == "degraded" and "did not fit" in engine.last_result.reason
+
+
+def test_only_a_forced_compaction_with_a_capsule_rolls_it_up_alone(tmp_path):
+    t = open_transcript(tmp_path)
+    t.append(MessageEntry(role="user", content="Now this: " + words(300)))
+    path = t.path()
+    with pytest.raises(NothingToCompact):  # no capsule to roll up
+        plan_cut(path, COUNTER, keep_recent_tokens=1500, max_kept_tokens=100)
+    t.append(CapsuleEntry(operation_id="op", checkpoint_id="ck_1", trigger="hard_limit", quality="degraded",
+                          tokens_before=1, tokens_after=1, first_kept_entry_id=None, content="## Goal and constraints\n\nclean it\n"))
+    t.append(MessageEntry(role="user", content="And this: " + words(300)))
+    path = t.path()
+    with pytest.raises(NothingToCompact):  # not forced: nothing new to summarize is nothing to do
+        plan_cut(path, COUNTER, keep_recent_tokens=1500)
+    cut = plan_cut(path, COUNTER, keep_recent_tokens=1500, max_kept_tokens=100)
+    assert cut.summarize == () and cut.empty and cut.previous is not None and cut.kept[-1] is path[-1]
