@@ -46,10 +46,13 @@ from soba_nb.compaction.outcomes import (
     emit_event,
     result_of,
 )
+from soba_nb.compaction.planner import Cut
 from soba_nb.compaction.triggers import POST_GATE_EXEMPT, Trigger, post_generation_roi
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     CompactionEntry,
+    ToolCallEntry,
+    ToolResultEntry,
 )
 
 
@@ -106,7 +109,9 @@ def _run(plan: CompactionPlan, ctx: BarrierContext, cancel: threading.Event, sta
         if verdict is not None and smaller.tokens_after > continuation_goal(plan):
             request = 0 if cut.request is None else entry_tokens(cut.request, ctx.counter)
             fixed = fixed_tokens(ctx.system, ctx.tools, ctx.counter)
-            verdict = (Outcome.FAILED, request_alone_reason(generated.tokens_after, fixed, request, continuation_goal(plan)), verdict[2])
+            calls = _calls_kept(smaller.entry, cut, ctx)
+            reason = request_alone_reason(generated.tokens_after, fixed, request, continuation_goal(plan), calls)
+            verdict = (Outcome.FAILED, reason, verdict[2])
     entry, tokens_after = generated.entry, generated.tokens_after
     if verdict is not None:
         return result_of(plan, verdict[0], verdict[1], started, tokens_after=tokens_after, code=verdict[2])
@@ -125,6 +130,15 @@ def _run(plan: CompactionPlan, ctx: BarrierContext, cancel: threading.Event, sta
         plan, Outcome.COMPLETED, reason, started,
         tokens_after=tokens_after, entry=written, quality=entry.quality, code=code,
     )
+
+def _calls_kept(entry: CapsuleEntry, cut: Cut, ctx: BarrierContext) -> int:
+    """The tokens of the tool calls and results the shortest continuation kept after the
+    capsule `entry` (the request's own calls, when the request outgrew the window)."""
+    kept = cut.kept if entry.first_kept_entry_id is None else next(
+        (cut.kept[index:] for index, kept in enumerate(cut.kept) if kept.id == entry.first_kept_entry_id), cut.kept
+    )
+    return sum(entry_tokens(e, ctx.counter) for e in kept if isinstance(e, ToolCallEntry | ToolResultEntry))
+
 
 def _completed_reason(generated: Generated) -> tuple[str, Reason]:
     """The reason of a completed operation: why a fallback was used, why native was not."""

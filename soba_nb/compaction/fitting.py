@@ -109,10 +109,13 @@ def first_fitting(candidates: Sequence[Cut], fits: Callable[[Cut], bool]) -> Cut
     return found
 
 
-def request_alone_reason(tokens: int, fixed: int, request: int, goal: int) -> str:
-    """Why a request is refused when nothing more can give way, in the words of SPEC §12."""
+def request_alone_reason(tokens: int, fixed: int, request: int, goal: int, calls: int = 0) -> str:
+    """Why a request is refused when nothing more can give way, in the words of SPEC §12.
+    `calls`: what the calls the request made since cost (kept whole: a call is never split
+    from its result, and no cut falls inside one step)."""
+    since = f", the calls it made since {calls:,}" if calls else ""
     return (
         f"the request being worked on cannot fit even alone: the shortest continuation is {tokens:,} tokens "
-        f"(system prompt and tools {fixed:,}, the request {request:,}, the bare capsule the rest), "
+        f"(system prompt and tools {fixed:,}, the request {request:,}{since}, the bare capsule the rest), "
         f"above hardLimit {goal:,}"
     )

@@ -16,6 +16,7 @@ from compaction_support import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from soba_nb.compaction.compactor import HardLimitExceeded
 from soba_nb.compaction.deterministic import BARE_NOTE
 from soba_nb.compaction.fitting import first_fitting, later_cuts, shortest_fitting
 from soba_nb.compaction.outcomes import Outcome
@@ -181,7 +182,7 @@ def test_when_a_capsule_gives_way_the_story_goes_before_the_facts() -> None:
     assert kept_story < NARRATIVE_MAX_ITEMS // 8 and "more, older" in shorter.work_done  # (the note takes a line)
 
 
-def after_a_capsule_the_request_grows(tmp_path, summarizer=None, result_words=100):
+def after_a_capsule_the_request_grows(tmp_path, summarizer=None, result_words=100, hard=700):
     """A hard-limit compaction at the preflight keeps only the request; then the model calls a
     tool and its result no longer fits beside the capsule written for the request alone (seen
     with llama.cpp at 2,048: the region is one group, a request and its calls)."""
@@ -191,12 +192,12 @@ def after_a_capsule_the_request_grows(tmp_path, summarizer=None, result_words=10
         t.append(MessageEntry(role="assistant", content=f"Done {index}. " + words(150)))
     request = "Now this: " + words(300)
     t.append(MessageEntry(role="user", content=request))
-    engine = make_compactor(t, thresholds(hard=700, keep=1500, min_tokens=100, min_reclaimable=50), summarizer=summarizer)
+    engine = make_compactor(t, thresholds(hard=hard, keep=1500, min_tokens=100, min_reclaimable=50), summarizer=summarizer)
     first = engine.preflight(TurnState())
     assert first is not None and first.outcome is Outcome.COMPLETED
     t.append(ToolCallEntry(call_id="c1", name="python", arguments='{"code": "df.describe()"}'))
     t.append(ToolResultEntry(call_id="c1", name="python", content=words(result_words)))
-    assert engine.measure().effective > 700
+    assert engine.measure().effective > hard
     return t, engine, request
 
 
@@ -233,3 +234,13 @@ def test_only_a_forced_compaction_with_a_capsule_rolls_it_up_alone(tmp_path):
         plan_cut(path, COUNTER, keep_recent_tokens=1500)
     cut = plan_cut(path, COUNTER, keep_recent_tokens=1500, max_kept_tokens=100)
     assert cut.summarize == () and cut.empty and cut.previous is not None and cut.kept[-1] is path[-1]
+
+
+def test_a_request_whose_own_calls_leave_no_room_is_refused_saying_so(tmp_path):
+    """The calls a request made since are kept whole (never split from their results): when
+    they, the request and a bare capsule do not fit, the refusal says what they cost."""
+    t, engine, _ = after_a_capsule_the_request_grows(tmp_path, hard=520)
+    with pytest.raises(HardLimitExceeded) as raised:
+        engine.request_for_sending()
+    message = str(raised.value)
+    assert "cannot fit even alone" in message and "the request 307, the calls it made since 117" in message
