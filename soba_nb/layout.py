@@ -5,8 +5,8 @@ A notebook's sessions live next to it in `<notebook-stem>.soba/`: one transcript
 `.budget`, `.extract`) and the folder's flight records (`flight.jsonl`). The project keeps
 `.soba/` (memory, skills) and `soba.json`; the user keeps `~/.soba/config.json`; an admin
 keeps `/etc/soba/config.json` (SPEC §13; `SOBA_SYSTEM_CONFIG` names another file); derived
-data goes to the user's cache folder (`~/.cache/soba-nb`). Every
-module that needs one of these paths asks this one; nothing else spells them.
+data goes to the user's cache folder (`~/.cache/soba-nb`). Every module that needs one of
+these paths asks this one; nothing else spells them.
 
 This module imports nothing of soba's: every layer may use it.
 """
@@ -50,17 +50,18 @@ CACHE_HOME_ENV = "XDG_CACHE_HOME"
 CACHE_FOLDER_NAME = "soba-nb"
 """Derived data kept between processes (a tokenizer's ranks: `soba_nb.tokenizer_cache`) lives in
 `$XDG_CACHE_HOME/soba-nb`, else `~/.cache/soba-nb`: never beside a user's files."""
-
-
-def user_cache_folder() -> Path:
-    base = os.environ.get(CACHE_HOME_ENV, "")
-    return (Path(base) if Path(base).is_absolute() else Path("~/.cache").expanduser()) / CACHE_FOLDER_NAME
 SYSTEM_CONFIG_PATH = Path("/etc/soba/config.json")
 """The admin's layer of configuration, below the user's (SPEC §13)."""
 SYSTEM_CONFIG_ENV = "SOBA_SYSTEM_CONFIG"
 """Names another file for the admin's layer (empty: none)."""
 UNTITLED_NOTEBOOK = "untitled.ipynb"
 """The notebook name assumed when the kernel does not know its notebook."""
+
+
+def user_cache_folder() -> Path:
+    """`$XDG_CACHE_HOME/soba-nb`, else `~/.cache/soba-nb` (a relative XDG_CACHE_HOME is ignored)."""
+    base = os.environ.get(CACHE_HOME_ENV, "")
+    return (Path(base) if Path(base).is_absolute() else Path("~/.cache").expanduser()) / CACHE_FOLDER_NAME
 
 
 def sessions_folder_for(notebook: Path) -> Path:

@@ -20,17 +20,14 @@ import contextlib
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from child_processes import tied_to_this_process
+from child_processes import stop_process_group, tied_to_this_process, wait_until_answering
 from jupyter_support import free_port
 
 START_TIMEOUT_S = 180.0
@@ -101,26 +98,13 @@ def litellm_proxy(
         )
     root = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"LiteLLM proxy exited with {process.returncode}: {log.read_text()[-2000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                ready = httpx.get(f"{root}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=2)
-                if ready.status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"LiteLLM proxy did not start in {START_TIMEOUT_S:.0f} s: {log.read_text()[-2000:]}")
-            time.sleep(0.5)
+        wait_until_answering(
+            process, f"{root}/v1/models", "LiteLLM proxy", log, START_TIMEOUT_S,
+            headers={"Authorization": f"Bearer {key}"}, interval_s=0.5,
+        )
         yield f"{root}/v1"
     finally:
-        if process.poll() is None:
-            process.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=STOP_TIMEOUT_S)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        stop_process_group(process, STOP_TIMEOUT_S)
 
 
 def litellm_version() -> str:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from child_processes import tied_to_this_process
+from child_processes import stop_process_group, tied_to_this_process
 from jupyter_support import REPO_ROOT, free_port
 from local_users import ACCOUNT_TOOLS
 
@@ -268,13 +268,7 @@ def _stop_hub(process: subprocess.Popen[bytes], proxy_pid_file: Path) -> None:
     proxy_pid = None
     with contextlib.suppress(OSError, ValueError):
         proxy_pid = int(proxy_pid_file.read_text().strip())
-    if process.poll() is None:
-        process.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=HUB_STOP_TIMEOUT_S)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    stop_process_group(process, HUB_STOP_TIMEOUT_S)
     if proxy_pid is not None and CHP_NAME in _command_line(proxy_pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(proxy_pid, signal.SIGKILL)

@@ -16,7 +16,6 @@ import json
 import os
 import re
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from child_processes import tied_to_this_process
+from child_processes import stop_process_group, tied_to_this_process
 
 import soba_nb
 
@@ -173,15 +172,9 @@ def wait_until_ready(process: subprocess.Popen[bytes], server: JupyterServer, lo
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
-    """Terminate (the server shuts its kernels down), then kill its process group."""
-    if process.poll() is None:
-        process.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=SERVER_STOP_TIMEOUT_S)
-    # The server started its own session: kernels it could not stop die with it.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    """Terminate (the server shuts its kernels down), then kill its process group: kernels it
+    could not stop die with it."""
+    stop_process_group(process, SERVER_STOP_TIMEOUT_S)
 
 
 @contextlib.contextmanager

@@ -15,17 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
-from child_processes import tied_to_this_process
+from child_processes import stop_process_group, tied_to_this_process, wait_until_answering
 from jupyter_support import free_port
 
 from soba_nb.providers.local_model import local_model_path
@@ -65,22 +61,7 @@ def llama_cpp_server(n_ctx: int, log: Path) -> Iterator[str]:
         process = subprocess.Popen(tied_to_this_process(command), stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}/v1"
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"llama.cpp server exited with {process.returncode}: {log.read_text()[-2000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"llama.cpp server did not start in {START_TIMEOUT_S:.0f} s: {log.read_text()[-2000:]}")
-            time.sleep(0.2)
+        wait_until_answering(process, f"{url}/models", "llama.cpp server", log, START_TIMEOUT_S)
         yield url
     finally:
-        if process.poll() is None:
-            process.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=STOP_TIMEOUT_S)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        stop_process_group(process, STOP_TIMEOUT_S)

@@ -7,7 +7,7 @@ client): `soba-nb budget` and `inspect` need these and nothing that talks to a s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from soba_nb.catalogue import lookup
 from soba_nb.catalogue import takes_images as catalogue_takes_images
@@ -26,10 +26,6 @@ from soba_nb.window import (
 
 if TYPE_CHECKING:
     from soba_nb.providers.discovery import ServerWindow
-
-
-class HasCounter(Protocol):
-    counter: TokenCounter
 
 
 def session_limits(
@@ -84,7 +80,7 @@ def session_counter(config: SobaConfig) -> TokenCounter:
     )
 
 
-def counts_differently(session: HasCounter, config: SobaConfig) -> bool:
-    """`config` counts otherwise than the open session does (its key: encoding, factor, image
-    rule): the session must be reopened for it."""
-    return session_counter(config).key != session.counter.key
+def counts_differently(counter: TokenCounter, config: SobaConfig) -> bool:
+    """`config` counts otherwise than `counter` (an open session's) does — another encoding,
+    factor or image rule: the session must be reopened for it."""
+    return session_counter(config).key != counter.key

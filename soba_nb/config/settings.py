@@ -67,13 +67,14 @@ def api_key_env_problem(name: str) -> str | None:
     return None
 
 
+KEY_LIKE_CHARS = 24
+"""A name longer than this that mixes cases and digits is taken for a key (`_looks_random`)."""
+
+
 def _looks_random(name: str) -> bool:
     """A long name mixing lower case, upper case and digits is a key (`sk_live_51Hx…`,
     `AIzaSy…`), not a variable's name (`OPENAI_API_KEY`, `TeamKey2`)."""
     return len(name) > KEY_LIKE_CHARS and not name.isupper() and not name.islower() and any(c.isdigit() for c in name)
-
-
-KEY_LIKE_CHARS = 24
 
 
 def base_url_problem(url: str) -> str | None:

@@ -96,7 +96,7 @@ class SessionHolder:
             location = locate(self.user_ns, session_file=requested)
             folder = location.notebook.parent if location.notebook else Path.cwd()
             config = load_config(folder, self._overrides())
-            if self.agent is not None and not new and requested is None and counts_differently(self.agent, config):
+            if self.agent is not None and not new and requested is None and counts_differently(self.agent.counter, config):
                 # Another tokenizer, factor or image rule (a model switched in soba.json): the
                 # session is reopened on its transcript, as after a restart, so that every
                 # count — and which images a request may carry — follows the new model.

@@ -50,10 +50,9 @@ def read_api_key(env_name: str, base_url: str) -> str | None:
             f"no API key for {base_url}: model.apiKeyEnv is empty; set it to the name of "
             "the environment variable that holds the key"
         )
-    if api_key_env_problem(env_name) is not None:  # a key where its variable's name belongs
-        raise MissingApiKeyError(
-            f"no API key for {base_url}: model.apiKeyEnv {api_key_env_problem(env_name)} (its value is not shown)"
-        )
+    problem = api_key_env_problem(env_name)
+    if problem is not None:  # a key where its variable's name belongs
+        raise MissingApiKeyError(f"no API key for {base_url}: model.apiKeyEnv {problem} (its value is not shown)")
     raise MissingApiKeyError(
         f"no API key for {base_url}: the environment variable {env_name} (model.apiKeyEnv) "
         "is not set; export it before starting the kernel, or set os.environ in the notebook"
