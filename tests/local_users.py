@@ -6,8 +6,9 @@ members of the group) and always removes them: their processes are ended by proc
 then `userdel --remove`, `groupdel`. `python_reachable_by` lets that group reach this Python
 and the soba_nb under test where a folder on the way is closed to others (CI's and these
 machines' Python is under /root, mode 0700): a POSIX ACL entry giving the group search
-permission (x: pass through, not list) and nothing else, on those folders only, taken back
-afterwards — nobody else gains anything, and nothing is installed or copied.
+permission (x: pass through, not list) — and read, on a folder that is itself on the import
+path — and nothing else, on those folders only, taken back afterwards: nobody else gains
+anything, and nothing is installed or copied.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ ACL_VERSION = 2
 ACL_USER_OBJ, ACL_GROUP_OBJ, ACL_GROUP, ACL_MASK, ACL_OTHER = 0x01, 0x04, 0x08, 0x10, 0x20
 ACL_GROUP_CLASS = (ACL_GROUP_OBJ, ACL_GROUP, 0x02)  # 0x02: a named user
 ACL_NO_ID = 0xFFFFFFFF
-ACL_SEARCH = 1
+ACL_SEARCH, ACL_READ = 1, 4
 ACL_ENTRY = struct.Struct("<HHI")
 """Linux's POSIX ACL extended attribute: a little-endian version, then (tag, perm, id)."""
 
@@ -184,20 +185,23 @@ def fresh_python_path() -> list[Path]:
 @contextlib.contextmanager
 def python_reachable_by(gid: int) -> Iterator[list[Path]]:
     """Let members of `gid` search (x: pass through, not list) the folders closed to others
-    on the way to this Python, its packages and the soba_nb under test: one ACL entry for the
-    group on each; on exit that entry, and only it, is taken away again (another run's stays).
-    Yields the folders. Skips the test where the file system has no ACLs."""
-    paths = [Path(sys.executable).parent, REPO_ROOT, *fresh_python_path()]
-    ours = (ACL_GROUP, ACL_SEARCH, gid)
-    granted: list[Path] = []
+    on the way to this Python, its packages and the soba_nb under test, and read (list) the
+    ones that are import path entries themselves (Python lists a path entry to find a module
+    in it: a clone in `mktemp -d`, mode 0700, was searchable and still imported nothing): one
+    ACL entry for the group on each; on exit that entry, and only it, is taken away again
+    (another run's stays). Yields the folders. Skips the test where the file system has no ACLs."""
+    import_path = [REPO_ROOT, *fresh_python_path()]
+    entries = {path.resolve() for path in import_path}
+    granted: list[tuple[Path, AclEntry]] = []
     try:
-        for folder in folders_closed_to_others(paths):
+        for folder in folders_closed_to_others([Path(sys.executable).parent, *import_path]):
+            ours = (ACL_GROUP, ACL_SEARCH | (ACL_READ if folder in entries else 0), gid)
             try:
                 _set_acl(folder, [*_acl(folder), ours])
             except OSError as exc:
                 pytest.skip(f"the test's users cannot reach this Python ({folder} is closed to others) and ACLs fail there: {exc}")
-            granted.append(folder)
-        yield granted
+            granted.append((folder, ours))
+        yield [folder for folder, _ in granted]
     finally:
-        for folder in granted:
+        for folder, ours in granted:
             _set_acl(folder, [entry for entry in _acl(folder) if entry != ours])
