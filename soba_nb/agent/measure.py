@@ -10,7 +10,7 @@ from soba_nb.agent.limits import session_counter, session_limits
 from soba_nb.agent.prompt import SYSTEM_PROMPT
 from soba_nb.agent.tools import TOOL_SCHEMAS, tool_schemas_for
 from soba_nb.compaction.budget import BudgetTracker, Measurement
-from soba_nb.compaction.budget_state import BudgetStateFile
+from soba_nb.compaction.budget_state import BudgetStateFile, states_to_offer
 from soba_nb.compaction.model_input import fixed_tokens
 from soba_nb.config import SobaConfig
 from soba_nb.tokens import TokenCounter
@@ -30,9 +30,7 @@ def measure_recorded(
     if config is not None:
         counter = session_counter(config)
     assert counter is not None, "a counter or a configuration"
-    saved = BudgetStateFile(transcript.file).load()
-    if saved is not None and saved.counter == counter.key:
-        counter.prime(saved.counts)
+    saved = states_to_offer(BudgetStateFile(transcript.file), transcript.path_view(), counter)
     counter.backfill = TokenIndex.open(
         transcript.file, counter.key, writable=False, keys_of=transcript.own_ids
     ).read_counts
@@ -43,5 +41,5 @@ def measure_recorded(
     tracker = BudgetTracker(counter, fixed_tokens(SYSTEM_PROMPT, tools, counter))
     if config is not None:
         tracker.distrust_usage_from(usage_ceiling(transcript.windows, model_key(config)))
-    tracker.offer(saved)
+    tracker.offer(*saved)
     return counter, tracker.measure(transcript.path_view())

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from soba_nb.cli.table import EXIT_USAGE, PROG, CommandError
+from soba_nb.compaction.budget_state import has_saved_state
 from soba_nb.layout import SESSIONS_FOLDER_SUFFIX, SessionLayout
 from soba_nb.transcript.entries import UsageEntry
 from soba_nb.transcript.store import TornLineWarning, Transcript, TranscriptError
@@ -71,10 +72,11 @@ def load_session(path: Path) -> Transcript:
 
 
 def load_counted_session(path: Path) -> Transcript:
-    """`load_session` for a command that counts: a transcript without the budget state kept
-    beside it is counted from its last usage figure on, so the tokenizer its header's model
-    counts with is loaded first (`TokenCounter.load`; the embedded model's is left alone)."""
-    if path.is_file() and not SessionLayout(path).budget.exists():
+    """`load_session` for a command that counts: a transcript without a saved budget state
+    (beside it, or on its last line) is counted from its last usage figure on, so the
+    tokenizer its header's model counts with is loaded first (`TokenCounter.load`; the
+    embedded model's is left alone)."""
+    if path.is_file() and not has_saved_state(path):
         with contextlib.suppress(OSError, ValueError, AttributeError), path.open("rb") as lines:
             model = json.loads(lines.readline(HEADER_BYTES)).get("model") or ""
             provider, _, name = model.partition("/")

@@ -129,7 +129,7 @@ class BudgetTracker:
         self._root_id: str | None = None
         self._positions: dict[str, int] = {}
         """Where on the path the intents and skills are (by entry id), for `state`."""
-        self._offered: TrackerState | None = None
+        self._offered: tuple[TrackerState, ...] = ()
         self.restores = 0
         """How many times a saved state replaced a rebuild (tests and benchmarks read it)."""
         self._backlog: Backlog | None = None
@@ -169,9 +169,9 @@ class BudgetTracker:
             and path[self._seen - 1].id == self._last_id
         )
         restored = False
-        if not extends and self._offered is not None:
-            restored = extends = self._restore(self._offered, path)
-            self._offered = None
+        if not extends and self._offered:
+            restored = extends = any(self._restore(state, path) for state in self._offered)
+            self._offered = ()
         if not extends:
             self._rebuild(path)
         else:
@@ -322,10 +322,10 @@ class BudgetTracker:
             counts=dict(counts),
         )
 
-    def offer(self, state: TrackerState | None) -> None:
-        """A saved state to start from instead of a rebuild, if it still describes the path
-        and the settings at the next `measure` that would rebuild."""
-        self._offered = state
+    def offer(self, *states: TrackerState | None) -> None:
+        """Saved states to start from instead of a rebuild (the first that still describes the
+        path and the settings at the next `measure` that would rebuild is taken)."""
+        self._offered = tuple(state for state in states if state is not None)
 
     def _restore(self, state: TrackerState, path: Sequence[Entry]) -> bool:
         """Take `state` when it is a point of `path` measured with these settings."""

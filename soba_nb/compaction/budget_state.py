@@ -23,51 +23,25 @@ import contextlib
 import os
 import stat
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from soba_nb.layout import SessionLayout
 from soba_nb.redact import redact
+from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry, Entry, entry_from_json
 from soba_nb.transcript.sidecar import read_regular
+from soba_nb.transcript.tracker_state import VERSION, TrackerState
 
-VERSION = 1
-"""Bump when what the tracker keeps changes: an older file is then not used."""
+if TYPE_CHECKING:
+    from soba_nb.tokens import TokenCounter
+
 MAX_BYTES = 1 << 20
 """A bigger file is not ours: it is ignored (and replaced at the next save)."""
-
-
-class TrackerState(msgspec.Struct, kw_only=True, frozen=True, rename="camel", gc=False):
-    """What `BudgetTracker` knows after a measure, and what it was measured with."""
-
-    version: int = VERSION
-    counter: str
-    """The counter's key (encoding and factor): counts from another do not add up."""
-    fixed: int
-    usage_ceiling: int | None
-    target: tuple[str, ...] | None
-    """Provider, model and the item kinds it replays, when a capsule's native item could be
-    costed for it."""
-    root_id: str
-    seen: int
-    last_id: str
-    estimated: int
-    before_last_assistant: int
-    usage_input: int | None
-    usage_offset: int
-    capsule_at: int | None
-    capsule_id: str | None
-    skills: list[tuple[int, str]]
-    """Active skills, by position on the path and id, latest activation last."""
-    intents: list[tuple[int, str]]
-    soft_failures: int
-    tokens_at_last_soft: int
-    visible_since_capsule: bool
-    region_tokens: int
-    region_result_tokens: int
-    open_calls: list[str]
-    counts: dict[str, int] = {}
-    """Counts the model input needs besides the entries' (keyed as the counter keys them)."""
+TAIL_BYTES = 16 * 1024
+"""`has_saved_state` reads at most this much of a transcript's end."""
 
 
 _DECODER = msgspec.json.Decoder(TrackerState)
@@ -114,7 +88,7 @@ class BudgetStateFile:
         """Write `state`, unless the file already holds it."""
         if self.failed or self._saved == state:
             return
-        if _needs_redacting(state):
+        if not may_be_written(state):
             # Something in it looks like a secret (a call id?): it is not written, and not
             # written redacted either (a state that differs from the tracker's is wrong).
             self._forget()
@@ -153,15 +127,70 @@ class BudgetStateFile:
             self.path.unlink()
 
 
-def _checksum(body: bytes) -> bytes:
-    return b"%08x" % zlib.crc32(body)
+def states_to_offer(file: BudgetStateFile, path: Sequence[Entry], counter: TokenCounter) -> tuple[TrackerState, ...]:
+    """Where a tracker of `path` may start from, best first: the state beside the transcript,
+    then the one its last turn recorded in it (a transcript copied alone). Their counts for
+    `counter` are primed into it (what the model input needs besides the entries' counts)."""
+    states = tuple(state for state in (file.load(), recorded_state(path)) if state is not None)
+    for state in states:
+        if state.counter == counter.key:
+            counter.prime(state.counts)
+    return states
 
 
-def _needs_redacting(state: TrackerState) -> bool:
-    """True when redaction would change any text the state holds (its ids and keys; the
-    rest are numbers and our own field names), checked in one pass over them all."""
+def has_saved_state(transcript: Path) -> bool:
+    """Whether a tracker of `transcript` will likely start from a saved state rather than
+    count: the `.budget` file is beside it, or its last line is a checkpoint carrying one (a
+    finished turn). A guess made before the file is read (is its tokenizer worth loading
+    first?), from its last `TAIL_BYTES` at most; it is checked when the file is read."""
+    if state_path(transcript).exists():
+        return True
+    try:  # no link followed, no FIFO waited on: the file is checked when it is read
+        fd = os.open(transcript, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return False
+        size = info.st_size
+        tail = os.pread(fd, TAIL_BYTES, max(0, size - TAIL_BYTES))
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    lines = tail.rstrip(b"\n").rsplit(b"\n", 1)
+    try:
+        last = entry_from_json(lines[-1]) if len(lines) == 2 or size <= TAIL_BYTES else None
+    except msgspec.DecodeError:
+        return False
+    return isinstance(last, CheckpointEntry) and isinstance(last.budget, TrackerState)
+
+
+def recorded_state(path: Sequence[Entry]) -> TrackerState | None:
+    """The newest state a `turn` checkpoint of `path` carries, looked for back to the latest
+    capsule (a state from before it would not be taken), or None."""
+    for entry in reversed(path):
+        kind = type(entry)
+        if kind is CheckpointEntry:
+            state = entry.budget  # type: ignore[union-attr]
+            if isinstance(state, TrackerState) and state.version == VERSION:
+                return state
+        elif kind is CapsuleEntry:
+            return None
+    return None
+
+
+def may_be_written(state: TrackerState) -> bool:
+    """False when redaction would change any text the state holds (its ids and keys; the
+    rest are numbers and our own field names), checked in one pass over them all: such a
+    state is written nowhere, not even redacted (a redacted call id would be a wrong one)."""
     texts = [state.counter, state.root_id, state.last_id, state.capsule_id or "", *(state.target or ())]
     texts += [entry_id for _, entry_id in (*state.skills, *state.intents)]
     texts += [*state.open_calls, *state.counts]
     joined = "\n".join(texts)
-    return redact(joined) != joined
+    return redact(joined) == joined
+
+
+def _checksum(body: bytes) -> bytes:
+    return b"%08x" % zlib.crc32(body)

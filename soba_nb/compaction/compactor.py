@@ -20,9 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
 
+from msgspec import UNSET
+
 from soba_nb.compaction.barrier import record_spent, run_barrier
 from soba_nb.compaction.budget import BudgetTracker, Measurement
-from soba_nb.compaction.budget_state import BudgetStateFile
+from soba_nb.compaction.budget_state import BudgetStateFile, may_be_written, states_to_offer
 from soba_nb.compaction.extract_snapshots import ExtractSnapshots
 from soba_nb.compaction.flight import FlightRecorder
 from soba_nb.compaction.generation import generate_capsule
@@ -56,6 +58,7 @@ from soba_nb.compaction.triggers import (
 )
 from soba_nb.messages import ToolSchema
 from soba_nb.tokens import TokenCounter
+from soba_nb.transcript.tracker_state import TrackerState
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     CheckpointEntry,
@@ -142,12 +145,10 @@ class Compactor:
         self.listeners: list[Emit] = []
         self.budget_file = BudgetStateFile(transcript.file)
         """The tracker's state beside the transcript: a resumed session starts from it."""
-        saved = self.budget_file.load()
-        if saved is not None and saved.counter == counter.key:
-            counter.prime(saved.counts)  # what the model input needs besides entry counts
+        saved = states_to_offer(self.budget_file, transcript.path_view(), counter)
         self._fixed_key = fixed_key(system, self.tools)
         self.tracker = BudgetTracker(counter, fixed_tokens(system, self.tools, counter))
-        self.tracker.offer(saved)
+        self.tracker.offer(*saved)
         self.snapshots: ExtractSnapshots | None = ExtractSnapshots(transcript.file)
         """The extract's scan, carried forward at preflights and saved beside the transcript
         (None once given up)."""
@@ -200,12 +201,17 @@ class Compactor:
         """Keep the tracker's state beside the transcript (when it changed)."""
         if self.budget_file.failed:
             return
+        state = self._tracker_state()
+        if state is not None:
+            self.budget_file.save(state)
+
+    def _tracker_state(self) -> TrackerState | None:
+        """The tracker's state as of the last `measure`, with the counts besides the entries'
+        the model input needs (system prompt and tools, the capsule)."""
         tracker = self.tracker
         keys = [self._fixed_key] if tracker.capsule_id is None else [self._fixed_key, tracker.capsule_id]
         counts = {key: known for key in keys if (known := self.counter.peek(key)) is not None}
-        state = tracker.state(counts)
-        if state is not None:
-            self.budget_file.save(state)
+        return tracker.state(counts)
 
     def keep_extract_snapshots(self) -> None:
         """Carry the extract's scan forward when the region has grown enough (as of the last
@@ -313,10 +319,15 @@ class Compactor:
     # -- intents -------------------------------------------------------------------------
 
     def record_turn_complete(self, note: str = "") -> CheckpointEntry:
-        """A finished turn: a `turn` checkpoint, an intent only when the config asks for it."""
+        """A finished turn: a `turn` checkpoint, an intent only when the config asks for it,
+        carrying the tracker's state up to it (the turn's answer counted now, while the
+        tokenizer is at hand): the transcript copied alone then opens without counting."""
         t = self.thresholds
         intent = t.auto and t.compact_on_turn_complete
-        written = self.transcript.append(CheckpointEntry(kind="turn", note=note, intent=intent))
+        self.measure()
+        state = self._tracker_state()
+        budget = state if state is not None and may_be_written(state) else UNSET
+        written = self.transcript.append(CheckpointEntry(kind="turn", note=note, intent=intent, budget=budget))
         assert isinstance(written, CheckpointEntry)
         return written
 

@@ -14,6 +14,8 @@ leaves open, documented in docs/transcript.md:
 - a capsule may carry the provider's own compaction (`native`: provider, model, kind and the
   opaque payload, replayed only to that provider and model) beside its portable content;
 - the effective configuration is a `config` entry (at the start and after each change);
+- a `turn` checkpoint carries the budget tracker's state (`budget`: ids and integers), so the
+  file copied alone opens without counting what came before its last turn;
 - settings the user changes for the session (`%auto_compact off`) are `setting` entries, and
   what the session learned of the model's real window (from the server, an overflow error,
   a silently truncated prompt) is a `window` entry: both are read back on resume, from any
@@ -38,6 +40,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType, field
+
+from soba_nb.transcript.tracker_state import TrackerState
 
 FORMAT_VERSION = 1
 ENTRY_ID_BYTES = 4
@@ -326,6 +330,10 @@ class CheckpointEntry(_Entry, tag="checkpoint", kw_only=True, frozen=True):
     note: str = ""
     intent: bool = False
     """True when this checkpoint asks for a compaction at the next preflight."""
+    budget: TrackerState | UnsetType = UNSET
+    """On a `turn` checkpoint: the budget tracker's state as of the entry before it, so the
+    transcript opened alone (no `.budget` beside it) need not count what came before (a cache:
+    used only when it describes the path it is read on and the counter reading it)."""
 
 
 class LeafEntry(_Entry, tag="leaf", kw_only=True, frozen=True):
