@@ -23,7 +23,7 @@ from soba_nb.agent.skills import load_skill
 from soba_nb.agent.tools import TOOL_SCHEMAS, tool_schemas_for
 from soba_nb.compaction.compactor import NO_MODELS, Compactor, CompactorSettings
 from soba_nb.compaction.flight import FlightRecorder
-from soba_nb.compaction.model_input import fixed_tokens
+from soba_nb.compaction.model_input import fixed_key, fixed_tokens
 from soba_nb.config import MAX_CONTEXT_WINDOW, SobaConfig
 from soba_nb.images import ImageRule
 from soba_nb.layout import SessionLayout
@@ -198,6 +198,7 @@ class AgentSession:
     def _fit_tools(self) -> None:
         """Compact tool schemas for a window too small for the full ones (`tool_schemas_for`)."""
         full = fixed_tokens(SYSTEM_PROMPT, TOOL_SCHEMAS, self.counter)
+        self.compactor.deciding_keys = (fixed_key(SYSTEM_PROMPT, TOOL_SCHEMAS),)
         self.compactor.set_tools(tool_schemas_for(self.limits.hard_limit, full))
 
     def _ask_server(self) -> None:

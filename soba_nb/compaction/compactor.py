@@ -147,6 +147,10 @@ class Compactor:
         """The tracker's state beside the transcript: a resumed session starts from it."""
         saved = states_to_offer(self.budget_file, transcript.path_view(), counter)
         self._fixed_key = fixed_key(system, self.tools)
+        self.deciding_keys: tuple[str, ...] = ()
+        """Keys of counts that decided what the input carries (the full tool schemas' cost,
+        which chose compact ones for a small window): kept with the tracker's state, so a
+        session or `soba-nb budget` opened from it decides the same without a tokenizer."""
         self.tracker = BudgetTracker(counter, fixed_tokens(system, self.tools, counter))
         self.tracker.offer(*saved)
         self.snapshots: ExtractSnapshots | None = ExtractSnapshots(transcript.file)
@@ -209,7 +213,9 @@ class Compactor:
         """The tracker's state as of the last `measure`, with the counts besides the entries'
         the model input needs (system prompt and tools, the capsule)."""
         tracker = self.tracker
-        keys = [self._fixed_key] if tracker.capsule_id is None else [self._fixed_key, tracker.capsule_id]
+        keys = [self._fixed_key, *self.deciding_keys]
+        if tracker.capsule_id is not None:
+            keys.append(tracker.capsule_id)
         counts = {key: known for key in keys if (known := self.counter.peek(key)) is not None}
         return tracker.state(counts)
 

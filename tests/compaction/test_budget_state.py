@@ -19,7 +19,7 @@ from test_budget_tracker import STEP, play, state
 
 from soba_nb.compaction.budget_state import BudgetStateFile, state_path
 from soba_nb.compaction.compactor import Compactor
-from soba_nb.transcript.entries import MessageEntry, ToolCallEntry, ToolResultEntry, UsageEntry
+from soba_nb.transcript.entries import CapsuleEntry, MessageEntry, ToolCallEntry, ToolResultEntry, UsageEntry
 from soba_nb.transcript.store import Transcript
 
 
@@ -230,3 +230,145 @@ def test_a_folder_it_cannot_write_costs_nothing_but_the_state(tmp_path: Path) ->
     first = engine.measure()
     t.append(MessageEntry(role="user", content="again"))
     assert engine.measure().estimated > first.estimated and engine.budget_file.failed
+
+
+# -- the state a turn checkpoint carries in the transcript ----------------------------------
+
+
+def a_finished_turn(t: Transcript, engine: Compactor, rounds: int = 6) -> None:
+    """Rounds of request, call, result, answer and the provider's figure; the turn ends as the
+    loop ends it (`record_turn_complete`)."""
+    for n in range(rounds):
+        t.append(MessageEntry(role="user", content=words(6 + n)))
+        t.append(ToolCallEntry(call_id=f"call_{n}", name="python", arguments='{"code": "df.head()"}'))
+        t.append(ToolResultEntry(call_id=f"call_{n}", name="python", content=words(40 + n)))
+        t.append(MessageEntry(role="assistant", content=words(12 + n)))
+        t.append(UsageEntry(input_tokens=500 + 90 * n, output_tokens=12))
+        engine.measure()
+    engine.record_turn_complete()
+
+
+def copied_alone(t: Transcript, folder: Path, edit=None) -> Transcript:
+    """The transcript's file alone in `folder` (nothing kept beside it); `edit` changes the
+    JSON of its last line (the turn checkpoint) on the way."""
+    folder.mkdir()
+    lines = t.file.read_bytes().splitlines(keepends=True)
+    if edit is not None:
+        last = json.loads(lines[-1])
+        edit(last)
+        lines[-1] = json.dumps(last).encode() + b"\n"
+    (folder / t.file.name).write_bytes(b"".join(lines))
+    return Transcript.open(folder / t.file.name)
+
+
+@pytest.fixture
+def no_tokenizer(monkeypatch):
+    """Loading a tokenizer fails the test."""
+    from soba_nb import tokens
+
+    def refuse(name: str):
+        raise AssertionError(f"tokenizer {name} loaded")
+
+    monkeypatch.setattr(tokens, "_ENCODINGS", {})
+    monkeypatch.setattr(tokens, "get_encoding", refuse)
+
+
+def test_a_transcript_copied_alone_after_a_turn_opens_from_its_last_checkpoint(tmp_path: Path, request) -> None:
+    t = open_transcript(tmp_path)
+    engine = make_compactor(t)
+    a_finished_turn(t, engine)
+    checkpoint = json.loads(t.file.read_bytes().splitlines()[-1])
+    assert checkpoint["type"] == "checkpoint" and checkpoint["kind"] == "turn"
+    assert checkpoint["budget"]["lastId"] == t.path()[-2].id  # the state up to the entry before it
+    expected = engine.measure()
+    truth = state(rebuilt(t).tracker, t.path())
+
+    copy = copied_alone(t, tmp_path / "copy")
+    request.getfixturevalue("no_tokenizer")
+    again = make_compactor(copy)
+    assert again.measure() == expected and again.tracker.restores == 1
+    assert state(again.tracker, copy.path()) == truth
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda budget: budget.update(lastId="not-on-the-path"),
+        lambda budget: budget.update(seen=budget["seen"] + 1),
+        lambda budget: budget.update(rootId="other"),
+        lambda budget: budget.update(counter="cl100k_base x1"),
+        lambda budget: budget.update(fixed=budget["fixed"] + 1),
+        lambda budget: budget.update(version=99),
+    ],
+)
+def test_a_recorded_state_that_does_not_describe_the_path_is_not_used(tmp_path: Path, spoil) -> None:
+    t = open_transcript(tmp_path)
+    engine = make_compactor(t)
+    a_finished_turn(t, engine)
+    copy = copied_alone(t, tmp_path / "copy", lambda checkpoint: spoil(checkpoint["budget"]))
+    again = make_compactor(copy)
+    assert again.measure() == engine.measure() and again.tracker.restores == 0
+    assert state(again.tracker, copy.path()) == state(rebuilt(t).tracker, t.path())
+
+
+def test_a_recorded_state_of_the_wrong_shape_is_a_line_error_naming_the_field(tmp_path: Path) -> None:
+    from soba_nb.transcript.store import TranscriptError
+
+    t = open_transcript(tmp_path)
+    a_finished_turn(t, make_compactor(t), rounds=1)
+    with pytest.raises(TranscriptError, match=r"s\.jsonl:7: bad entry \(budget\.estimated: Expected `int`"):
+        copied_alone(t, tmp_path / "copy", lambda checkpoint: checkpoint["budget"].update(estimated="many"))
+
+
+def test_what_came_after_the_checkpoint_is_counted_and_a_capsule_since_makes_it_useless(tmp_path: Path) -> None:
+    from soba_nb.compaction.budget_state import recorded_state
+
+    t = open_transcript(tmp_path)
+    engine = make_compactor(t)
+    a_finished_turn(t, engine)
+    t.append(MessageEntry(role="user", content=words(9)))
+    copy = copied_alone(t, tmp_path / "copy")
+    again = make_compactor(copy)
+    assert again.measure() == engine.measure() and again.tracker.restores == 1
+    assert recorded_state(copy.path()) is not None
+    capsule = CapsuleEntry(operation_id="op", checkpoint_id="ck_00000001", trigger="user", quality="full",
+                           tokens_before=900, tokens_after=300, estimated_before=800, first_kept_entry_id=None,
+                           content="## Goal")  # fmt: skip
+    assert recorded_state([*copy.path(), capsule]) is None
+
+
+def test_a_turn_whose_state_would_need_redacting_records_none(tmp_path: Path, monkeypatch) -> None:
+    t = open_transcript(tmp_path)
+    engine = make_compactor(t)
+    call_id = "call_Zq81LmX04vTr"
+    t.append(ToolCallEntry(call_id=call_id, name="python", arguments="{}"))  # waits for its result
+    monkeypatch.setenv("SOBA_TEST_API_KEY", call_id)
+    engine.record_turn_complete()
+    assert "budget" not in json.loads(t.file.read_bytes().splitlines()[-1])
+    monkeypatch.delenv("SOBA_TEST_API_KEY")
+    engine.record_turn_complete()
+    assert json.loads(t.file.read_bytes().splitlines()[-1])["budget"]["openCalls"] == [call_id]
+
+
+def test_whether_a_transcript_has_a_saved_state_is_told_from_its_end_alone(tmp_path: Path) -> None:
+    from soba_nb.compaction.budget_state import has_saved_state
+
+    t = open_transcript(tmp_path)
+    engine = make_compactor(t)
+    a_finished_turn(t, engine)
+    state_path(t.file).unlink()
+    assert has_saved_state(t.file)
+    t.append(MessageEntry(role="user", content="more"))
+    assert not has_saved_state(t.file)
+    engine.record_turn_complete()
+    state_path(t.file).unlink()
+    with t.file.open("ab") as file:
+        file.write(b'{"type": "message", "id": "torn')  # a crash mid-write
+    assert not has_saved_state(t.file)
+    link = tmp_path / "link.jsonl"
+    os.symlink(t.file, link)
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    assert not has_saved_state(link) and not has_saved_state(fifo)  # returns at once
+    state_path(fifo).write_text("a state beside it")
+    assert has_saved_state(fifo)
