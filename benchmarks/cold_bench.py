@@ -15,7 +15,13 @@ copied whole (warm). Each run is a fresh process of each, interleaved with pi's:
   from `open_session` (a kernel imported soba-nb at `%load_ext`), the whole process beside it;
 - pi 1.6.0's whole-process resume: a fresh Node process importing its session manager,
   `SessionManager.open` + `buildSessionContext` (benchmarks/pi_resume.mjs, variant `resume`);
-- peak RSS (`VmHWM`) of each process.
+- peak RSS (`VmHWM`) of each process;
+- the Python interpreter alone (`python cold_child.py floor`: no soba-nb imported), the floor
+  under every soba-nb command on this machine, beside pi's whole process.
+
+Two cold copies: the `.jsonl` as a finished turn leaves it (its last `turn` checkpoint carries
+the budget tracker's state: only what follows is counted) and the same copied mid-turn (that
+checkpoint left out: measured from its last usage figure on, which needs the tokenizer).
 
 Times are the best run, RSS the largest. Once per size (1 run): the compaction plan a `hard_limit`
 trigger starts with after the first preflight, cold and warm — the one step that still counts
@@ -58,7 +64,12 @@ TURNS = 20
 TURN_SIZE = 100_000
 TURN_TARGET_S = 0.005
 COMMANDS = ("budget", "inspect")
-STATES = ("cold", "warm")
+STATES = ("cold", "bare", "warm")
+LABELS = {
+    "cold": "cold open (the `.jsonl` alone, after a finished turn)",
+    "bare": "cold open, copied mid-turn (no state in the file)",
+    "warm": "warm open",
+}
 
 
 class ChildFailed(RuntimeError):
@@ -128,12 +139,22 @@ def turn_size(sizes: tuple[int, ...]) -> int:
 
 def copies(session: Path, scratch: Path, run: int) -> dict[str, Path]:
     """Per run: the `.jsonl` alone in a fresh folder (one for the commands, which write nothing,
-    one for the first `%soba`, which may), and the session folder copied whole."""
+    one for the first `%soba`, which may); the same copied before its last turn ended (its
+    `turn` checkpoint, which carries the budget tracker's state, left out); and the session
+    folder copied whole."""
     made = {}
-    for state, name in (("cold", "cold"), ("cold first", "cold-first"), ("cold loaded", "cold-loaded")):
+    for state, name in (("cold", "cold"), ("cold first", "cold-first")):
         folder = scratch / f"{name}-{run}"
         folder.mkdir()
         made[state] = Path(shutil.copyfile(session, folder / session.name))
+    data = session.read_bytes()
+    last = data.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    assert b'"type":"checkpoint"' in last and b'"budget":' in last, f"{session} does not end with a finished turn"
+    for state, name in (("bare", "bare"), ("bare first", "bare-first"), ("bare loaded", "bare-loaded")):
+        folder = scratch / f"{name}-{run}"
+        folder.mkdir()
+        made[state] = folder / session.name
+        made[state].write_bytes(data[: len(data.rstrip(b"\n")) - len(last)])
     warm = scratch / f"warm-{run}"
     shutil.copytree(session.parent, warm)
     made["warm"] = made["warm first"] = warm / session.name
@@ -161,14 +182,15 @@ def measure_size(workspace: Any, size: int) -> Measured:
             for command in COMMANDS:
                 steps.append(((state, command), child("cli", command, str(paths[state]))))
             steps.append(((state, "first"), child("first", str(paths[f"{state} first"]))))
-        steps.append((("cold", "first loaded"), child("first", str(paths["cold loaded"]), "--after-load-ext")))
+        steps.append((("bare", "first loaded"), child("first", str(paths["bare loaded"]), "--after-load-ext")))
+        steps.append((("floor", "python"), child("floor")))
         shift = run % len(steps)  # a different order each run: none is always first after a pause
         for key, command in steps[shift:] + steps[:shift]:
             runs.add(key, *whole_process(command))
         for path in {path.parent for path in paths.values()}:
             shutil.rmtree(path)
     plans = {}
-    for state in STATES:
+    for state in ("cold", "warm"):
         paths = copies(session, scratch, 99)
         plans[state] = whole_process(child("first", str(paths[f"{state} first"]), "--plan"))[1]
         for path in {path.parent for path in paths.values()}:
@@ -207,9 +229,17 @@ def register(benchmark: Callable[[str], Callable[[Any], Any]], row: type, ms: Ca
         for command in COMMANDS:
             best = m.runs.best((state, command))
             assert best is not None
-            rows.append(line(f"{state} open, `soba-nb {command}` (whole process)", m, ms(best[0]), best[0],
+            rows.append(line(f"{LABELS[state]}, `soba-nb {command}` (whole process)", m, ms(best[0]), best[0],
                              pi_seconds, pi_text, TARGET_PI))
         return rows
+
+    def floor_row(m: Measured) -> Any:
+        pi_seconds, pi_text, _ = pi_figures(m)
+        best = m.runs.best(("floor", "python"))
+        assert best is not None
+        return line("the Python interpreter alone, no soba-nb (the floor of every command above)", m,
+                    f"{ms(best[0])} (peak RSS {mib(m.runs.peak(('floor', 'python')) or 0)})", best[0], pi_seconds,
+                    pi_text, None)
 
     def first_row(m: Measured, state: str, what: str = "first") -> Any:
         pi_seconds, pi_text, _ = pi_figures(m)
@@ -222,9 +252,9 @@ def register(benchmark: Callable[[str], Callable[[Any], Any]], row: type, ms: Ca
                 else f"; decision: {trigger}, so the compaction runs before a request is built")
         text = (f"{ms(seconds)} (open {ms(result['open'])} + preflight {ms(result['preflight'])}{then}; "
                 f"whole process {ms(whole[0])}{' less the pause' if what != 'first' else ''})")
-        name = f"{state} open, first `%soba` in a new kernel"
+        name = f"{LABELS[state]}, first `%soba` in a new kernel"
         if what != "first":
-            name = f"{state} open, first `%soba` {PAUSE_S:g} s after `%load_ext` (the tokenizer loaded meanwhile)"
+            name = f"{LABELS[state]}, first `%soba` {PAUSE_S:g} s after `%load_ext` (the tokenizer loaded meanwhile)"
         return line(name, m, text, seconds, pi_seconds, pi_text, TARGET_PI)
 
     def rss_row(m: Measured, state: str) -> Any:
@@ -235,7 +265,7 @@ def register(benchmark: Callable[[str], Callable[[Any], Any]], row: type, ms: Ca
         their_text = f"pi {mib(pi_rss)}" if pi_rss else ""
         ratio = None if not pi_rss else mine / pi_rss
         ok = None if ratio is None else ratio <= RSS_TARGET_PI
-        return row(f"peak RSS, {state} open", m.entries, text, their_text or "pi: not run",
+        return row(f"peak RSS, {LABELS[state]}", m.entries, text, their_text or "pi: not run",
                    "" if ratio is None else f"{ratio:.2f}×", f"≤ {RSS_TARGET_PI:g}× pi", ok, m.file_bytes)
 
     def plan_row(m: Measured) -> Any:
@@ -258,10 +288,11 @@ def register(benchmark: Callable[[str], Callable[[Any], Any]], row: type, ms: Ca
     def cold(workspace: Any) -> list[Any]:
         measured = [measure_size(workspace, size) for size in workspace.sizes]
         groups: list[Callable[[Measured], list[Any]]] = [
-            lambda m: command_rows(m, "cold"), lambda m: command_rows(m, "warm"),
-            lambda m: [first_row(m, "cold")], lambda m: [first_row(m, "cold", "first loaded")],
-            lambda m: [first_row(m, "warm")],
-            lambda m: [rss_row(m, "cold")], lambda m: [rss_row(m, "warm")],
+            lambda m: command_rows(m, "cold"), lambda m: command_rows(m, "bare"), lambda m: command_rows(m, "warm"),
+            lambda m: [floor_row(m)],
+            lambda m: [first_row(m, "cold")], lambda m: [first_row(m, "bare")],
+            lambda m: [first_row(m, "bare", "first loaded")], lambda m: [first_row(m, "warm")],
+            lambda m: [rss_row(m, "cold")], lambda m: [rss_row(m, "bare")], lambda m: [rss_row(m, "warm")],
             lambda m: [plan_row(m)], turn_row,
         ]
         return [item for group in groups for m in measured for item in group(m)]

@@ -3,6 +3,7 @@
     python benchmarks/cold_child.py cli budget|inspect SESSION   # the command, output discarded
     python benchmarks/cold_child.py first SESSION [--plan] [--after-load-ext]  # the first %soba of a new kernel
     python benchmarks/cold_child.py turns SESSION TURNS          # what each turn adds before its request
+    python benchmarks/cold_child.py floor                        # the interpreter alone: no soba-nb
 
 Only the standard library is imported before the command runs: a `cli` process costs what
 `soba-nb COMMAND SESSION` costs (the parent times it from outside).
@@ -157,7 +158,9 @@ def turns(path: Path, count: int) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     mode = argv[0]
-    if mode == "cli":
+    if mode == "floor":
+        result = {"rss": max_rss()}
+    elif mode == "cli":
         result = cli(argv[1], Path(argv[2]))
     elif mode == "first":
         result = first(Path(argv[1]), plan="--plan" in argv[2:], after_load_ext="--after-load-ext" in argv[2:])

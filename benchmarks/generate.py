@@ -298,13 +298,15 @@ class LineWriter:
                 handle.write(self.line(next(entries)))
 
 
-def settle(path: Path) -> None:
+def settle(path: Path, *, finish_turn: bool = True) -> None:
     """Resume the session once, as a user would (measure + model input), and close it.
 
     The preflight's upkeep runs too: the snapshots of the extract's scan a live session would
     have left every `SPACING` entries (here written in one pass, as for any old session). A
     session that grew entry by entry counted every entry and kept its tracker's state: so is
-    this one (a path measured from nothing counts only from its last usage figure on)."""
+    this one (a path measured from nothing counts only from its last usage figure on).
+    `finish_turn`: its last turn ends as `%soba` ends one, with a `turn` checkpoint carrying
+    the tracker's state (what a copy of the transcript alone opens from)."""
     session = open_session(path)
     catch_up = extract_snapshots.CATCH_UP_ENTRIES
     try:
@@ -316,6 +318,8 @@ def settle(path: Path) -> None:
         extract_snapshots.CATCH_UP_ENTRIES = catch_up
         session.compactor.model_input()
         session.compactor.measure()  # the state is saved beside the transcript
+        if finish_turn:
+            session.compactor.record_turn_complete()
     finally:
         extract_snapshots.CATCH_UP_ENTRIES = catch_up
         session.close()
@@ -354,7 +358,7 @@ def compact_session(source: Path, folder: Path) -> Path:
         session.close()
     if result.outcome.value != "completed":
         raise CompactionFailed(f"{path}: %compact ended {result.outcome.value}: {result.reason}")
-    settle(path)
+    settle(path, finish_turn=False)  # it ends in the capsule
     return path
 
 
