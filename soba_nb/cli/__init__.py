@@ -31,7 +31,7 @@ from soba_nb.cli.table import subcommand as subcommand  # re-exported: tests add
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog=PROG, description="Inspect and check soba-nb session transcripts.")
-    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in SUBCOMMANDS.values():
         command.arguments(commands.add_parser(command.name, help=command.help))
@@ -60,6 +60,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 EXIT_BROKEN_PIPE = 128 + 13
 """What a command killed by SIGPIPE exits with (the shell's convention, as `yes | head`)."""
+
+
+class _VersionAction(argparse.Action):
+    """`--version`: prints it and exits, the package metadata read only then (argparse's own
+    action takes the text when the parser is built: 10 ms of every command)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0,
+                         help="show the version and exit")  # fmt: skip
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object, **_kwargs: object) -> None:
+        parser.exit(message=f"{PROG} {_version()}\n")
 
 
 def _version() -> str:
