@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from soba_nb.cli.table import EXIT_USAGE, PROG, CommandError
 from soba_nb.compaction.budget_state import has_saved_state
-from soba_nb.layout import SESSIONS_FOLDER_SUFFIX, SessionLayout
+from soba_nb.layout import SESSIONS_FOLDER_SUFFIX
 from soba_nb.transcript.entries import UsageEntry
 from soba_nb.transcript.store import TornLineWarning, Transcript, TranscriptError
 

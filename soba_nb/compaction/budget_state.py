@@ -25,7 +25,7 @@ import stat
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import msgspec
 
@@ -173,7 +173,7 @@ def recorded_state(path: Sequence[Entry]) -> TrackerState | None:
     for entry in reversed(path):
         kind = type(entry)
         if kind is CheckpointEntry:
-            state = entry.budget  # type: ignore[union-attr]
+            state = cast(CheckpointEntry, entry).budget
             if isinstance(state, TrackerState) and state.version == VERSION:
                 return state
         elif kind is CapsuleEntry:

@@ -58,7 +58,6 @@ from soba_nb.compaction.triggers import (
 )
 from soba_nb.messages import ToolSchema
 from soba_nb.tokens import TokenCounter
-from soba_nb.transcript.tracker_state import TrackerState
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     CheckpointEntry,
@@ -67,6 +66,7 @@ from soba_nb.transcript.entries import (
     SkillEntry,
 )
 from soba_nb.transcript.store import Transcript
+from soba_nb.transcript.tracker_state import TrackerState
 
 SUMMARY_OUTPUT_MIN = 256
 SUMMARY_OUTPUT_MAX = 4096

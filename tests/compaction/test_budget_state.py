@@ -19,7 +19,13 @@ from test_budget_tracker import STEP, play, state
 
 from soba_nb.compaction.budget_state import BudgetStateFile, state_path
 from soba_nb.compaction.compactor import Compactor
-from soba_nb.transcript.entries import CapsuleEntry, MessageEntry, ToolCallEntry, ToolResultEntry, UsageEntry
+from soba_nb.transcript.entries import (
+    CapsuleEntry,
+    MessageEntry,
+    ToolCallEntry,
+    ToolResultEntry,
+    UsageEntry,
+)
 from soba_nb.transcript.store import Transcript
 
 
