@@ -17,6 +17,7 @@ from itertools import count
 from typing import Literal, cast
 
 from soba_nb.compaction.backlog import Backlog, find_anchor
+from soba_nb.compaction.budget_state import TrackerState
 from soba_nb.compaction.model_input import (
     SKILLS_HEADING,
     capsule_tokens,
@@ -43,7 +44,6 @@ from soba_nb.transcript.entries import (
     ToolResultEntry,
     UsageEntry,
 )
-from soba_nb.transcript.tracker_state import TrackerState
 
 Source = Literal["provider_usage", "estimated"]
 EAGER_BACKLOG_ENTRIES = 256

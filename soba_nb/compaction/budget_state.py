@@ -15,6 +15,11 @@ A cache, never the truth: a missing, stale, foreign or malformed file costs one 
 the counts, exactly what a session without it does. It holds ids and integers; its texts pass
 redaction all the same, like every sidecar, and a state in which that would change anything
 is not written at all (a redacted call id would be a wrong one).
+
+The same state goes into the transcript itself, as the `budget` of each `turn` checkpoint, so a
+transcript copied alone (a handoff's source, an attachment, a backup) opens from its last
+finished turn without counting what came before: `recorded_state` finds it, under the same
+checks, and a state this version cannot read is ignored there too.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import stat
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
@@ -33,15 +38,49 @@ from soba_nb.layout import SessionLayout
 from soba_nb.redact import redact
 from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry, Entry, entry_from_json
 from soba_nb.transcript.sidecar import read_regular
-from soba_nb.transcript.tracker_state import VERSION, TrackerState
 
 if TYPE_CHECKING:
     from soba_nb.tokens import TokenCounter
 
+VERSION = 1
+"""Bump when what the tracker keeps changes: an older state is then not used."""
 MAX_BYTES = 1 << 20
 """A bigger file is not ours: it is ignored (and replaced at the next save)."""
 TAIL_BYTES = 16 * 1024
 """`has_saved_state` reads at most this much of a transcript's end."""
+
+
+class TrackerState(msgspec.Struct, kw_only=True, frozen=True, rename="camel", gc=False):
+    """What `BudgetTracker` knows after a measure, and what it was measured with."""
+
+    version: int = VERSION
+    counter: str
+    """The counter's key (encoding and factor): counts from another do not add up."""
+    fixed: int
+    usage_ceiling: int | None
+    target: tuple[str, ...] | None
+    """Provider, model and the item kinds it replays, when a capsule's native item could be
+    costed for it."""
+    root_id: str
+    seen: int
+    last_id: str
+    estimated: int
+    before_last_assistant: int
+    usage_input: int | None
+    usage_offset: int
+    capsule_at: int | None
+    capsule_id: str | None
+    skills: list[tuple[int, str]]
+    """Active skills, by position on the path and id, latest activation last."""
+    intents: list[tuple[int, str]]
+    soft_failures: int
+    tokens_at_last_soft: int
+    visible_since_capsule: bool
+    region_tokens: int
+    region_result_tokens: int
+    open_calls: list[str]
+    counts: dict[str, int] = {}
+    """Counts the model input needs besides the entries' (keyed as the counter keys them)."""
 
 
 _DECODER = msgspec.json.Decoder(TrackerState)
@@ -164,21 +203,38 @@ def has_saved_state(transcript: Path) -> bool:
         last = entry_from_json(lines[-1]) if len(lines) == 2 or size <= TAIL_BYTES else None
     except msgspec.DecodeError:
         return False
-    return isinstance(last, CheckpointEntry) and isinstance(last.budget, TrackerState)
+    return isinstance(last, CheckpointEntry) and readable_state(last.budget) is not None
 
 
 def recorded_state(path: Sequence[Entry]) -> TrackerState | None:
-    """The newest state a `turn` checkpoint of `path` carries, looked for back to the latest
-    capsule (a state from before it would not be taken), or None."""
+    """The newest state a `turn` checkpoint of `path` carries that this version reads, looked
+    for back to the latest capsule (a state from before it would not be taken), or None."""
     for entry in reversed(path):
         kind = type(entry)
         if kind is CheckpointEntry:
-            state = cast(CheckpointEntry, entry).budget
-            if isinstance(state, TrackerState) and state.version == VERSION:
+            state = readable_state(cast(CheckpointEntry, entry).budget)
+            if state is not None:
                 return state
         elif kind is CapsuleEntry:
             return None
     return None
+
+
+def readable_state(recorded: object) -> TrackerState | None:
+    """A checkpoint's `budget` as a state of this version, or None: a cache, so a state of
+    another version or shape (a later soba-nb's, a hand edit) is not used, never an error."""
+    if not isinstance(recorded, dict):
+        return None
+    try:
+        state = msgspec.convert(recorded, TrackerState)
+    except msgspec.ValidationError:
+        return None
+    return state if state.version == VERSION else None
+
+
+def recordable(state: TrackerState) -> dict[str, Any] | None:
+    """`state` as a checkpoint's `budget` (JSON-ready), or None when it may not be written."""
+    return cast(dict[str, Any], msgspec.to_builtins(state)) if may_be_written(state) else None
 
 
 def may_be_written(state: TrackerState) -> bool:

@@ -24,7 +24,12 @@ from msgspec import UNSET
 
 from soba_nb.compaction.barrier import record_spent, run_barrier
 from soba_nb.compaction.budget import BudgetTracker, Measurement
-from soba_nb.compaction.budget_state import BudgetStateFile, may_be_written, states_to_offer
+from soba_nb.compaction.budget_state import (
+    BudgetStateFile,
+    TrackerState,
+    recordable,
+    states_to_offer,
+)
 from soba_nb.compaction.extract_snapshots import ExtractSnapshots
 from soba_nb.compaction.flight import FlightRecorder
 from soba_nb.compaction.generation import generate_capsule
@@ -66,7 +71,6 @@ from soba_nb.transcript.entries import (
     SkillEntry,
 )
 from soba_nb.transcript.store import Transcript
-from soba_nb.transcript.tracker_state import TrackerState
 
 SUMMARY_OUTPUT_MIN = 256
 SUMMARY_OUTPUT_MAX = 4096
@@ -332,7 +336,8 @@ class Compactor:
         intent = t.auto and t.compact_on_turn_complete
         self.measure()
         state = self._tracker_state()
-        budget = state if state is not None and may_be_written(state) else UNSET
+        recorded = None if state is None else recordable(state)
+        budget = UNSET if recorded is None else recorded
         written = self.transcript.append(CheckpointEntry(kind="turn", note=note, intent=intent, budget=budget))
         assert isinstance(written, CheckpointEntry)
         return written

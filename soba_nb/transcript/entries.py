@@ -41,8 +41,6 @@ from typing import Annotated, Any, ClassVar, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType, field
 
-from soba_nb.transcript.tracker_state import TrackerState
-
 FORMAT_VERSION = 1
 ENTRY_ID_BYTES = 4
 CHECKPOINT_PREFIX = "ck_"
@@ -330,10 +328,12 @@ class CheckpointEntry(_Entry, tag="checkpoint", kw_only=True, frozen=True):
     note: str = ""
     intent: bool = False
     """True when this checkpoint asks for a compaction at the next preflight."""
-    budget: TrackerState | UnsetType = UNSET
+    budget: Any = UNSET
     """On a `turn` checkpoint: the budget tracker's state as of the entry before it, so the
-    transcript opened alone (no `.budget` beside it) need not count what came before (a cache:
-    used only when it describes the path it is read on and the counter reading it)."""
+    transcript opened alone (no `.budget` beside it) need not count what came before. A cache,
+    read by `compaction.budget_state`: used only when it is a state of its version that
+    describes the path it is read on and the counter reading it; any other JSON value here
+    is ignored, never a bad line (a later soba-nb may record another shape)."""
 
 
 class LeafEntry(_Entry, tag="leaf", kw_only=True, frozen=True):
