@@ -29,6 +29,7 @@ does not name is not priced (`model.pricing` prices it).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -202,9 +203,12 @@ _TABLE: tuple[tuple[str, CatalogueEntry], ...] = (
     (r"smollm2", _open_weights("SmolLM2", 8192)),
 )
 
-_COMPILED: tuple[tuple[re.Pattern[str], CatalogueEntry], ...] = tuple(
-    (re.compile(pattern), entry) for pattern, entry in _TABLE
-)
+
+@functools.cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    """A pattern of the tables, compiled the first time a lookup reaches it (compiling them
+    all at import cost every process that imports the catalogue 5 ms)."""
+    return re.compile(pattern)
 
 
 # A dated snapshot of the same model: `gpt-4o-2024-08-06`, `claude-sonnet-4-5-20250929`.
@@ -247,9 +251,6 @@ _PRICES: tuple[tuple[str, ListPrice], ...] = (
 )
 """Most specific first; each pattern is the whole name but for a date (see `_DATED`)."""
 
-_COMPILED_PRICES: tuple[tuple[re.Pattern[str], ListPrice], ...] = tuple(
-    (re.compile(pattern + _DATED), price) for pattern, price in _PRICES
-)
 
 
 def list_price(model: str) -> ListPrice | None:
@@ -257,15 +258,15 @@ def list_price(model: str) -> ListPrice | None:
     does not name it. The caller decides whether the vendor's API is the one spoken to (a
     gateway or a local server bills its own way)."""
     name = _normalize(model)
-    for pattern, price in _COMPILED_PRICES:
-        if pattern.match(name):
+    for pattern, price in _PRICES:
+        if _compiled(pattern + _DATED).match(name):
             return price
     return None
 
 
 def entries() -> tuple[CatalogueEntry, ...]:
     """Every entry of the table, in matching order."""
-    return tuple(entry for _, entry in _COMPILED)
+    return tuple(entry for _, entry in _TABLE)
 
 
 def _normalize(model: str) -> str:
@@ -297,7 +298,7 @@ def lookup(provider: str, model: str) -> CatalogueEntry | None:
     name = _normalize(model)
     if not name:
         return None
-    for pattern, entry in _COMPILED:
-        if pattern.search(name):
+    for pattern, entry in _TABLE:
+        if _compiled(pattern).search(name):
             return entry
     return None
