@@ -20,11 +20,14 @@ copied whole (warm). Each run is a fresh process of each, interleaved with pi's:
   under every soba-nb command on this machine, beside pi's whole process.
 
 Two cold copies: the `.jsonl` as a finished turn leaves it (its last `turn` checkpoint carries
-the budget tracker's state: only what follows is counted) and the same copied mid-turn (that
-checkpoint left out: measured from its last usage figure on, which needs the tokenizer).
+the budget tracker's state: only what follows is counted) and the same with no state in it (that
+checkpoint, the generated session's only one, left out), as a file written before states were
+recorded: measured from its last usage figure on, which needs the tokenizer. (A real copy made
+mid-turn starts from its previous turn's checkpoint and counts the current turn: the
+tokenizer's load, but not the region's count at the first compaction.)
 
 Times are the best run, RSS the largest. Once per size (1 run): the compaction plan a `hard_limit`
-trigger starts with after the first preflight, each way — copied mid-turn, the one step that still
+trigger starts with after the first preflight, each way — with no state, the one step that still
 counts what came before the last usage figure (the region's total, the capsule's before-figures).
 
 And what soba adds to each turn before the request leaves (the `turn` rows), on the session
@@ -67,7 +70,7 @@ COMMANDS = ("budget", "inspect")
 STATES = ("cold", "bare", "warm")
 LABELS = {
     "cold": "cold open (the `.jsonl` alone, after a finished turn)",
-    "bare": "cold open, copied mid-turn (no state in the file)",
+    "bare": "cold open, no state in the file (written before states were recorded)",
     "warm": "warm open",
 }
 
@@ -139,9 +142,9 @@ def turn_size(sizes: tuple[int, ...]) -> int:
 
 def copies(session: Path, scratch: Path, run: int) -> dict[str, Path]:
     """Per run: the `.jsonl` alone in a fresh folder (one for the commands, which write nothing,
-    one for the first `%soba`, which may); the same copied before its last turn ended (its
-    `turn` checkpoint, which carries the budget tracker's state, left out); and the session
-    folder copied whole."""
+    one for the first `%soba`, which may); the same with no state in it (its last `turn`
+    checkpoint, the only one that carries the budget tracker's state, left out); and the
+    session folder copied whole."""
     made = {}
     for state, name in (("cold", "cold"), ("cold first", "cold-first")):
         folder = scratch / f"{name}-{run}"
