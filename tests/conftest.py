@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,22 @@ def _tokenizer_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyte
 def llm_server() -> Iterator[LLMServer]:
     with LLMServer() as server:
         yield server
+
+
+@pytest.fixture
+def forbid_tokenizer(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Call it, and from then on loading a tokenizer fails the test (what a saved state should
+    have spared)."""
+    from soba_nb import tokens
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"tokenizer {name} loaded")
+
+    def forbid() -> None:
+        monkeypatch.setattr(tokens, "_ENCODINGS", {})
+        monkeypatch.setattr(tokens, "get_encoding", refuse)
+
+    return forbid
 
 
 @pytest.fixture

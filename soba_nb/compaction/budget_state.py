@@ -33,11 +33,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from soba_nb.layout import SessionLayout
 from soba_nb.redact import redact
 from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry, Entry, entry_from_json
-from soba_nb.transcript.sidecar import read_regular
+from soba_nb.transcript.sidecar import read_regular, read_tail
 
 if TYPE_CHECKING:
     from soba_nb.tokens import TokenCounter
@@ -184,20 +185,10 @@ def has_saved_state(transcript: Path) -> bool:
     first?), from its last `TAIL_BYTES` at most; it is checked when the file is read."""
     if state_path(transcript).exists():
         return True
-    try:  # no link followed, no FIFO waited on: the file is checked when it is read
-        fd = os.open(transcript, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    read = read_tail(transcript, TAIL_BYTES)  # no link followed, no FIFO waited on
+    if read is None:
         return False
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return False
-        size = info.st_size
-        tail = os.pread(fd, TAIL_BYTES, max(0, size - TAIL_BYTES))
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
+    tail, size = read
     lines = tail.rstrip(b"\n").rsplit(b"\n", 1)
     try:
         last = entry_from_json(lines[-1]) if len(lines) == 2 or size <= TAIL_BYTES else None
@@ -232,9 +223,12 @@ def readable_state(recorded: object) -> TrackerState | None:
     return state if state.version == VERSION else None
 
 
-def recordable(state: TrackerState) -> dict[str, Any] | None:
-    """`state` as a checkpoint's `budget` (JSON-ready), or None when it may not be written."""
-    return cast(dict[str, Any], msgspec.to_builtins(state)) if may_be_written(state) else None
+def recordable(state: TrackerState | None) -> dict[str, Any] | UnsetType:
+    """`state` as a checkpoint's `budget` (JSON-ready), or UNSET (the field left out) when
+    there is none or it may not be written."""
+    if state is None or not may_be_written(state):
+        return UNSET
+    return cast(dict[str, Any], msgspec.to_builtins(state))
 
 
 def may_be_written(state: TrackerState) -> bool:

@@ -20,8 +20,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
 
-from msgspec import UNSET
-
 from soba_nb.compaction.barrier import record_spent, run_barrier
 from soba_nb.compaction.budget import BudgetTracker, Measurement
 from soba_nb.compaction.budget_state import (
@@ -335,9 +333,7 @@ class Compactor:
         t = self.thresholds
         intent = t.auto and t.compact_on_turn_complete
         self.measure()
-        state = self._tracker_state()
-        recorded = None if state is None else recordable(state)
-        budget = UNSET if recorded is None else recorded
+        budget = recordable(self._tracker_state())
         written = self.transcript.append(CheckpointEntry(kind="turn", note=note, intent=intent, budget=budget))
         assert isinstance(written, CheckpointEntry)
         return written

@@ -11,23 +11,42 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def read_regular(path: Path, max_bytes: int, *, prefix: int | None = None) -> bytes | None:
     """The whole file (`prefix`: its first bytes only), or None when it is missing, not a
     regular file or over `max_bytes`."""
+
+    def read(fd: int, size: int) -> bytes | None:
+        if size > max_bytes:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            data = handle.read(max_bytes + 1 if prefix is None else prefix)
+        return data if len(data) <= max_bytes else None
+
+    return _with_regular(path, read)
+
+
+def read_tail(path: Path, count: int) -> tuple[bytes, int] | None:
+    """The last `count` bytes of a file and its size, or None when it is missing or not a
+    regular file (a link is not followed, a FIFO not waited on)."""
+    return _with_regular(path, lambda fd, size: (os.pread(fd, count, max(0, size - count)), size))
+
+
+def _with_regular(path: Path, read: Callable[[int, int], T | None]) -> T | None:
+    """`read(fd, size)` of `path` opened read-only when it is a regular file, or None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
-            return None
-        with os.fdopen(os.dup(fd), "rb") as handle:
-            data = handle.read(max_bytes + 1 if prefix is None else prefix)
-        return data if len(data) <= max_bytes else None
+        return read(fd, info.st_size) if stat.S_ISREG(info.st_mode) else None
     except OSError:
         return None
     finally:

@@ -267,19 +267,7 @@ def copied_alone(t: Transcript, folder: Path, edit=None) -> Transcript:
     return Transcript.open(folder / t.file.name)
 
 
-@pytest.fixture
-def no_tokenizer(monkeypatch):
-    """Loading a tokenizer fails the test."""
-    from soba_nb import tokens
-
-    def refuse(name: str):
-        raise AssertionError(f"tokenizer {name} loaded")
-
-    monkeypatch.setattr(tokens, "_ENCODINGS", {})
-    monkeypatch.setattr(tokens, "get_encoding", refuse)
-
-
-def test_a_transcript_copied_alone_after_a_turn_opens_from_its_last_checkpoint(tmp_path: Path, request) -> None:
+def test_a_transcript_copied_alone_after_a_turn_opens_from_its_last_checkpoint(tmp_path: Path, forbid_tokenizer) -> None:
     t = open_transcript(tmp_path)
     engine = make_compactor(t)
     a_finished_turn(t, engine)
@@ -290,7 +278,7 @@ def test_a_transcript_copied_alone_after_a_turn_opens_from_its_last_checkpoint(t
     truth = state(rebuilt(t).tracker, t.path())
 
     copy = copied_alone(t, tmp_path / "copy")
-    request.getfixturevalue("no_tokenizer")
+    forbid_tokenizer()
     again = make_compactor(copy)
     assert again.measure() == expected and again.tracker.restores == 1
     assert state(again.tracker, copy.path()) == truth

@@ -79,7 +79,7 @@ def budget_json(capsys, path: Path) -> dict[str, object]:
 
 
 def test_a_transcript_copied_alone_after_percent_soba_turns_opens_without_its_tokenizer(
-    ip, nb_dir: Path, scripted, capsys, monkeypatch
+    ip, nb_dir: Path, scripted, capsys, forbid_tokenizer
 ) -> None:
     """Each finished turn records the budget tracker's state on its checkpoint: the `.jsonl`
     alone, copied after a `%soba` session, gives `soba-nb budget` and a new session the warm
@@ -88,7 +88,6 @@ def test_a_transcript_copied_alone_after_percent_soba_turns_opens_without_its_to
     from IPython.utils.capture import capture_output
     from llm_server import text, tool_calls
 
-    from soba_nb import tokens
 
     scripted.script(tool_calls(("python", {"code": "total = 6 * 7"})), text("total is 42."), text("Plotted."))
     with capture_output():
@@ -105,12 +104,7 @@ def test_a_transcript_copied_alone_after_percent_soba_turns_opens_without_its_to
     copy.parent.mkdir(parents=True)
     shutil.copyfile(path, copy)
     (copy.parent.parent / "soba.json").write_bytes((nb_dir / "soba.json").read_bytes())
-
-    def refuse(name: str) -> None:
-        raise AssertionError(f"tokenizer {name} loaded")
-
-    monkeypatch.setattr(tokens, "_ENCODINGS", {})
-    monkeypatch.setattr(tokens, "get_encoding", refuse)
+    forbid_tokenizer()
     cold = budget_json(capsys, copy)
     assert cold["source"] == warm["source"] == "provider_usage"
     assert (cold["effectiveTokens"], cold["estimatedTokens"]) == (warm["effectiveTokens"], warm["estimatedTokens"])
