@@ -31,12 +31,13 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
-from typing import cast
-
-import tiktoken
+from typing import TYPE_CHECKING, cast
 
 from soba_nb.images import ImageRule, image_tokens
 from soba_nb.tokenizer_cache import keep_ranks, read_ranks
+
+if TYPE_CHECKING:  # tiktoken itself is imported when an encoding is first built
+    import tiktoken
 
 # sha256 of the decompressed files, exactly as tiktoken_ext.openai_public expects them.
 EXPECTED_SHA256 = {
@@ -89,6 +90,7 @@ def get_encoding(name: str) -> tiktoken.Encoding:
     """A tiktoken encoding loaded from packaged files only (no network)."""
     if name not in EXPECTED_SHA256:
         raise TokenizerUnavailable(f"tokenizer {name}: not one of {sorted(EXPECTED_SHA256)}")
+    import tiktoken
     import tiktoken_ext.openai_public as public
 
     with _LOAD_LOCK:

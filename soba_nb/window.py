@@ -45,11 +45,20 @@ from soba_nb.compaction.limits import (
 )
 from soba_nb.compaction.triggers import Thresholds
 from soba_nb.config import SobaConfig
-from soba_nb.providers.discovery import ServerWindow
 from soba_nb.transcript.entries import SettingEntry, WindowEntry
 
 AUTO_KEY: Literal["compaction.auto"] = "compaction.auto"
 LEARNED_SOURCES = {"overflow": "overflow error", "truncation": "truncated prompt", "server": "server"}
+
+
+@dataclass(frozen=True)
+class ServerWindow:
+    """A context window the server reported (`soba_nb.providers.discovery` asks for it; a
+    `window` entry records it)."""
+
+    context_window: int
+    source: str
+    """Where the figure came from, e.g. "llama.cpp GET /props n_ctx"."""
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,10 @@ LAYERS = {
     "compaction": {"transcript", "tokens", "images", "messages", "redact", "text", "layout", "collector"},
     "config": {"compaction", "layout", "paths", "printable", "redact", "resolution", "text"},
     "engine": {"messages"},
-    "providers": {"engine", "compaction", "config", "images", "messages", "text", "transcript", "tokens", "redact", "resolution"},
-    "window": {"catalogue", "compaction", "config", "providers", "transcript"},
+    "window": {"catalogue", "compaction", "config", "transcript"},
+    "providers": {
+        "engine", "compaction", "config", "images", "messages", "text", "transcript", "tokens", "redact", "resolution", "window",
+    },
     "capsule_files": {"compaction", "layout", "paths", "redact", "tokens", "transcript", "text", "printable"},
     "agent": {
         "capsule_files", "catalogue", "compaction", "config", "images", "layout", "messages", "own_files", "providers", "resolution",

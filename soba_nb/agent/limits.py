@@ -7,8 +7,6 @@ client): `soba-nb budget` and `inspect` need these and nothing that talks to a s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from soba_nb.catalogue import lookup
 from soba_nb.catalogue import takes_images as catalogue_takes_images
 from soba_nb.config import SobaConfig
@@ -17,15 +15,13 @@ from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.store import Transcript
 from soba_nb.window import (
     AUTO_KEY,
+    ServerWindow,
     SessionLimits,
     learned_window,
     model_key,
     recorded_server_window,
     resolve_limits,
 )
-
-if TYPE_CHECKING:
-    from soba_nb.providers.discovery import ServerWindow
 
 
 def session_limits(

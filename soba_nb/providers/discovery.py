@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from soba_nb.config import MAX_CONTEXT_WINDOW
+from soba_nb.window import ServerWindow as ServerWindow  # re-exported: what discovery answers
 
 if TYPE_CHECKING:  # imported where a server is asked: `ServerWindow` alone needs no HTTP client
     import httpx
@@ -74,15 +75,6 @@ _SAFE_KEY = re.compile(r"[A-Za-z0-9_.\-]{1,100}")
 """A `model_info` key quoted in `source` must look like one (the text comes from the server)."""
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ServerWindow:
-    """A context window the server reported."""
-
-    context_window: int
-    source: str
-    """Where the figure came from, e.g. "llama.cpp GET /props n_ctx"."""
 
 
 class _NoAnswer(Exception):

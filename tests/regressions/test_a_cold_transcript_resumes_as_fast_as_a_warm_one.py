@@ -114,3 +114,25 @@ def test_a_transcript_copied_alone_after_percent_soba_turns_opens_without_its_to
         assert reopened.compactor.measure() == expected and reopened.compactor.tracker.restores == 1
     finally:
         reopened.close()
+
+
+NOT_IMPORTED = ("tiktoken", "httpx", "soba_nb.providers", "soba_nb.agent.session")
+"""What `soba-nb budget` of a session with its saved state needs none of: a tokenizer (0.15 s
+and 60 MiB to load), an HTTP client, a provider (every import is paid by each whole process)."""
+
+
+def test_budget_of_a_session_with_its_state_imports_no_tokenizer_http_client_or_provider(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = a_long_session(tmp_path)
+    script = (
+        "import json, sys\n"
+        "from soba_nb.cli import main\n"
+        f"code = main(['budget', '--json', {str(path)!r}])\n"
+        f"print(json.dumps([code, sorted(m for m in {NOT_IMPORTED!r} if m in sys.modules)]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    code, imported = json.loads(done.stdout.splitlines()[-1])
+    assert (code, imported) == (0, [])
