@@ -30,7 +30,7 @@ import stat
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -51,36 +51,41 @@ TAIL_BYTES = 16 * 1024
 """`has_saved_state` reads at most this much of a transcript's end."""
 
 
+Count = Annotated[int, msgspec.Meta(ge=0)]
+"""Every figure and position a state holds: a state with a negative one is not read (it would
+put the session under any limit)."""
+
+
 class TrackerState(msgspec.Struct, kw_only=True, frozen=True, rename="camel", gc=False):
     """What `BudgetTracker` knows after a measure, and what it was measured with."""
 
     version: int = VERSION
     counter: str
     """The counter's key (encoding and factor): counts from another do not add up."""
-    fixed: int
-    usage_ceiling: int | None
+    fixed: Count
+    usage_ceiling: Count | None
     target: tuple[str, ...] | None
     """Provider, model and the item kinds it replays, when a capsule's native item could be
     costed for it."""
     root_id: str
-    seen: int
+    seen: Count
     last_id: str
-    estimated: int
-    before_last_assistant: int
-    usage_input: int | None
-    usage_offset: int
-    capsule_at: int | None
+    estimated: Count
+    before_last_assistant: Count
+    usage_input: Count | None
+    usage_offset: Count
+    capsule_at: Count | None
     capsule_id: str | None
-    skills: list[tuple[int, str]]
+    skills: list[tuple[Count, str]]
     """Active skills, by position on the path and id, latest activation last."""
-    intents: list[tuple[int, str]]
-    soft_failures: int
-    tokens_at_last_soft: int
+    intents: list[tuple[Count, str]]
+    soft_failures: Count
+    tokens_at_last_soft: Count
     visible_since_capsule: bool
-    region_tokens: int
-    region_result_tokens: int
+    region_tokens: Count
+    region_result_tokens: Count
     open_calls: list[str]
-    counts: dict[str, int] = {}
+    counts: dict[str, Count] = {}
     """Counts the model input needs besides the entries' (keyed as the counter keys them)."""
 
 

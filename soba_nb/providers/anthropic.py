@@ -31,6 +31,7 @@ from soba_nb.providers.base import (
     ToolCall,
     Usage,
     cached_part,
+    token_figure,
 )
 from soba_nb.providers.classify import classify_stream_error
 from soba_nb.providers.errors import IncompleteResponseError
@@ -71,12 +72,10 @@ def normalise_stop_reason(reason: str) -> str:
 
 def input_tokens_from_wire(usage: Any) -> int | None:
     """The whole prompt size: uncached plus cache-written plus cache-read tokens."""
-    if not isinstance(usage, dict) or not isinstance(usage.get("input_tokens"), int):
+    if not isinstance(usage, dict) or token_figure(usage.get("input_tokens")) is None:
         return None
-    figures: list[int] = [
-        usage[name] for name in INPUT_TOKEN_FIELDS if isinstance(usage.get(name), int)
-    ]
-    return sum(figures)
+    figures = [token_figure(usage.get(name)) or 0 for name in INPUT_TOKEN_FIELDS]
+    return token_figure(sum(figures))
 
 
 CACHE_READ_FIELD = "cache_read_input_tokens"
@@ -95,10 +94,9 @@ def usage_from_wire(usage: Any) -> Usage | None:
     input_tokens = input_tokens_from_wire(usage)
     if input_tokens is None:
         return None
-    output = usage.get("output_tokens")
     return Usage(
         input_tokens=input_tokens,
-        output_tokens=output if isinstance(output, int) else 0,
+        output_tokens=token_figure(usage.get("output_tokens")) or 0,
         cached_input_tokens=cached_tokens_from_wire(usage),
     )
 
@@ -346,8 +344,8 @@ class AnthropicProvider(HttpProvider):
             if isinstance(delta.get("stop_reason"), str):
                 state.stop_reason = delta["stop_reason"]
             usage = payload.get("usage") or {}
-            if isinstance(usage.get("output_tokens"), int):
-                state.output_tokens = usage["output_tokens"]
+            if (output := token_figure(usage.get("output_tokens"))) is not None:
+                state.output_tokens = output
             # Newer API versions repeat the (cumulative) input figures here.
             state.input_tokens = input_tokens_from_wire(usage) or state.input_tokens
             state.cached_input_tokens = cached_tokens_from_wire(usage) or state.cached_input_tokens

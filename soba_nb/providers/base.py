@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol
 from msgspec import UNSET
 from pydantic import BaseModel, ConfigDict, Field
 
+from soba_nb.config import MAX_CONTEXT_WINDOW
 from soba_nb.messages import ChatMessage, ToolCall, ToolSchema
 from soba_nb.transcript.entries import NativeContinuation, UsageEntry
 
@@ -65,6 +66,16 @@ class Usage(BaseModel):
             sent_tokens=sent_tokens,
             truncated=truncated,
         )
+
+
+def token_figure(value: Any) -> int | None:
+    """`value` when it can be a count of tokens a server reports: an int (not a bool) from 0 to
+    `MAX_CONTEXT_WINDOW`; else None. A server's words are data (SPEC §12): a negative usage
+    figure would hide the session's size from its budget and its cost from the cap, and
+    `true` is no count."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_CONTEXT_WINDOW:
+        return value
+    return None
 
 
 def cached_part(details: Any, name: str, input_tokens: int) -> int | None:

@@ -23,6 +23,7 @@ from soba_nb.providers.base import (
     ToolCall,
     Usage,
     cached_part,
+    token_figure,
 )
 from soba_nb.providers.classify import classify_stream_error
 from soba_nb.providers.errors import IncompleteResponseError
@@ -120,13 +121,13 @@ def _images_message(parts: Sequence[ImagePart]) -> dict[str, Any]:
 def usage_from_wire(usage: Any) -> Usage | None:
     """`{"prompt_tokens", "completion_tokens", "prompt_tokens_details": {"cached_tokens"}}`
     → `Usage` (the prompt figure includes the cached part); None when absent or malformed."""
-    if not isinstance(usage, dict) or not isinstance(usage.get("prompt_tokens"), int):
+    prompt = token_figure(usage.get("prompt_tokens")) if isinstance(usage, dict) else None
+    if prompt is None:
         return None
-    completion = usage.get("completion_tokens")
     return Usage(
-        input_tokens=usage["prompt_tokens"],
-        output_tokens=completion if isinstance(completion, int) else 0,
-        cached_input_tokens=cached_part(usage.get("prompt_tokens_details"), "cached_tokens", usage["prompt_tokens"]),
+        input_tokens=prompt,
+        output_tokens=token_figure(usage.get("completion_tokens")) or 0,
+        cached_input_tokens=cached_part(usage.get("prompt_tokens_details"), "cached_tokens", prompt),
     )
 
 

@@ -28,6 +28,7 @@ from soba_nb.providers.base import (
     ToolCall,
     Usage,
     cached_part,
+    token_figure,
 )
 from soba_nb.providers.classify import classify_stream_error
 from soba_nb.providers.errors import IncompleteResponseError
@@ -112,13 +113,13 @@ def _images_item(parts: list[ImagePart]) -> dict[str, Any]:
 def usage_from_wire(usage: Any) -> Usage | None:
     """`{"input_tokens", "output_tokens", "input_tokens_details": {"cached_tokens"}}` → `Usage`
     (the input figure includes the cached part); None when absent or malformed."""
-    if not isinstance(usage, dict) or not isinstance(usage.get("input_tokens"), int):
+    input_tokens = token_figure(usage.get("input_tokens")) if isinstance(usage, dict) else None
+    if input_tokens is None:
         return None
-    output = usage.get("output_tokens")
     return Usage(
-        input_tokens=usage["input_tokens"],
-        output_tokens=output if isinstance(output, int) else 0,
-        cached_input_tokens=cached_part(usage.get("input_tokens_details"), "cached_tokens", usage["input_tokens"]),
+        input_tokens=input_tokens,
+        output_tokens=token_figure(usage.get("output_tokens")) or 0,
+        cached_input_tokens=cached_part(usage.get("input_tokens_details"), "cached_tokens", input_tokens),
     )
 
 

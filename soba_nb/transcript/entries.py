@@ -62,6 +62,9 @@ TriggerName = Literal[
 Quality = Literal["full", "degraded"]
 Continuation = Literal["native", "portable", "fallback"]
 NonEmpty = Annotated[str, Meta(min_length=1)]
+Tokens = Annotated[int, Meta(ge=0)]
+"""A token figure: a line with a negative one is a bad entry (it would hide the session's size
+from its budget, and its cost from the cap)."""
 
 
 def new_entry_id() -> str:
@@ -240,17 +243,17 @@ class UsageEntry(_Entry, tag="usage", kw_only=True, frozen=True):
     """Usage figures the provider reported for one request."""
 
     type: ClassVar[str] = "usage"
-    input_tokens: int
-    output_tokens: int = 0
+    input_tokens: Tokens
+    output_tokens: Tokens = 0
     provider: str | None = None
     model: str | None = None
     operation_id: str | None = None
-    sent_tokens: int | None = None
+    sent_tokens: Tokens | None = None
     """Our own count of the request this figure measures."""
     truncated: bool = False
     """The server counted far fewer input tokens than were sent: it cut the prompt silently
     (Ollama does when its num_ctx is smaller). Not used to measure the budget."""
-    cached_input_tokens: Annotated[int, Meta(ge=0)] | UnsetType = UNSET
+    cached_input_tokens: Tokens | UnsetType = UNSET
     """`cachedInputTokens`: the part of `inputTokens` the provider read from its prompt cache
     (priced at `cachedInputPerMTok`); absent when it did not say."""
     operation: UsageOperation = "inference"
@@ -292,11 +295,11 @@ class CapsuleEntry(_Entry, tag="capsule", kw_only=True, frozen=True):
     checkpoint_id: str
     trigger: TriggerName
     quality: Quality
-    tokens_before: int
+    tokens_before: Tokens
     """Effective tokens before (as measured: provider usage when there was a figure)."""
-    tokens_after: int
+    tokens_after: Tokens
     """Tokens of the continuation, measured locally and exactly."""
-    estimated_before: int | None = None
+    estimated_before: Tokens | None = None
     """The local estimate before; with `tokensBefore` it carries the provider's calibration
     across the compaction (effective = tokensBefore - estimatedBefore + local count now)."""
     first_kept_entry_id: str | None
@@ -362,7 +365,7 @@ class CompactionEntry(_Entry, tag="compaction", kw_only=True, frozen=True):
     reason: str
     consumed: list[str] = field(default_factory=list)
     """Checkpoint ids of the intents this operation consumed."""
-    tokens_before: int | None = None
+    tokens_before: Tokens | None = None
     """Effective tokens when the operation ran; absent when intents were consumed without
     an operation (their gates failed). The loop guard counts soft operations with it."""
 
