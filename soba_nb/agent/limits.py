@@ -7,11 +7,17 @@ client): `soba-nb budget` and `inspect` need these and nothing that talks to a s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from soba_nb.agent.prompt import SYSTEM_PROMPT
+from soba_nb.agent.tools import COMPACT_TOOL_SCHEMAS
 from soba_nb.catalogue import lookup
 from soba_nb.catalogue import takes_images as catalogue_takes_images
-from soba_nb.config import SobaConfig
+from soba_nb.compaction.model_input import fixed_tokens
+from soba_nb.config import MAX_CONTEXT_WINDOW, SobaConfig
 from soba_nb.images import ImageRule
 from soba_nb.tokens import TokenCounter
+from soba_nb.transcript.entries import WindowEntry
 from soba_nb.transcript.store import Transcript
 from soba_nb.window import (
     AUTO_KEY,
@@ -25,12 +31,17 @@ from soba_nb.window import (
 
 
 def session_limits(
-    config: SobaConfig, transcript: Transcript, server: ServerWindow | None = None
+    config: SobaConfig,
+    transcript: Transcript,
+    server: ServerWindow | None = None,
+    counter: TokenCounter | None = None,
 ) -> SessionLimits:
     """The limits of a session: its config, the catalogue, the server's figure (or the one
-    recorded last), what the session learned and its `%auto_compact` setting."""
+    recorded last), what the session learned and its `%auto_compact` setting. A recorded
+    window that no window can be is passed over (`recorded_windows`); `counter` counts for
+    that check (the session's own by default)."""
     model = model_key(config)
-    windows = transcript.windows
+    windows = recorded_windows(transcript.windows, counter or session_counter(config))
     return resolve_limits(
         config,
         catalogue=lookup(config.model.provider, config.model.name),
@@ -38,6 +49,20 @@ def session_limits(
         learned=learned_window(windows, model),
         auto_setting=transcript.setting(AUTO_KEY),
     )
+
+
+def recorded_windows(windows: Sequence[WindowEntry], counter: TokenCounter) -> list[WindowEntry]:
+    """The transcript's `window` entries a window can be: at most `MAX_CONTEXT_WINDOW`, and
+    more than the system prompt and the compact tool schemas take — what a session checks a
+    server's figure by before it records one (`AgentSession.plausible_window`). A transcript
+    is data (a hand edit, a planted file): a recorded window of 5 tokens would leave no
+    request room to be sent, ever, and one of 2**62 would put every limit out of reach
+    (SPEC §12). Counted only when there is a figure to check."""
+    kept = [entry for entry in windows if entry.context_window <= MAX_CONTEXT_WINDOW]
+    if not kept:
+        return kept
+    floor = fixed_tokens(SYSTEM_PROMPT, COMPACT_TOOL_SCHEMAS, counter)
+    return [entry for entry in kept if entry.context_window > floor]
 
 
 def takes_images(config: SobaConfig) -> bool:

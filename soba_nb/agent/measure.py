@@ -6,7 +6,7 @@ its last usage figure on. Nothing here binds a model or imports an HTTP client.
 
 from __future__ import annotations
 
-from soba_nb.agent.limits import session_counter, session_limits
+from soba_nb.agent.limits import recorded_windows, session_counter, session_limits
 from soba_nb.agent.prompt import SYSTEM_PROMPT
 from soba_nb.agent.tools import TOOL_SCHEMAS, tool_schemas_for
 from soba_nb.compaction.budget import BudgetTracker, Measurement
@@ -36,10 +36,10 @@ def measure_recorded(
     ).read_counts
     tools = TOOL_SCHEMAS
     if config is not None:
-        hard_limit = session_limits(config, transcript).hard_limit
+        hard_limit = session_limits(config, transcript, counter=counter).hard_limit
         tools = tool_schemas_for(hard_limit, fixed_tokens(SYSTEM_PROMPT, TOOL_SCHEMAS, counter))
     tracker = BudgetTracker(counter, fixed_tokens(SYSTEM_PROMPT, tools, counter))
     if config is not None:
-        tracker.distrust_usage_from(usage_ceiling(transcript.windows, model_key(config)))
+        tracker.distrust_usage_from(usage_ceiling(recorded_windows(transcript.windows, counter), model_key(config)))
     tracker.offer(*saved)
     return counter, tracker.measure(transcript.path_view())

@@ -16,7 +16,7 @@ from typing import Any
 from soba_nb.agent.binding import ModelBinding
 from soba_nb.agent.cost import CostLedger, SessionCost
 from soba_nb.agent.kernel_state import kernel_state
-from soba_nb.agent.limits import session_counter, session_limits, takes_images
+from soba_nb.agent.limits import recorded_windows, session_counter, session_limits, takes_images
 from soba_nb.agent.prompt import SYSTEM_PROMPT
 from soba_nb.agent.provenance import Provenance, trace
 from soba_nb.agent.skills import load_skill
@@ -100,7 +100,7 @@ class AgentSession:
         self._server_window: ServerWindow | None = None
         self._asked: tuple[str, str] | None = None
         """(baseUrl, model) the server was last asked about, so it is asked once."""
-        self.limits = session_limits(config, self.transcript)
+        self.limits = session_limits(config, self.transcript, counter=self.counter)
         self._shown_notes: set[str] = set()
         """The limits' notes shown in this session so far (`notes_to_show`)."""
         self._provenance: tuple[tuple[int, str], Provenance] | None = None
@@ -189,9 +189,9 @@ class AgentSession:
         """Recompute the limits (asking the server first, once per model, when told to)."""
         if ask_server:
             self._ask_server()
-        self.limits = session_limits(self.config, self.transcript, self._server_window)
+        self.limits = session_limits(self.config, self.transcript, self._server_window, self.counter)
         self.compactor.update_settings(self._compactor_settings())
-        self.compactor.tracker.distrust_usage_from(usage_ceiling(self.transcript.windows, model_key(self.config)))
+        self.compactor.tracker.distrust_usage_from(usage_ceiling(recorded_windows(self.transcript.windows, self.counter), model_key(self.config)))
         self._fit_tools()
         return self.limits
 

@@ -4,7 +4,8 @@ every limit looked far away, so nothing was compacted before the window overflow
 cost went negative, so `agent.maxSessionCostUsd` never stopped a request. A figure that is no
 count of tokens (negative, a boolean, over `MAX_CONTEXT_WINDOW`) is now no figure: the answer
 is kept, its usage is not. A transcript or a turn's budget state carrying one (a hand edit, a
-planted file) is refused or ignored, never believed."""
+planted file) is refused or ignored, never believed; and a recorded window is checked on resume
+as a server's figure is before it is recorded."""
 
 from __future__ import annotations
 
@@ -165,3 +166,40 @@ def test_a_turns_budget_state_with_a_negative_figure_is_not_believed(ip, nb_dir:
     assert main(["budget", "--json", str(planted)]) == 0
     figures = json.loads(capsys.readouterr().out)
     assert figures["effectiveTokens"] == expected["effectiveTokens"] > 0
+
+
+@pytest.mark.parametrize(
+    ("window", "source"), [(5, "overflow"), (5, "truncation"), (5, "server"), (2**62, "server")]
+)
+def test_a_recorded_window_no_window_can_be_does_not_strand_the_resumed_session(
+    nb_dir: Path, llm_server: LLMServer, scripted, capsys, window: int, source: str
+) -> None:
+    """A window entry is checked on resume as a server's figure is before it is recorded: a
+    planted 5-token window left no request room to be sent (every turn refused as one that
+    "cannot fit even alone"), and one of 2**62 put every limit out of reach."""
+    from conftest import new_shell, shut_down, write_soba_json
+    from IPython.utils.capture import capture_output
+
+    from soba_nb.cli import main
+    from soba_nb.transcript.entries import WindowEntry
+
+    write_soba_json(nb_dir, llm_server.url, {})  # the window is the catalogue's: a server's figure may replace it
+    ip = new_shell(nb_dir)
+    scripted.script(text("Loaded 3 rows.", input_tokens=900), text("Plotted."))
+    with capture_output():
+        ip.run_line_magic("soba", "load data.csv")
+    session = ip.magics_manager.registry["SobaMagics"].agent
+    path, honest = session.transcript.file, session.limits
+    session.transcript.append(WindowEntry(context_window=window, source=source, detail="planted", model="openai/gpt-4o"))
+    shut_down(ip)
+
+    assert main(["budget", "--json", str(path)]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert (figures["contextWindow"], figures["hardLimit"]) == (honest.context_window, honest.hard_limit)
+    ip = new_shell(nb_dir)
+    with capture_output() as shown:
+        ip.run_line_magic("soba", f"--session {path} plot it")
+    resumed = ip.magics_manager.registry["SobaMagics"].agent
+    assert resumed.transcript.file == path and resumed.limits == honest
+    assert "not sent" not in shown.stdout and "Plotted." in shown.stdout
+    shut_down(ip)
