@@ -252,7 +252,6 @@ _PRICES: tuple[tuple[str, ListPrice], ...] = (
 """Most specific first; each pattern is the whole name but for a date (see `_DATED`)."""
 
 
-
 def list_price(model: str) -> ListPrice | None:
     """The list price of `model` as the vendor's own API bills it, or None when this table
     does not name it. The caller decides whether the vendor's API is the one spoken to (a

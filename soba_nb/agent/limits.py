@@ -27,6 +27,7 @@ from soba_nb.window import (
     model_key,
     recorded_server_window,
     resolve_limits,
+    usage_ceiling,
 )
 
 
@@ -63,6 +64,12 @@ def recorded_windows(windows: Sequence[WindowEntry], counter: TokenCounter) -> l
         return kept
     floor = fixed_tokens(SYSTEM_PROMPT, COMPACT_TOOL_SCHEMAS, counter)
     return [entry for entry in kept if entry.context_window > floor]
+
+
+def session_usage_ceiling(config: SobaConfig, transcript: Transcript, counter: TokenCounter) -> int | None:
+    """Usage figures at or above this may measure a prompt the server cut (`usage_ceiling` of
+    the checked `recorded_windows`); None when it never cut one."""
+    return usage_ceiling(recorded_windows(transcript.windows, counter), model_key(config))
 
 
 def takes_images(config: SobaConfig) -> bool:

@@ -6,7 +6,7 @@ its last usage figure on. Nothing here binds a model or imports an HTTP client.
 
 from __future__ import annotations
 
-from soba_nb.agent.limits import recorded_windows, session_counter, session_limits
+from soba_nb.agent.limits import session_counter, session_limits, session_usage_ceiling
 from soba_nb.agent.prompt import SYSTEM_PROMPT
 from soba_nb.agent.tools import TOOL_SCHEMAS, tool_schemas_for
 from soba_nb.compaction.budget import BudgetTracker, Measurement
@@ -16,7 +16,6 @@ from soba_nb.config import SobaConfig
 from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.store import Transcript
 from soba_nb.transcript.token_index import TokenIndex
-from soba_nb.window import model_key, usage_ceiling
 
 
 def measure_recorded(
@@ -40,6 +39,6 @@ def measure_recorded(
         tools = tool_schemas_for(hard_limit, fixed_tokens(SYSTEM_PROMPT, TOOL_SCHEMAS, counter))
     tracker = BudgetTracker(counter, fixed_tokens(SYSTEM_PROMPT, tools, counter))
     if config is not None:
-        tracker.distrust_usage_from(usage_ceiling(recorded_windows(transcript.windows, counter), model_key(config)))
+        tracker.distrust_usage_from(session_usage_ceiling(config, transcript, counter))
     tracker.offer(*saved)
     return counter, tracker.measure(transcript.path_view())

@@ -16,7 +16,12 @@ from typing import Any
 from soba_nb.agent.binding import ModelBinding
 from soba_nb.agent.cost import CostLedger, SessionCost
 from soba_nb.agent.kernel_state import kernel_state
-from soba_nb.agent.limits import recorded_windows, session_counter, session_limits, takes_images
+from soba_nb.agent.limits import (
+    session_counter,
+    session_limits,
+    session_usage_ceiling,
+    takes_images,
+)
 from soba_nb.agent.prompt import SYSTEM_PROMPT
 from soba_nb.agent.provenance import Provenance, trace
 from soba_nb.agent.skills import load_skill
@@ -29,7 +34,7 @@ from soba_nb.images import ImageRule
 from soba_nb.layout import SessionLayout
 from soba_nb.providers import make_provider
 from soba_nb.providers.base import ModelRequest, Provider
-from soba_nb.providers.discovery import ServerWindow, discover_window
+from soba_nb.providers.discovery import discover_window
 from soba_nb.providers.errors import ProviderError
 from soba_nb.providers.http import DEFAULT_IDLE_TIMEOUT_S
 from soba_nb.transcript.entries import (
@@ -47,10 +52,10 @@ from soba_nb.transcript.store import Transcript
 from soba_nb.transcript.token_index import TokenIndex
 from soba_nb.window import (
     AUTO_KEY,
+    ServerWindow,
     SessionLimits,
     model_key,
     recorded_server_window,
-    usage_ceiling,
 )
 
 
@@ -191,7 +196,7 @@ class AgentSession:
             self._ask_server()
         self.limits = session_limits(self.config, self.transcript, self._server_window, self.counter)
         self.compactor.update_settings(self._compactor_settings())
-        self.compactor.tracker.distrust_usage_from(usage_ceiling(recorded_windows(self.transcript.windows, self.counter), model_key(self.config)))
+        self.compactor.tracker.distrust_usage_from(session_usage_ceiling(self.config, self.transcript, self.counter))
         self._fit_tools()
         return self.limits
 

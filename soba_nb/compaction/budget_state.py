@@ -30,14 +30,14 @@ import stat
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
 from soba_nb.layout import SessionLayout
 from soba_nb.redact import redact
-from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry, Entry, entry_from_json
+from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry, Count, Entry, entry_from_json
 from soba_nb.transcript.sidecar import read_regular, read_tail
 
 if TYPE_CHECKING:
@@ -51,13 +51,10 @@ TAIL_BYTES = 16 * 1024
 """`has_saved_state` reads at most this much of a transcript's end."""
 
 
-Count = Annotated[int, msgspec.Meta(ge=0)]
-"""Every figure and position a state holds: a state with a negative one is not read (it would
-put the session under any limit)."""
-
-
 class TrackerState(msgspec.Struct, kw_only=True, frozen=True, rename="camel", gc=False):
-    """What `BudgetTracker` knows after a measure, and what it was measured with."""
+    """What `BudgetTracker` knows after a measure, and what it was measured with. Every figure
+    and position is a `Count`: a state with a negative one is not read (it would put the
+    session under any limit)."""
 
     version: int = VERSION
     counter: str

@@ -62,9 +62,9 @@ TriggerName = Literal[
 Quality = Literal["full", "degraded"]
 Continuation = Literal["native", "portable", "fallback"]
 NonEmpty = Annotated[str, Meta(min_length=1)]
-Tokens = Annotated[int, Meta(ge=0)]
-"""A token figure: a line with a negative one is a bad entry (it would hide the session's size
-from its budget, and its cost from the cap)."""
+Count = Annotated[int, Meta(ge=0)]
+"""A count (of tokens, or a position on the path): a line with a negative token figure is a bad
+entry (it would hide the session's size from its budget, and its cost from the cap)."""
 
 
 def new_entry_id() -> str:
@@ -243,17 +243,17 @@ class UsageEntry(_Entry, tag="usage", kw_only=True, frozen=True):
     """Usage figures the provider reported for one request."""
 
     type: ClassVar[str] = "usage"
-    input_tokens: Tokens
-    output_tokens: Tokens = 0
+    input_tokens: Count
+    output_tokens: Count = 0
     provider: str | None = None
     model: str | None = None
     operation_id: str | None = None
-    sent_tokens: Tokens | None = None
+    sent_tokens: Count | None = None
     """Our own count of the request this figure measures."""
     truncated: bool = False
     """The server counted far fewer input tokens than were sent: it cut the prompt silently
     (Ollama does when its num_ctx is smaller). Not used to measure the budget."""
-    cached_input_tokens: Tokens | UnsetType = UNSET
+    cached_input_tokens: Count | UnsetType = UNSET
     """`cachedInputTokens`: the part of `inputTokens` the provider read from its prompt cache
     (priced at `cachedInputPerMTok`); absent when it did not say."""
     operation: UsageOperation = "inference"
@@ -295,11 +295,11 @@ class CapsuleEntry(_Entry, tag="capsule", kw_only=True, frozen=True):
     checkpoint_id: str
     trigger: TriggerName
     quality: Quality
-    tokens_before: Tokens
+    tokens_before: Count
     """Effective tokens before (as measured: provider usage when there was a figure)."""
-    tokens_after: Tokens
+    tokens_after: Count
     """Tokens of the continuation, measured locally and exactly."""
-    estimated_before: Tokens | None = None
+    estimated_before: Count | None = None
     """The local estimate before; with `tokensBefore` it carries the provider's calibration
     across the compaction (effective = tokensBefore - estimatedBefore + local count now)."""
     first_kept_entry_id: str | None
@@ -365,7 +365,7 @@ class CompactionEntry(_Entry, tag="compaction", kw_only=True, frozen=True):
     reason: str
     consumed: list[str] = field(default_factory=list)
     """Checkpoint ids of the intents this operation consumed."""
-    tokens_before: Tokens | None = None
+    tokens_before: Count | None = None
     """Effective tokens when the operation ran; absent when intents were consumed without
     an operation (their gates failed). The loop guard counts soft operations with it."""
 
