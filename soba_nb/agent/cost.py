@@ -38,7 +38,7 @@ from itertools import islice
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import ValidationError
+import msgspec
 
 from soba_nb.catalogue import PRICES_TAKEN, list_price
 from soba_nb.compaction.summarizer import RequestNotSent
@@ -220,8 +220,8 @@ def _recorded_model(entry: ConfigEntry) -> tuple[ModelSettings | None, str | Non
     today's rules refuse, whose requests are then not priced)."""
     model = entry.config.get("model") if isinstance(entry.config, dict) else None
     try:
-        return ModelSettings.model_validate(model or {}), entry.explicit.get("model.pricing")
-    except ValidationError:
+        return msgspec.convert(model or {}, ModelSettings), entry.explicit.get("model.pricing")
+    except msgspec.ValidationError:
         return None, None
 
 

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from soba_nb.agent.binding import ModelBinding
 from soba_nb.agent.cost import CostLedger, SessionCost
 from soba_nb.agent.kernel_state import kernel_state
@@ -171,8 +173,8 @@ class AgentSession:
     def apply_config(self, config: SobaConfig) -> None:
         """New settings (e.g. soba.json edited); a model change also changes the provider."""
         # A new price is not a new model: the binding (and its native state) stays.
-        model_changed = config.model.model_copy(update={"pricing": None}) != self.config.model.model_copy(
-            update={"pricing": None}
+        model_changed = msgspec.structs.replace(config.model, pricing=None) != msgspec.structs.replace(
+            self.config.model, pricing=None
         )
         self.config = config
         self._record_config()

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+import msgspec
 
 from soba_nb.compaction.limits import (
     KEEP_SHARE,
@@ -32,6 +32,7 @@ from soba_nb.config.errors import ConfigError as ConfigError  # re-exported
 from soba_nb.config.files import MAX_CONFIG_BYTES as MAX_CONFIG_BYTES  # re-exported
 from soba_nb.config.files import MAX_CONFIG_DEPTH, depth, read_config_file
 from soba_nb.config.files import find_project_config as find_project_config  # re-exported
+from soba_nb.config.refusal import Refusal, fields_of, one_line, refusal_of
 from soba_nb.config.settings import MAX_CONTEXT_WINDOW as MAX_CONTEXT_WINDOW  # re-exported
 from soba_nb.config.settings import MAX_TIMEOUT_MS as MAX_TIMEOUT_MS  # re-exported
 from soba_nb.config.settings import AgentSettings as AgentSettings  # re-exported
@@ -44,9 +45,7 @@ from soba_nb.config.settings import SobaConfig as SobaConfig  # re-exported
 from soba_nb.layout import SYSTEM_CONFIG_ENV, SYSTEM_CONFIG_PATH, USER_CONFIG_PATH
 from soba_nb.paths import shown
 from soba_nb.printable import printable
-from soba_nb.redact import is_secret_name, redact
 from soba_nb.resolution import resolve_provider
-from soba_nb.text import clip
 
 ENV_PREFIX = "SOBA_"
 
@@ -118,16 +117,14 @@ _SECTIONS: dict[str, type[Section]] = {
     "notebook": NotebookSettings,
     "agent": AgentSettings,
 }
-_NESTED: dict[tuple[str, str], type[Section]] = {("model", "pricing"): PricingSettings}
-"""Keys whose value is an object of keys of its own."""
 
 
 def _env_keys() -> dict[str, tuple[str, str]]:
     """`SOBA_<SECTION>_<FIELD>` for every key, e.g. `SOBA_COMPACTION_TIMEOUT_MS`."""
     keys: dict[str, tuple[str, str]] = {}
     for section_name, section in _SECTIONS.items():
-        for field_name, field in section.model_fields.items():
-            keys[f"{ENV_PREFIX}{section_name.upper()}_{field_name.upper()}"] = (section_name, field.alias or field_name)
+        for info in msgspec.structs.fields(section):
+            keys[f"{ENV_PREFIX}{section_name.upper()}_{info.name.upper()}"] = (section_name, info.encode_name)
     return keys
 
 
@@ -172,68 +169,20 @@ def _check_env_value(var: str, section: str, key: str, value: Any) -> None:
     key = DEPRECATED_ALIASES.get(key, key)
     if depth(value) > MAX_CONFIG_DEPTH:
         raise ConfigError(f"invalid configuration: {var}: nested too deeply (more than {MAX_CONFIG_DEPTH} levels)")
+    data = {key: value}
     try:
-        _SECTIONS[section].model_validate({key: value})
-    except ValidationError as exc:
-        raise ConfigError(f"invalid configuration: {var}: {_one_line(exc, {section: {key: value}}, (section,))}") from None
+        msgspec.convert(data, _SECTIONS[section])
+    except msgspec.ValidationError as exc:
+        refusal = refusal_of(exc, _SECTIONS[section], data)
+        raise ConfigError(f"invalid configuration: {var}: {one_line(refusal, {section: data}, (section,))}") from None
 
 
-def _one_line(exc: ValidationError, merged: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> str:
-    """The first pydantic error as `key = value: rule` (`prefix`: where the validated model sits)."""
-    err = exc.errors()[0]
-    loc = [*prefix, *(str(part) for part in err["loc"])]
-    value: Any = merged
-    for part in loc:
-        value = value.get(part) if isinstance(value, Mapping) else None
-    # A key is shown as JSON when it is not a plain name (a newline in it must not break the line).
-    key = ".".join(part if part.isidentifier() else json.dumps(part) for part in loc) if loc else "config"
-    rule = " ".join(str(err["msg"]).split())
-    if err["type"] == "extra_forbidden":
-        if loc and is_secret_name(loc[-1]):
-            return (
-                f"{key}: unknown key (its value is not shown: the key names a secret; a key is read only "
-                f"from the environment variable model.apiKeyEnv names); {_known_keys(loc)}"
-            )
-        return f"{key}: unknown key (value {_shown_value(value)}); {_known_keys(loc)}"
-    if err["type"] == "value_error":
-        rule = rule.removeprefix("Value error, ")
-        # A field's own check (baseUrl) gets the key and value; the limits check words its own.
-        return f"{_key_and_value(key, loc, value)}: {rule}" if loc else rule
-    if err["type"] in ("model_type", "model_attributes_type", "dict_type"):
-        return f"{_key_and_value(key, loc, value)}: must be a JSON object"
-    if err["type"] == "missing":
-        return f"{key}: required"
-    return f"{_key_and_value(key, loc, value)}: {rule.lower()}"
-
-
-VALUE_SHOWN_CHARS = 80
-
-
-def _shown_value(value: Any) -> str:
-    """A value as a configuration error shows it: JSON, redacted, then clipped. The error is
-    shown in a cell's output, which the notebook file keeps: a secret written where a setting
-    belongs (a key pasted into `contextWindow`, a password in `baseUrl`) must not be echoed,
-    nor anything under a key that names a secret."""
-    return clip(redact(json.dumps(value, default=str)), VALUE_SHOWN_CHARS)
-
-
-def _key_and_value(key: str, loc: Sequence[str], value: Any) -> str:
-    """`key = value` for an error, or `key (value not shown)` under a key that names a secret."""
-    if any(is_secret_name(part) for part in loc):
-        return f"{key} (value not shown)"
-    return f"{key} = {_shown_value(value)}"
-
-
-def _known_keys(loc: list[str]) -> str:
-    """The keys that may stand where an unknown one was found."""
-    nested = _NESTED.get((loc[0], loc[1])) if len(loc) >= 3 else None
-    if nested is not None:
-        names = [field.alias or name for name, field in nested.model_fields.items()]
-        return f"known keys in {loc[0]}.{loc[1]}: {', '.join(names)}"
-    if len(loc) >= 2 and loc[0] in _SECTIONS:
-        names = [field.alias or name for name, field in _SECTIONS[loc[0]].model_fields.items()]
-        return f"known keys in {loc[0]}: {', '.join(names)}"
-    return f"the top level has {', '.join(_SECTIONS)}"
+def validate(data: Mapping[str, Any]) -> tuple[SobaConfig | None, Refusal | None]:
+    """The configuration `data` (camelCase JSON) holds, or why it is refused."""
+    try:
+        return msgspec.convert(data, SobaConfig), None
+    except msgspec.ValidationError as exc:
+        return None, refusal_of(exc, SobaConfig, data)
 
 
 RESOLUTION_LAYER = "provider resolution"
@@ -255,13 +204,11 @@ def _explicit_keys(layers: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str,
 def recorded_config(data: Mapping[str, Any], explicit: Mapping[str, str], provider_source: str) -> SobaConfig:
     """A configuration as a session recorded it (`ConfigEntry`); a `ConfigError` when
     today's rules refuse it (a transcript is data, and may be hand-edited)."""
-    try:
-        config = SobaConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(f"the recorded configuration is refused: {_one_line(exc, data)}") from None
-    config._explicit = dict(explicit)
-    config._provider_source = provider_source
-    return config
+    config, refusal = validate(data)
+    if config is None:
+        assert refusal is not None
+        raise ConfigError(f"the recorded configuration is refused: {one_line(refusal, data)}") from None
+    return config.record_origin(dict(explicit), provider_source)
 
 
 def build_config(layers: list[tuple[str, Mapping[str, Any]]]) -> SobaConfig:
@@ -279,12 +226,11 @@ def build_config(layers: list[tuple[str, Mapping[str, Any]]]) -> SobaConfig:
         merged = _deep_merge(merged, layer)
     explicit = _explicit_keys(renamed)
     merged = _fit_unset(merged, explicit)
-    try:
-        config = SobaConfig.model_validate(merged)
-    except ValidationError as exc:
-        raise ConfigError(f"invalid configuration: {_one_line(exc, merged)}{_set_in(exc, explicit)}") from None
-    config._explicit = explicit
-    return config
+    config, refusal = validate(merged)
+    if config is None:
+        assert refusal is not None
+        raise ConfigError(f"invalid configuration: {one_line(refusal, merged)}{_set_in(refusal, explicit)}") from None
+    return config.record_origin(explicit)
 
 
 def _fit_unset(merged: dict[str, Any], explicit: Mapping[str, str]) -> dict[str, Any]:
@@ -297,15 +243,15 @@ def _fit_unset(merged: dict[str, Any], explicit: Mapping[str, str]) -> dict[str,
     compaction = merged.get("compaction") if isinstance(merged.get("compaction"), Mapping) else {}
     assert isinstance(model, Mapping) and isinstance(compaction, Mapping)
 
-    def figure(section: Mapping[str, Any], fields: Mapping[str, Any], key: str, name: str) -> int | None:
-        value = section.get(key, fields[name].default)
+    def figure(section: Mapping[str, Any], fields: Mapping[str, msgspec.structs.FieldInfo], key: str) -> int | None:
+        value = section.get(key, fields[key].default)
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
-    m_fields, c_fields = ModelSettings.model_fields, CompactionSettings.model_fields
-    window = figure(model, m_fields, "contextWindow", "context_window")
-    output = figure(model, m_fields, "maxOutputTokens", "max_output_tokens")
-    safety = figure(compaction, c_fields, "safetyReserveTokens", "safety_reserve_tokens")
-    keep = figure(compaction, c_fields, "keepRecentTokens", "keep_recent_tokens")
+    m_fields, c_fields = fields_of(ModelSettings), fields_of(CompactionSettings)
+    window = figure(model, m_fields, "contextWindow")
+    output = figure(model, m_fields, "maxOutputTokens")
+    safety = figure(compaction, c_fields, "safetyReserveTokens")
+    keep = figure(compaction, c_fields, "keepRecentTokens")
     if window is None or output is None or safety is None or keep is None or window <= 0:
         return merged  # validation names what is wrong
     new_model, new_compaction = dict(model), dict(compaction)
@@ -318,12 +264,12 @@ def _fit_unset(merged: dict[str, Any], explicit: Mapping[str, str]) -> dict[str,
     if hard <= 0:
         return merged  # the user's own figures cannot hold: refused in their terms
     if hard > 0:
-        for key, name, share, value in (
-            ("keepRecentTokens", "keep_recent_tokens", KEEP_SHARE, keep),
-            ("minTokensForAutoCompact", "min_tokens_for_auto_compact", MIN_AUTO_SHARE, None),
-            ("minReclaimableTokens", "min_reclaimable_tokens", MIN_RECLAIMABLE_SHARE, None),
+        for key, share, value in (
+            ("keepRecentTokens", KEEP_SHARE, keep),
+            ("minTokensForAutoCompact", MIN_AUTO_SHARE, None),
+            ("minReclaimableTokens", MIN_RECLAIMABLE_SHARE, None),
         ):
-            value = figure(compaction, c_fields, key, name) if value is None else value
+            value = figure(compaction, c_fields, key) if value is None else value
             if value is not None and value >= hard and f"compaction.{key}" not in explicit:
                 new_compaction[key] = hard // share
     if new_model == model and new_compaction == compaction:
@@ -331,10 +277,10 @@ def _fit_unset(merged: dict[str, Any], explicit: Mapping[str, str]) -> dict[str,
     return {**merged, "model": new_model, "compaction": new_compaction}
 
 
-def _set_in(exc: ValidationError, explicit: Mapping[str, str]) -> str:
+def _set_in(refusal: Refusal, explicit: Mapping[str, str]) -> str:
     """` (in ~/proj/soba.json)`: the layer that set the refused key, when one did."""
-    loc = exc.errors()[0]["loc"]
-    layer = explicit.get(".".join(str(part) for part in loc[:2])) if len(loc) >= 2 else None
+    loc = refusal.loc
+    layer = explicit.get(".".join(loc[:2])) if len(loc) >= 2 else None
     return f" (in {printable(layer)})" if layer else ""  # a file name may hold a newline
 
 
@@ -368,10 +314,7 @@ def load_config(
     resolution = resolve_provider(layers, environ)
     if resolution.layer:
         layers.insert(0, (RESOLUTION_LAYER, resolution.layer))
-    config = build_config(layers)
-    config._provider_source = resolution.explanation
-    config._provider_steps = resolution.steps
-    return config
+    return build_config(layers).record_origin(provider_source=resolution.explanation, provider_steps=resolution.steps)
 
 
 def system_config_path(environ: Mapping[str, str]) -> Path | None:

@@ -16,3 +16,14 @@ class ConfigError(ValueError):
 
 # DeprecationWarning is hidden outside __main__ by default; users must see this one.
 warnings.filterwarnings("default", category=ConfigDeprecationWarning)
+
+
+class FieldProblem(ValueError):
+    """A key's own check refused its value (`model.baseUrl` that is no http URL): raised in a
+    section's `__post_init__`, with the key (camelCase, relative to that section) so the
+    refusal can name it and show its value."""
+
+    def __init__(self, key: str, rule: str) -> None:
+        super().__init__(rule)
+        self.key = key
+        self.rule = rule

@@ -1,26 +1,24 @@
-"""The configuration's keys (SPEC §3): one pydantic model per section, strict types, ranges
-that make sense (SPEC §12), camelCase JSON names."""
+"""The configuration's keys (SPEC §3): one msgspec Struct per section, strict JSON types,
+ranges that make sense (SPEC §12), camelCase JSON names.
+
+Why msgspec, not pydantic (which the tool arguments and capsules use): every `soba-nb` command
+that reads a session validates the configuration it recorded, and importing pydantic and
+building these models cost a whole process several times what the command itself does
+(docs/performance.md). msgspec is already imported to read the transcript."""
 
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PrivateAttr,
-    field_validator,
-    model_validator,
-)
-from pydantic.alias_generators import to_camel
+from msgspec import Meta, Struct, field, to_builtins
 
 from soba_nb.compaction.limits import (
     hard_limit,
     soft_limit,
 )
+from soba_nb.config.errors import FieldProblem
 from soba_nb.redact import redact
 
 ProviderName = Literal["openai", "anthropic", "local"]
@@ -43,13 +41,12 @@ BASE_URL_SCHEMES = frozenset({"http", "https"})
 """The only schemes a model server is spoken to over (httpx would refuse the rest per request)."""
 
 
-class Section(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        validate_assignment=True,
-    )
+class Section(Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
+    """A section of keys: camelCase in JSON, snake_case in Python, unknown keys refused.
+
+    Values from a file, the environment or a transcript are checked by `msgspec.convert`
+    (`soba_nb.config.validate`); a section built in code is trusted for its types, and its
+    own checks (`__post_init__`) run either way."""
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -101,17 +98,23 @@ MAX_SESSION_COST_USD = 1_000_000.0
 """The largest session cap accepted (a larger one is a typo, or no cap: use null)."""
 
 
+Price = Annotated[float, Meta(ge=0, le=MAX_PRICE_PER_MTOK)]
+"""US dollars per million tokens (NaN and infinity fail the bounds)."""
+Tokens = Annotated[int, Meta(ge=0, le=MAX_CONTEXT_WINDOW)]
+"""A count of tokens a setting may hold (0 included)."""
+PositiveTokens = Annotated[int, Meta(gt=0, le=MAX_CONTEXT_WINDOW)]
+Ratio = Annotated[float, Meta(gt=0, le=1)]
+
+
 class PricingSettings(Section):
     """`model.pricing` (SPEC §3, §11): US dollars per million tokens; it overrides the model
     catalogue's prices."""
 
-    input_per_m_tok: float = Field(ge=0, le=MAX_PRICE_PER_MTOK, strict=True, allow_inf_nan=False)
+    input_per_m_tok: Price
     """`inputPerMTok`: input tokens not read from the provider's prompt cache."""
-    output_per_m_tok: float = Field(ge=0, le=MAX_PRICE_PER_MTOK, strict=True, allow_inf_nan=False)
+    output_per_m_tok: Price
     """`outputPerMTok`: answer tokens (reasoning tokens included, as the providers bill them)."""
-    cached_input_per_m_tok: float | None = Field(
-        None, ge=0, le=MAX_PRICE_PER_MTOK, strict=True, allow_inf_nan=False
-    )
+    cached_input_per_m_tok: Price | None = None
     """`cachedInputPerMTok`: input tokens read from the prompt cache; null: priced as input."""
 
 
@@ -130,46 +133,38 @@ class ModelSettings(Section):
     """Server URL (http or https only); null means the provider's public default."""
     api_key_env: str = "OPENAI_API_KEY"
     """Name of the environment variable holding the API key (the key itself is never stored)."""
-    context_window: int = Field(128000, gt=0, le=MAX_CONTEXT_WINDOW, strict=True)
+    context_window: PositiveTokens = 128000
     """The model's context window in tokens."""
-    max_output_tokens: int = Field(8000, gt=0, le=MAX_CONTEXT_WINDOW, strict=True)
+    max_output_tokens: PositiveTokens = 8000
     """Tokens reserved for the answer."""
-    vision: bool | None = Field(None, strict=True)
+    vision: bool | None = None
     """Whether the model takes images (null: the model catalogue decides by name)."""
     pricing: PricingSettings | None = None
     """What the model costs (null: the catalogue's prices, or none: SPEC §11)."""
 
-    @field_validator("api_key_env")
-    @classmethod
-    def _env_name(cls, value: str) -> str:
-        problem = api_key_env_problem(value)
-        if problem is not None:
-            raise ValueError(problem)
-        return value
-
-    @field_validator("base_url")
-    @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        problem = None if value is None else base_url_problem(value)
-        if problem is not None:
-            raise ValueError(problem)
-        return value
+    def __post_init__(self) -> None:
+        for key, problem in (
+            ("apiKeyEnv", api_key_env_problem(self.api_key_env)),
+            ("baseUrl", None if self.base_url is None else base_url_problem(self.base_url)),
+        ):
+            if problem is not None:
+                raise FieldProblem(key, problem)
 
 
 class CompactionSettings(Section):
     """Compaction thresholds (SPEC §3 defaults)."""
 
-    auto: bool = Field(True, strict=True)
+    auto: bool = True
     """Soft triggers on; `hard_limit` and `context_overflow` ignore this."""
-    compact_on_turn_complete: bool = Field(True, strict=True)
-    compact_on_milestone: bool = Field(True, strict=True)
-    min_tokens_for_auto_compact: int = Field(32000, ge=0, le=MAX_CONTEXT_WINDOW, strict=True)
-    min_reclaimable_tokens: int = Field(12000, ge=0, le=MAX_CONTEXT_WINDOW, strict=True)
-    min_savings_ratio: float = Field(0.25, gt=0, le=1, strict=True)
-    keep_recent_tokens: int = Field(20000, ge=0, le=MAX_CONTEXT_WINDOW, strict=True)
-    safety_reserve_tokens: int = Field(8192, ge=0, le=MAX_CONTEXT_WINDOW, strict=True)
-    auto_compact_threshold_ratio: float = Field(0.8, gt=0, le=1, strict=True)
-    timeout_ms: int = Field(15000, gt=0, le=MAX_TIMEOUT_MS, strict=True)
+    compact_on_turn_complete: bool = True
+    compact_on_milestone: bool = True
+    min_tokens_for_auto_compact: Tokens = 32000
+    min_reclaimable_tokens: Tokens = 12000
+    min_savings_ratio: Ratio = 0.25
+    keep_recent_tokens: Tokens = 20000
+    safety_reserve_tokens: Tokens = 8192
+    auto_compact_threshold_ratio: Ratio = 0.8
+    timeout_ms: Annotated[int, Meta(gt=0, le=MAX_TIMEOUT_MS)] = 15000
     """Deadline for the model summary; after it the deterministic capsule is used."""
 
 
@@ -180,9 +175,9 @@ MAX_IMAGES_PER_REQUEST = 64
 class NotebookSettings(Section):
     """The notebook as context (SPEC §10)."""
 
-    context_tokens: int = Field(2000, ge=0, le=MAX_CONTEXT_WINDOW, strict=True)
+    context_tokens: Tokens = 2000
     """The cells run since the previous turn reach the model within this many tokens (0: off)."""
-    max_images_per_request: int = Field(4, ge=0, le=MAX_IMAGES_PER_REQUEST, strict=True)
+    max_images_per_request: Annotated[int, Meta(ge=0, le=MAX_IMAGES_PER_REQUEST)] = 4
     """The newest images a request carries to a model that takes images."""
 
 
@@ -195,23 +190,47 @@ class AgentSettings(Section):
     approval: ApprovalMode = "never"
     """Which tool calls ask first: `never`, `edits` (shell, write_file, edit_file) or `all`
     (python too)."""
-    max_session_cost_usd: float | None = Field(
-        None, ge=0, le=MAX_SESSION_COST_USD, strict=True, allow_inf_nan=False
-    )
+    max_session_cost_usd: Annotated[float, Meta(ge=0, le=MAX_SESSION_COST_USD)] | None = None
     """`maxSessionCostUsd`: no request is sent that could take the session's cost past this
     many US dollars (null: no cap)."""
 
 
-class SobaConfig(Section):
-    """The whole configuration."""
+class SobaConfig(Section, dict=True):
+    """The whole configuration, and where it came from (`set_by`, `provider_source`: kept
+    beside the keys, never encoded with them)."""
 
-    model: ModelSettings = Field(default_factory=lambda: ModelSettings())
-    compaction: CompactionSettings = Field(default_factory=lambda: CompactionSettings())
-    notebook: NotebookSettings = Field(default_factory=lambda: NotebookSettings())
-    agent: AgentSettings = Field(default_factory=lambda: AgentSettings())
-    _provider_source: str = PrivateAttr(default="defaults")
-    _provider_steps: tuple[str, ...] = PrivateAttr(default=())
-    _explicit: dict[str, str] = PrivateAttr(default_factory=dict)
+    model: ModelSettings = field(default_factory=ModelSettings)
+    compaction: CompactionSettings = field(default_factory=CompactionSettings)
+    notebook: NotebookSettings = field(default_factory=NotebookSettings)
+    agent: AgentSettings = field(default_factory=AgentSettings)
+
+    def __post_init__(self) -> None:
+        self._provider_source = "defaults"
+        self._provider_steps: tuple[str, ...] = ()
+        self._explicit: dict[str, str] = {}
+        hard = self.hard_limit
+        if hard <= 0:
+            raise ValueError(
+                f"hardLimit = contextWindow - maxOutputTokens - safetyReserveTokens = {hard}; it must be > 0"
+            )
+        keep = self.compaction.keep_recent_tokens
+        if keep >= hard:
+            raise FieldProblem("compaction.keepRecentTokens", f"must be < hardLimit ({hard})")
+
+    def record_origin(
+        self,
+        explicit: dict[str, str] | None = None,
+        provider_source: str | None = None,
+        provider_steps: tuple[str, ...] | None = None,
+    ) -> SobaConfig:
+        """Note which layer set each key, and how the provider was chosen; returns self."""
+        if explicit is not None:
+            self._explicit = explicit
+        if provider_source is not None:
+            self._provider_source = provider_source
+        if provider_steps is not None:
+            self._provider_steps = provider_steps
+        return self
 
     @property
     def provider_source(self) -> str:
@@ -228,18 +247,6 @@ class SobaConfig(Section):
         "environment" or "arguments"; None for defaults and provider profiles."""
         return self._explicit.get(key)
 
-    @model_validator(mode="after")
-    def _check_limits(self) -> SobaConfig:
-        hard = self.hard_limit
-        if hard <= 0:
-            raise ValueError(
-                f"hardLimit = contextWindow - maxOutputTokens - safetyReserveTokens = {hard}; it must be > 0"
-            )
-        keep = self.compaction.keep_recent_tokens
-        if keep >= hard:
-            raise ValueError(f"compaction.keepRecentTokens = {keep}; it must be < hardLimit ({hard})")
-        return self
-
     @property
     def hard_limit(self) -> int:
         return hard_limit(
@@ -255,10 +262,10 @@ class SobaConfig(Section):
 
     def to_json(self) -> dict[str, Any]:
         """The configuration as spec-shaped camelCase JSON (no secrets: keys live in env vars)."""
-        return self.model_dump(by_alias=True, mode="json")
+        data: dict[str, Any] = to_builtins(self)
+        return data
 
     @property
     def explicit_keys(self) -> dict[str, str]:
         """Every key a user layer set, and the layer (see `set_by`)."""
         return dict(self._explicit)
-

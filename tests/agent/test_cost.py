@@ -13,6 +13,7 @@ from decimal import ROUND_UP, Decimal
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from compaction_support import good_summary
 from conftest import SMALL_LIMITS, TEST_KEY_ENV, new_shell, shut_down
@@ -388,14 +389,16 @@ def test_each_request_keeps_the_prices_it_was_recorded_under(tmp_path):
     """A later price change does not rewrite what earlier requests cost; a request recorded
     without a price is priced once model.pricing prices the same model."""
     transcript = Transcript.open(tmp_path / "s.soba" / "s.jsonl", create_header=SessionEntry())
-    unpriced = SobaConfig.model_validate({"model": {"name": "gpt-4o", "baseUrl": "http://gw.example/v1"}})
-    priced = SobaConfig.model_validate(
-        {"model": {"name": "gpt-4o", "baseUrl": "http://gw.example/v1", "pricing": {"inputPerMTok": 1, "outputPerMTok": 2}}}
+    unpriced = msgspec.convert({"model": {"name": "gpt-4o", "baseUrl": "http://gw.example/v1"}}, SobaConfig)
+    priced = msgspec.convert(
+        {"model": {"name": "gpt-4o", "baseUrl": "http://gw.example/v1", "pricing": {"inputPerMTok": 1, "outputPerMTok": 2}}},
+        SobaConfig,
     )
-    dearer = SobaConfig.model_validate(
-        {"model": {"name": "gpt-4o", "baseUrl": "http://gw.example/v1", "pricing": {"inputPerMTok": 10, "outputPerMTok": 20}}}
+    dearer = msgspec.convert(
+        {"model": {"name": "gpt-4o", "baseUrl": "http://gw.example/v1", "pricing": {"inputPerMTok": 10, "outputPerMTok": 20}}},
+        SobaConfig,
     )
-    other = SobaConfig.model_validate({"model": {"name": "llama3", "baseUrl": "http://other.example/v1"}})
+    other = msgspec.convert({"model": {"name": "llama3", "baseUrl": "http://other.example/v1"}}, SobaConfig)
     for config in (unpriced, priced, dearer, other):
         transcript.append(ConfigEntry(config=config.to_json()))
         transcript.append(UsageEntry(input_tokens=1_000_000, output_tokens=0))
@@ -443,7 +446,7 @@ def test_requests_priced_together_cost_what_each_costs_alone(steps: list[Any]) -
                 model["pricing"] = {"inputPerMTok": choice[0], "outputPerMTok": choice[1]}
                 if choice[2] is not None:
                     model["pricing"]["cachedInputPerMTok"] = choice[2]
-            config = SobaConfig.model_validate({"model": model})
+            config = msgspec.convert({"model": model}, SobaConfig)
             ledger.add([ConfigEntry(config=config.to_json())])
             prices = prices_for(config.model)
             continue
@@ -452,6 +455,6 @@ def test_requests_priced_together_cost_what_each_costs_alone(steps: list[Any]) -
         ledger.add([entry])
         if prices is not None:
             expected[operation] += prices.cost(input_tokens, cached or 0, output)
-    unpriced = SobaConfig.model_validate({"model": {"name": "llama3", "baseUrl": "http://other.example/v1"}})
+    unpriced = msgspec.convert({"model": {"name": "llama3", "baseUrl": "http://other.example/v1"}}, SobaConfig)
     now = ledger.cost(unpriced)  # no prices now: only what was priced when recorded counts
     assert (now.inference, now.compaction) == (expected["inference"], expected["compaction"])

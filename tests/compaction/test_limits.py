@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -19,7 +20,7 @@ def test_worked_example() -> None:
 
 
 def test_worked_example_through_the_config() -> None:
-    config = SobaConfig.model_validate({"model": {"contextWindow": 65000, "maxOutputTokens": 8000}})
+    config = msgspec.convert({"model": {"contextWindow": 65000, "maxOutputTokens": 8000}}, SobaConfig)
     assert (config.hard_limit, config.soft_limit) == (48808, 39046)
 
 

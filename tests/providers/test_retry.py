@@ -253,7 +253,8 @@ def test_connection_refused_is_retried_then_server_error() -> None:
 def test_bad_base_url_scheme_is_a_clear_error_without_retries() -> None:
     """The configuration refuses such a URL (test_config); a provider handed one anyway (a
     recorded config, a settings object built in code) still fails in one line, unretried."""
-    settings = ModelSettings.model_construct(base_url="ftp://127.0.0.1:1/v1", api_key_env="")
+    settings = ModelSettings(api_key_env="")
+    settings.base_url = "ftp://127.0.0.1:1/v1"  # a Struct's own checks run when it is made, not on assignment
     with (
         OpenAIProvider(settings) as provider,
         pytest.raises(ProviderError, match="baseUrl") as caught,
