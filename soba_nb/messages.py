@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from typing import Literal
 
 from msgspec import Struct
-from pydantic import BaseModel
 
 
 class ToolCall(Struct, gc=False):
@@ -75,7 +74,7 @@ def image_label(part: ImagePart) -> str:
     return f"{part.path} ({part.width}×{part.height})"
 
 
-class ToolSchema(BaseModel):
+class ToolSchema(Struct, frozen=True):
     """A tool the model may call: name, description and JSON schema of its parameters."""
 
     name: str

@@ -30,7 +30,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -49,13 +49,19 @@ _WORD_BEFORE = r"[\w-]"
 _ALNUM_BEFORE = r"[A-Za-z0-9]"
 
 
-def _shape(head: str, rest: str, before: str = _WORD_BEFORE, flags: int = 0) -> re.Pattern[str]:
-    return re.compile(rf"{head}(?:(?<!{before}{head})|(?<=\\[nrt]{head})){rest}", flags)
+def _lazy(pattern: str, flags: int = 0) -> Callable[[], re.Pattern[str]]:
+    """A pattern compiled when first used: every soba-nb process imports this module, and most
+    of them never redact a text that holds the substring a pattern waits for."""
+    return functools.cache(lambda: re.compile(pattern, flags))
 
 
-_KEY_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
+def _shape(head: str, rest: str, before: str = _WORD_BEFORE, flags: int = 0) -> Callable[[], re.Pattern[str]]:
+    return _lazy(rf"{head}(?:(?<!{before}{head})|(?<=\\[nrt]{head})){rest}", flags)
+
+
+_KEY_SHAPES: tuple[tuple[str, Callable[[], re.Pattern[str]]], ...] = (
     # (a substring every match contains, the pattern): no substring, no regex pass at all
-    ("-----BEGIN", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.DOTALL)),
+    ("-----BEGIN", _lazy(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.DOTALL)),
     # OpenAI (sk-, sk-proj-, sk-svcacct-) and Anthropic (sk-ant-)
     ("sk-", _shape("sk-", _HAS_DIGIT + r"[A-Za-z0-9_-]{20,}")),
     ("_", _shape("gh[pousr]_", r"[A-Za-z0-9]{30,}")),  # GitHub classic tokens
@@ -67,17 +73,17 @@ _KEY_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("eyJ", _shape("eyJ", r"[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),  # JWT
 )
 _TOKEN_CHARS = r"[A-Za-z0-9._~+/=-]"
-_BEARER = re.compile(
+_BEARER = _lazy(
     rf"(?P<scheme>Bearer)(?<!\wBearer)(?P<space>\s+)(?!\[redacted\]){_TOKEN_CHARS}{{8,}}",
     re.IGNORECASE,
 )
-_AUTHORIZATION = re.compile(
+_AUTHORIZATION = _lazy(
     r"""(?P<lead>\bAuthorization["']?\s*[:=]\s*["']?)"""
     r"""(?P<scheme>(?:Bearer|Basic|Token|Bot|Digest|ApiKey)\s+)?"""
     r"""(?P<credential>(?!\[redacted\])[^\s"',;]+)""",
     re.IGNORECASE,
 )
-_URL_PASSWORD = re.compile(r"(?P<lead>://[^\s:/@]+:)(?!\[redacted\])[^\s/@]+(?=@)")
+_URL_PASSWORD = _lazy(r"(?P<lead>://[^\s:/@]+:)(?!\[redacted\])[^\s/@]+(?=@)")
 
 # `name = value`, `name: value`, `"name": "value"` where the name says "secret". The value
 # is a quoted string or a bare word; a bare word followed by `(` or `[` is code
@@ -85,7 +91,7 @@ _URL_PASSWORD = re.compile(r"(?P<lead>://[^\s:/@]+:)(?!\[redacted\])[^\s/@]+(?=@
 # a lookahead and then consumed by backreference: an atomic group on Python 3.10, so the
 # engine cannot backtrack to a shorter word that is not followed by `(`.
 _BARE = r"[^\s\"',;(){}\[\]<>]*[^\s\"',;(){}\[\]<>.:]"
-_ASSIGNMENT = re.compile(
+_ASSIGNMENT = _lazy(
     # The name's closing quote and the value's quotes may be escaped (`\"DB_PASSWORD\": \"…\"`,
     # JSON printed inside JSON), and a quoted value may hold escaped quotes (`"Pa\\ss\"w0rd"`):
     # the whole literal is the value, never only its part before the first `\"`.
@@ -104,27 +110,27 @@ _TOKEN_WORD = "token"
 _NOT_A_VALUE = frozenset(
     {"", REDACTED, "none", "null", "true", "false", "nil", "undefined", "***", "..."}
 )
-_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+_WORDS = _lazy(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 # A hint counts only when the rest of its identifier is followed by `:` or `=`.
-_NAME_HINT = re.compile(r"(?:pass|secret|key|token|credential)(?=[\w.-]*\\*[\"']?\s*[:=])", re.IGNORECASE | re.ASCII)
+_NAME_HINT = _lazy(r"(?:pass|secret|key|token|credential)(?=[\w.-]*\\*[\"']?\s*[:=])", re.IGNORECASE | re.ASCII)
 _NAME_HINTS_LOWER = (
     # "pass" only as the words that make a name secret (`password`, `passwd`, `passphrase`):
     # logs full of `passes=` or `pass_rate=` are not judged name by name.
     *(
-        re.compile(rf"{word}(?=[\w.-]*\\*[\"']?\s*[:=])", re.ASCII)
+        _lazy(rf"{word}(?=[\w.-]*\\*[\"']?\s*[:=])", re.ASCII)
         for word in ("password", "passwd", "passphrase", "secret", "credential")
     ),
     # "key" makes a name secret only after api, private, access or secret (`api_key`,
     # `privateKey`, `apikey`; after "secret" the hint above finds it), not in `key_count` or
     # `monkey`: only there is it a hint.
-    *(re.compile(rf"{word}[._-]*key(?=[\w.-]*\\*[\"']?\s*[:=])", re.ASCII) for word in ("api", "private", "access")),
+    *(_lazy(rf"{word}[._-]*key(?=[\w.-]*\\*[\"']?\s*[:=])", re.ASCII) for word in ("api", "private", "access")),
     # "token" makes a name secret only as its last word (`access_token`, `myToken`), never
     # with more words after it (`token_count`, `tokens`, `token_2`): only then is it a hint.
-    re.compile(r"token(?=[._-]*\\*[\"']?\s*[:=])", re.ASCII),
+    _lazy(r"token(?=[._-]*\\*[\"']?\s*[:=])", re.ASCII),
 )
 """`_NAME_HINT` one word at a time, for lower-cased text: a pattern that starts with a literal
 is searched for at C speed; the alternation is tried at every position (5× slower)."""
-_NAME_TAIL = re.compile(r"[\w.-]*", re.ASCII)
+_NAME_TAIL = _lazy(r"[\w.-]*", re.ASCII)
 """Every secret name (`is_secret_name`) contains one of these: assignments are looked for
 only around them, not at every position of a megabyte of tool output."""
 NAME_MAX_CHARS = 128
@@ -201,7 +207,7 @@ def _written_forms(values: frozenset[str]) -> tuple[str, ...]:
 def is_secret_name(name: str) -> bool:
     """Whether an identifier (`OPENAI_API_KEY`, `apiKey`, `db-password`, `access_token`)
     names a secret. `tokens`, `max_tokens`, `token_count` and a bare `key` do not."""
-    words: list[str] = [word.lower() for word in _WORDS.findall(name)]
+    words: list[str] = [word.lower() for word in _WORDS().findall(name)]
     if not words:
         return False
     if any(word in _SECRET_NAME_WORDS for word in words):
@@ -261,8 +267,8 @@ def _hints(text: str, lowered: str | None = None) -> Iterator[int]:
     if lowered is None:
         lowered = text.lower()
     if len(lowered) == len(text):
-        return heapq.merge(*((match.start() for match in hint.finditer(lowered)) for hint in _NAME_HINTS_LOWER))
-    return (match.start() for match in _NAME_HINT.finditer(text))
+        return heapq.merge(*((match.start() for match in hint().finditer(lowered)) for hint in _NAME_HINTS_LOWER))
+    return (match.start() for match in _NAME_HINT().finditer(text))
 
 
 def _assignments(text: str, lowered: str | None = None) -> str:
@@ -277,7 +283,7 @@ def _assignments(text: str, lowered: str | None = None) -> str:
         start, floor = at, max(done, at - NAME_MAX_CHARS - 1)
         while start > floor and text[start - 1] in _NAME_CHARS:
             start -= 1
-        tail = _NAME_TAIL.match(text, at)
+        tail = _NAME_TAIL().match(text, at)
         end = tail.end() if tail else at
         if end - start > NAME_MAX_CHARS:
             continue  # an identifier longer than any name (judged whole: whichever hint in it was found)
@@ -285,7 +291,7 @@ def _assignments(text: str, lowered: str | None = None) -> str:
             continue
         if start > done and text[start - 1] in "\"'":
             start -= 1
-        match = _ASSIGNMENT.match(text, start)
+        match = _ASSIGNMENT().match(text, start)
         if match is None or match.end("name") <= at:
             continue
         parts += [text[done : match.start()], _assignment(match)]
@@ -306,17 +312,17 @@ def redact(text: str, environ: Mapping[str, str] = os.environ) -> str:
             text = text.replace(value, REDACTED)
     for needle, shape in _KEY_SHAPES:
         if needle in text:
-            text = shape.sub(REDACTED, text)
+            text = shape().sub(REDACTED, text)
     lowered = text.lower()
     replaced = 0
     if "authorization" in lowered:
-        text, count = _AUTHORIZATION.subn(_authorization, text)
+        text, count = _AUTHORIZATION().subn(_authorization, text)
         replaced += count
     if "bearer" in lowered:
-        text, count = _BEARER.subn(_bearer, text)
+        text, count = _BEARER().subn(_bearer, text)
         replaced += count
     if "://" in text and "@" in text:
-        text, count = _URL_PASSWORD.subn(lambda m: f"{m['lead']}{REDACTED}", text)
+        text, count = _URL_PASSWORD().subn(lambda m: f"{m['lead']}{REDACTED}", text)
         replaced += count
     return _assignments(text, None if replaced else lowered)
 
@@ -341,10 +347,12 @@ FILE_NAME_MARK = "redacted"
 
 # In a file name a key may follow a hyphen and be lower-cased (`handoff-sk-proj-….capsule.md`
 # made from the title "handoff sk-proj-…"): the same shapes, any case, after any non-alphanumeric.
-_NAME_SHAPES = tuple(
-    re.compile(shape.pattern.replace(_WORD_BEFORE, _ALNUM_BEFORE), shape.flags | re.IGNORECASE)
-    for _, shape in _KEY_SHAPES
-)
+@functools.cache
+def _name_shapes() -> tuple[re.Pattern[str], ...]:
+    return tuple(
+        re.compile(shape().pattern.replace(_WORD_BEFORE, _ALNUM_BEFORE), shape().flags | re.IGNORECASE)
+        for _, shape in _KEY_SHAPES
+    )
 
 
 def redact_file_name(name: str, environ: Mapping[str, str] = os.environ) -> str:
@@ -352,6 +360,6 @@ def redact_file_name(name: str, environ: Mapping[str, str] = os.environ) -> str:
     text = redact(name, environ)
     for value in _secret_env_values(environ):
         text = re.sub(re.escape(value), FILE_NAME_MARK, text, flags=re.IGNORECASE)
-    for shape in _NAME_SHAPES:
+    for shape in _name_shapes():
         text = shape.sub(FILE_NAME_MARK, text)
     return text.replace(REDACTED, FILE_NAME_MARK)

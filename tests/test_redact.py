@@ -367,7 +367,7 @@ def test_hints_found_one_word_at_a_time_redact_what_the_alternation_found(text: 
     assert new == sorted(new)
     saved = module._hints
     try:
-        module._hints = lambda t, lowered=None: (m.start() for m in module._NAME_HINT.finditer(t))
+        module._hints = lambda t, lowered=None: (m.start() for m in module._NAME_HINT().finditer(t))
         expected = module._assignments(text)
     finally:
         module._hints = saved

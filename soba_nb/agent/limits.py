@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from soba_nb.agent.prompt import SYSTEM_PROMPT
-from soba_nb.agent.tools import COMPACT_TOOL_SCHEMAS
+from soba_nb.agent.tool_schemas import COMPACT_TOOL_SCHEMAS
 from soba_nb.catalogue import lookup
 from soba_nb.catalogue import takes_images as catalogue_takes_images
 from soba_nb.compaction.model_input import fixed_tokens

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from soba_nb.agent.limits import session_counter, session_limits, session_usage_ceiling
 from soba_nb.agent.prompt import SYSTEM_PROMPT
-from soba_nb.agent.tools import TOOL_SCHEMAS, tool_schemas_for
+from soba_nb.agent.tool_schemas import TOOL_SCHEMAS, tool_schemas_for
 from soba_nb.compaction.budget import BudgetTracker, Measurement
 from soba_nb.compaction.budget_state import BudgetStateFile, states_to_offer
 from soba_nb.compaction.model_input import fixed_tokens

@@ -27,7 +27,7 @@ from soba_nb.agent.limits import (
 from soba_nb.agent.prompt import SYSTEM_PROMPT
 from soba_nb.agent.provenance import Provenance, trace
 from soba_nb.agent.skills import load_skill
-from soba_nb.agent.tools import TOOL_SCHEMAS, tool_schemas_for
+from soba_nb.agent.tool_schemas import TOOL_SCHEMAS, tool_schemas_for
 from soba_nb.compaction.compactor import NO_MODELS, Compactor, CompactorSettings
 from soba_nb.compaction.flight import FlightRecorder
 from soba_nb.compaction.model_input import fixed_key, fixed_tokens

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, cast
 
+import msgspec
+
 from soba_nb.collector import collector_paused
 from soba_nb.compaction.cells_context import render_cells
 from soba_nb.compaction.native_continuation import NativeTarget, native_tokens, request_message
@@ -262,7 +264,7 @@ class ModelInput:
 def fixed_key(system: str, tools: Sequence[ToolSchema]) -> str:
     """The counter's key for `fixed_tokens`: by content, so the counts sidecar keeps it too
     (a resume then loads no tokenizer)."""
-    return _key_of_fixed(system, [tool.model_dump() for tool in tools])
+    return _key_of_fixed(system, [msgspec.structs.asdict(tool) for tool in tools])
 
 
 def _key_of_fixed(system: str, schemas: list[dict[str, object]]) -> str:
@@ -271,7 +273,7 @@ def _key_of_fixed(system: str, schemas: list[dict[str, object]]) -> str:
 
 def fixed_tokens(system: str, tools: Sequence[ToolSchema], counter: TokenCounter) -> int:
     """System prompt, tool schemas and reply priming: the cost of an empty conversation."""
-    schemas = [tool.model_dump() for tool in tools]
+    schemas = [msgspec.structs.asdict(tool) for tool in tools]
     return counter.cached(
         _key_of_fixed(system, schemas),
         lambda: counter.count_message("system", system) + counter.count_tools(schemas) + TOKENS_PER_REPLY,

@@ -13,7 +13,7 @@ import os
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -32,7 +32,6 @@ from soba_nb.config.errors import ConfigError as ConfigError  # re-exported
 from soba_nb.config.files import MAX_CONFIG_BYTES as MAX_CONFIG_BYTES  # re-exported
 from soba_nb.config.files import MAX_CONFIG_DEPTH, depth, read_config_file
 from soba_nb.config.files import find_project_config as find_project_config  # re-exported
-from soba_nb.config.refusal import Refusal, fields_of, one_line, refusal_of
 from soba_nb.config.settings import MAX_CONTEXT_WINDOW as MAX_CONTEXT_WINDOW  # re-exported
 from soba_nb.config.settings import MAX_TIMEOUT_MS as MAX_TIMEOUT_MS  # re-exported
 from soba_nb.config.settings import AgentSettings as AgentSettings  # re-exported
@@ -40,12 +39,15 @@ from soba_nb.config.settings import CompactionSettings as CompactionSettings  # 
 from soba_nb.config.settings import ModelSettings as ModelSettings  # re-exported
 from soba_nb.config.settings import NotebookSettings as NotebookSettings  # re-exported
 from soba_nb.config.settings import PricingSettings as PricingSettings  # re-exported
-from soba_nb.config.settings import Section
+from soba_nb.config.settings import Section, fields_of
 from soba_nb.config.settings import SobaConfig as SobaConfig  # re-exported
 from soba_nb.layout import SYSTEM_CONFIG_ENV, SYSTEM_CONFIG_PATH, USER_CONFIG_PATH
 from soba_nb.paths import shown
 from soba_nb.printable import printable
 from soba_nb.resolution import resolve_provider
+
+if TYPE_CHECKING:
+    from soba_nb.config.refusal import Refusal
 
 ENV_PREFIX = "SOBA_"
 
@@ -173,6 +175,8 @@ def _check_env_value(var: str, section: str, key: str, value: Any) -> None:
     try:
         msgspec.convert(data, _SECTIONS[section])
     except msgspec.ValidationError as exc:
+        from soba_nb.config.refusal import one_line, refusal_of  # only a refusal words itself
+
         refusal = refusal_of(exc, _SECTIONS[section], data)
         raise ConfigError(f"invalid configuration: {var}: {one_line(refusal, {section: data}, (section,))}") from None
 
@@ -182,6 +186,8 @@ def validate(data: Mapping[str, Any]) -> tuple[SobaConfig | None, Refusal | None
     try:
         return msgspec.convert(data, SobaConfig), None
     except msgspec.ValidationError as exc:
+        from soba_nb.config.refusal import refusal_of  # only a refusal words itself
+
         return None, refusal_of(exc, SobaConfig, data)
 
 
@@ -207,6 +213,8 @@ def recorded_config(data: Mapping[str, Any], explicit: Mapping[str, str], provid
     config, refusal = validate(data)
     if config is None:
         assert refusal is not None
+        from soba_nb.config.refusal import one_line
+
         raise ConfigError(f"the recorded configuration is refused: {one_line(refusal, data)}") from None
     return config.record_origin(dict(explicit), provider_source)
 
@@ -229,6 +237,8 @@ def build_config(layers: list[tuple[str, Mapping[str, Any]]]) -> SobaConfig:
     config, refusal = validate(merged)
     if config is None:
         assert refusal is not None
+        from soba_nb.config.refusal import one_line
+
         raise ConfigError(f"invalid configuration: {one_line(refusal, merged)}{_set_in(refusal, explicit)}") from None
     return config.record_origin(explicit)
 

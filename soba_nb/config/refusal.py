@@ -9,6 +9,7 @@ own declaration (its type, its bounds, its choices), so the words stay ours whoe
 from __future__ import annotations
 
 import json
+import math
 import re
 import types
 import typing
@@ -19,7 +20,7 @@ from typing import Any
 import msgspec
 
 from soba_nb.config.errors import FieldProblem
-from soba_nb.config.settings import SobaConfig
+from soba_nb.config.settings import SobaConfig, fields_of
 from soba_nb.redact import is_secret_name, redact
 from soba_nb.text import clip
 
@@ -69,6 +70,9 @@ def refusal_of(error: msgspec.ValidationError, root: type[msgspec.Struct], data:
     if isinstance(base, type) and issubclass(base, msgspec.Struct):
         return Refusal(loc, "object", "must be a JSON object")
     bound = RANGE.match(sentence)
+    value = value_at(data, loc)
+    if bound and isinstance(value, float) and not math.isfinite(value):  # NaN fails every bound
+        return Refusal(loc, "rule", "input should be a finite number")
     if bound and meta is not None:
         if bound.group(1) == ">":
             if meta.gt is not None:
@@ -85,11 +89,6 @@ def _alternatives(words: Sequence[str]) -> str:
 def _figure(value: Any) -> str:
     """A bound as a person writes it: 0 rather than 0.0."""
     return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
-
-
-def fields_of(cls: type[msgspec.Struct]) -> dict[str, msgspec.structs.FieldInfo]:
-    """A section's keys by their JSON (camelCase) name."""
-    return {info.encode_name: info for info in msgspec.structs.fields(cls)}
 
 
 def _unwrap(tp: Any) -> tuple[Any, msgspec.Meta | None, tuple[Any, ...]]:
@@ -162,13 +161,18 @@ def known_keys(loc: Sequence[str]) -> str:
     return f"the top level has {', '.join(fields_of(SobaConfig))}"
 
 
+def value_at(data: Any, loc: Sequence[str]) -> Any:
+    """What stands at `loc` in `data` (None where nothing does)."""
+    for part in loc:
+        data = data.get(part) if isinstance(data, Mapping) else None
+    return data
+
+
 def one_line(refusal: Refusal, data: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> str:
     """The refusal as `key = value: rule` (`prefix`: where the validated object sits in the
     configuration; `data`: the configuration's JSON, from its top)."""
     loc = [*prefix, *refusal.loc]
-    value: Any = data
-    for part in loc:
-        value = value.get(part) if isinstance(value, Mapping) else None
+    value = value_at(data, loc)
     # A key is shown as JSON when it is not a plain name (a newline in it must not break the line).
     key = ".".join(part if part.isidentifier() else json.dumps(part) for part in loc) if loc else "config"
     if refusal.kind == "unknown":

@@ -12,6 +12,7 @@ import re
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
+import msgspec
 from msgspec import Meta, Struct, field, to_builtins
 
 from soba_nb.compaction.limits import (
@@ -47,6 +48,11 @@ class Section(Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
     Values from a file, the environment or a transcript are checked by `msgspec.convert`
     (`soba_nb.config.validate`); a section built in code is trusted for its types, and its
     own checks (`__post_init__`) run either way."""
+
+
+def fields_of(cls: type[Struct]) -> dict[str, msgspec.structs.FieldInfo]:
+    """A section's keys by their JSON (camelCase) name."""
+    return {info.encode_name: info for info in msgspec.structs.fields(cls)}
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")

@@ -13,7 +13,7 @@ import pytest
 from conftest import new_shell, shut_down
 from llm_server import text
 
-from soba_nb import tokens
+from soba_nb import tokenizer_cache, tokens
 from soba_nb.notebook import warm_up
 
 
@@ -60,7 +60,7 @@ def test_a_first_request_while_it_loads_waits_for_that_load_and_counts_the_same(
         return real(name, data)
 
     monkeypatch.setattr(tokens, "_mergeable_ranks", slow_ranks)
-    monkeypatch.setattr(tokens, "read_ranks", lambda name: None)  # the slow read, every time
+    monkeypatch.setattr(tokenizer_cache, "read_ranks", lambda name: None)  # the slow read, every time
     shell = new_shell(nb_dir)
     try:
         scripted.script(text("Hello."))

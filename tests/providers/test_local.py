@@ -19,6 +19,7 @@ import signal
 import threading
 import time
 
+import msgspec
 import pytest
 
 from soba_nb.config import ModelSettings
@@ -101,7 +102,7 @@ def test_the_engine_renders_wire_messages_with_the_tool_protocol() -> None:
     ]
     body = {
         "messages": [{"role": "system", "content": "Be brief."}, *(message_to_wire(m) for m in messages)],
-        "tools": [{"type": "function", "function": PYTHON_TOOL.model_dump()}],
+        "tools": [{"type": "function", "function": msgspec.structs.asdict(PYTHON_TOOL)}],
     }
     system, conversation, tools = parse_messages(body)
     assert system == "Be brief." and [t.name for t in tools] == ["python"]

@@ -12,6 +12,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from soba_nb.agent.assembly import open_session
 from soba_nb.compaction.triggers import TurnState
 from soba_nb.config import build_config
@@ -116,12 +118,17 @@ def test_a_transcript_copied_alone_after_percent_soba_turns_opens_without_its_to
         reopened.close()
 
 
-NOT_IMPORTED = ("tiktoken", "httpx", "soba_nb.providers", "soba_nb.agent.session")
+NOT_IMPORTED = ("tiktoken", "httpx", "pydantic", "soba_nb.providers", "soba_nb.agent.session", "soba_nb.agent.tools")
 """What `soba-nb budget` of a session with its saved state needs none of: a tokenizer (0.15 s
-and 60 MiB to load), an HTTP client, a provider (every import is paid by each whole process)."""
+and 60 MiB to load), an HTTP client, pydantic (50 ms to import, more to build models: the
+configuration is msgspec, the tool schemas are data), a provider, the tools (every import is
+paid by each whole process)."""
 
 
-def test_budget_of_a_session_with_its_state_imports_no_tokenizer_http_client_or_provider(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["budget", "inspect"])
+def test_a_command_on_a_session_with_its_state_imports_no_tokenizer_http_client_pydantic_or_provider(
+    tmp_path: Path, command: str
+) -> None:
     import subprocess
     import sys
 
@@ -129,7 +136,7 @@ def test_budget_of_a_session_with_its_state_imports_no_tokenizer_http_client_or_
     script = (
         "import json, sys\n"
         "from soba_nb.cli import main\n"
-        f"code = main(['budget', '--json', {str(path)!r}])\n"
+        f"code = main([{command!r}, '--json', {str(path)!r}])\n"
         f"print(json.dumps([code, sorted(m for m in {NOT_IMPORTED!r} if m in sys.modules)]))\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)

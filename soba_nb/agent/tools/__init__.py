@@ -16,7 +16,6 @@ clipping for model input happens when the input is assembled.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +23,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from soba_nb.agent.tool_schemas import COMPACT_TOOL_SCHEMAS as COMPACT_TOOL_SCHEMAS  # re-exported
+from soba_nb.agent.tool_schemas import FULL_SCHEMAS_SHARE as FULL_SCHEMAS_SHARE  # re-exported
+from soba_nb.agent.tool_schemas import TOOL_SCHEMAS as TOOL_SCHEMAS  # re-exported
+from soba_nb.agent.tool_schemas import tool_schemas_for as tool_schemas_for  # re-exported
 from soba_nb.agent.tools import checkpoint, files, notebook, python_tool, shell
 from soba_nb.agent.tools.base import (
     ToolArguments,
@@ -152,32 +155,12 @@ TOOLS: dict[str, Tool] = {
     )
 }
 TOOL_NAMES: tuple[str, ...] = tuple(TOOLS)
-TOOL_SCHEMAS: tuple[ToolSchema, ...] = tuple(tool.schema for tool in TOOLS.values())
 
 
-def _compact(schema: ToolSchema) -> ToolSchema:
-    parameters = copy.deepcopy(schema.parameters)
-    parameters.pop("additionalProperties", None)
-    properties = parameters.get("properties")
-    for prop in properties.values() if isinstance(properties, dict) else ():
-        if isinstance(prop, dict):
-            prop.pop("description", None)
-    return ToolSchema(name=schema.name, description=schema.description, parameters=parameters)
-
-
-COMPACT_TOOL_SCHEMAS: tuple[ToolSchema, ...] = tuple(_compact(schema) for schema in TOOL_SCHEMAS)
-"""The same tools and parameters without the parameters' descriptions (about 30% fewer
-tokens): what a model with a small window is sent (`tool_schemas_for`)."""
-FULL_SCHEMAS_SHARE = 0.15
-"""The full schemas are sent while the system prompt and they take at most this share of the
-hard limit (any window of 16k tokens and more); beyond it (the embedded model's 8k, a
-2,048-token llama.cpp server) the compact ones leave room for the work and its capsule."""
-
-
-def tool_schemas_for(hard_limit: int, full_fixed_tokens: int) -> tuple[ToolSchema, ...]:
-    """The tool schemas a request carries, given the hard limit and what the system prompt
-    with the full schemas costs."""
-    return TOOL_SCHEMAS if full_fixed_tokens <= hard_limit * FULL_SCHEMAS_SHARE else COMPACT_TOOL_SCHEMAS
+def generated_schemas() -> tuple[ToolSchema, ...]:
+    """The schemas the argument models give; what `soba_nb.agent.tool_schemas` reads from its
+    file must be these (tests/agent/test_tool_schemas.py)."""
+    return tuple(tool.schema for tool in TOOLS.values())
 
 
 def run_tool(name: str, arguments: str, ctx: ToolContext) -> ToolOutcome:

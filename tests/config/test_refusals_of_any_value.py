@@ -1,0 +1,58 @@
+"""Any value under any real key: the configuration is built (and what it encodes validates back
+to the same configuration), or refused in one line that names the key and the layer — never a
+traceback. The layers use the keys the sections declare, so the values reach every check."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import msgspec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from soba_nb.config import ConfigError, SobaConfig, build_config
+from soba_nb.config.settings import fields_of
+
+SECTIONS = {info.encode_name: info.type for info in msgspec.structs.fields(SobaConfig)}
+KEYS = {name: [*fields_of(section), "backgroundTimeoutMs", "unknownKey"] for name, section in SECTIONS.items()}
+
+VALUES = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**3), 10**3)
+    | st.sampled_from([0, 1, 512, 8192, 128_000, 100_000_000, 100_000_001, 2**63, 10**100, -(10**100)])
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.sampled_from(["openai", "anthropic", "local", "chat", "responses", "never", "all", "", "OPENAI_API_KEY",
+                       "http://127.0.0.1:8080/v1", "ftp://host", "sk-proj-abcdefghijklmnopqrstuv0123456789"])
+    | st.text(max_size=12)
+    | st.lists(st.integers(), max_size=2)
+    | st.fixed_dictionaries({}, optional={"inputPerMTok": st.floats() | st.integers(-2, 5) | st.text(max_size=2),
+                                          "outputPerMTok": st.integers(-2, 5) | st.booleans(), "x": st.none()})
+)
+LAYER = st.dictionaries(
+    st.sampled_from([*KEYS, "bogus"]),
+    st.sampled_from([*KEYS]).flatmap(lambda section: st.dictionaries(st.sampled_from(KEYS[section]), VALUES, max_size=3))
+    | VALUES,
+    max_size=3,
+)
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(layers=st.lists(LAYER, min_size=1, max_size=2))
+def test_any_value_is_taken_or_refused_in_one_line(layers: list[dict[str, object]]) -> None:
+    named = [(f"layer{i}.json", layer) for i, layer in enumerate(layers)]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a deprecated key's warning
+            config = build_config(named)
+    except ConfigError as error:
+        message = str(error)
+        assert message.startswith("invalid configuration: ") and "\n" not in message
+        assert "Traceback" not in message and "msgspec" not in message and "Expected `" not in message
+        return
+    again = msgspec.convert(config.to_json(), SobaConfig)
+    assert again == config and again.to_json() == config.to_json()
+    for value in (config.model.context_window, config.compaction.keep_recent_tokens, config.compaction.min_savings_ratio):
+        assert not isinstance(value, bool) and math.isfinite(value)
+    assert 0 < config.compaction.keep_recent_tokens + 1 <= config.hard_limit
