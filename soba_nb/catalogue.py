@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 OPEN_WEIGHTS_OUTPUT_CAP = 8192
 """Most tokens reserved for the answer of an open-weight model."""
@@ -44,8 +45,7 @@ PRICES_TAKEN = "2025-12"
 """When the list prices below were taken from the vendors' pricing pages (year-month)."""
 
 
-@dataclass(frozen=True)
-class ListPrice:
+class ListPrice(Struct, frozen=True):
     """A model's list price, US dollars per million tokens (decimal strings: exact)."""
 
     family: str
@@ -61,8 +61,7 @@ def _claude(family: str, input_price: str, cached_input: str, output: str) -> Li
     return ListPrice(family, input_price, cached_input, output, vendor="anthropic")
 
 
-@dataclass(frozen=True)
-class CatalogueEntry:
+class CatalogueEntry(Struct, frozen=True):
     """What the catalogue knows about one model family."""
 
     family: str

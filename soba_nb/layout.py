@@ -16,9 +16,10 @@ from __future__ import annotations
 import os
 import secrets
 import stat
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+
+from msgspec import Struct
 
 SESSIONS_FOLDER_SUFFIX = ".soba"
 """`<notebook-stem>.soba/`: a notebook's sessions."""
@@ -91,8 +92,7 @@ def session_transcripts(folder: Path) -> list[Path]:
     return [path for _, _, path in sorted(found)]
 
 
-@dataclass(frozen=True)
-class SessionLayout:
+class SessionLayout(Struct, frozen=True):
     """Every path of one session: its transcript and what lies beside it."""
 
     transcript: Path

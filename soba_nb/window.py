@@ -30,8 +30,9 @@ cannot hold, and a setting that can hold is never second-guessed.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal
+
+from msgspec import Struct
 
 from soba_nb.catalogue import CatalogueEntry
 from soba_nb.compaction.limits import (
@@ -51,8 +52,7 @@ AUTO_KEY: Literal["compaction.auto"] = "compaction.auto"
 LEARNED_SOURCES = {"overflow": "overflow error", "truncation": "truncated prompt", "server": "server"}
 
 
-@dataclass(frozen=True)
-class ServerWindow:
+class ServerWindow(Struct, frozen=True):
     """A context window the server reported (`soba_nb.providers.discovery` asks for it; a
     `window` entry records it)."""
 
@@ -61,8 +61,7 @@ class ServerWindow:
     """Where the figure came from, e.g. "llama.cpp GET /props n_ctx"."""
 
 
-@dataclass(frozen=True)
-class SessionLimits:
+class SessionLimits(Struct, frozen=True):
     """The figures a session works with, and where its window came from."""
 
     context_window: int

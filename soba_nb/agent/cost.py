@@ -32,13 +32,13 @@ priced) sends nothing, because what it would cost cannot be known.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, ROUND_UP, Decimal
 from itertools import islice
 from typing import Any
 from urllib.parse import urlsplit
 
 import msgspec
+from msgspec import Struct, field
 
 from soba_nb.catalogue import PRICES_TAKEN, list_price
 from soba_nb.compaction.summarizer import RequestNotSent
@@ -67,8 +67,7 @@ def decimal_of(value: float) -> Decimal:
     return Decimal(repr(value))
 
 
-@dataclass(frozen=True)
-class Prices:
+class Prices(Struct, frozen=True):
     """US dollars per million tokens, and where they come from."""
 
     input: Decimal
@@ -138,8 +137,7 @@ def identity(model: ModelSettings) -> Identity:
     return (model.provider, model.base_url, model.name)
 
 
-@dataclass
-class _Tokens:
+class _Tokens(Struct):
     """Token sums of requests: priced together (a cost is linear in its tokens, and exact in
     decimals), by the prices they were recorded with or, if they had none, later if they can be."""
 
@@ -160,8 +158,7 @@ class _Tokens:
         return prices.cost(self.uncached + self.cached, self.cached, self.output)
 
 
-@dataclass(frozen=True)
-class SessionCost:
+class SessionCost(Struct, frozen=True):
     """The session's cost as of now."""
 
     inference: Decimal
@@ -225,8 +222,7 @@ def _recorded_model(entry: ConfigEntry) -> tuple[ModelSettings | None, str | Non
         return None, None
 
 
-@dataclass
-class CostLedger:
+class CostLedger(Struct):
     """The cost of one transcript, followed incrementally (each entry read once)."""
 
     _seen: int = 0

@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, NoReturn
+
+from msgspec import Struct
 
 PROG = "soba-nb"
 EXIT_OK = 0
@@ -29,8 +30,7 @@ class CommandError(Exception):
 # -- the subcommand table ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Subcommand:
+class Subcommand(Struct, frozen=True):
     """One `soba-nb NAME …` command."""
 
     name: str

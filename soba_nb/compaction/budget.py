@@ -12,9 +12,10 @@ last request added, not what the whole session holds.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from itertools import count
 from typing import Literal, cast
+
+from msgspec import Struct
 
 from soba_nb.compaction.backlog import Backlog, find_anchor
 from soba_nb.compaction.budget_state import TrackerState
@@ -52,8 +53,7 @@ only on a long path, and a settled tracker's state is saved beside the transcrip
 _RARE = (CheckpointEntry, CompactionEntry, SkillEntry)
 
 
-@dataclass(frozen=True, eq=False)
-class Measurement:
+class Measurement(Struct, frozen=True, eq=False):
     """Effective tokens of the next request and how they were measured."""
 
     effective: int

@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
 
+import msgspec
+
 from soba_nb.compaction.barrier import record_spent, run_barrier
 from soba_nb.compaction.budget import BudgetTracker, Measurement
 from soba_nb.compaction.budget_state import (
@@ -254,7 +256,7 @@ class Compactor:
             # Over the hard limit on our count only: the provider's figure, which the send check
             # reads, says it fits (a server or gateway counting lower than our estimate).
             # Nothing was clipped and nothing is wrong: no note.
-            built = replace(built, notes=tuple(note for note in built.notes if note != NOT_CLIPPED))
+            built = msgspec.structs.replace(built, notes=tuple(note for note in built.notes if note != NOT_CLIPPED))
         return built
 
     def _assembled(self, fit: bool) -> ModelInput:
@@ -267,7 +269,7 @@ class Compactor:
                 context, system=self.system, tools=self.tools, counter=self.counter,
                 sums=tracker.counted_region, backlog=tracker.backlog,
             )  # fmt: skip
-            return replace(built, notes=(NOT_CLIPPED, *built.notes)) if fit else built  # (said before a repair)
+            return msgspec.structs.replace(built, notes=(NOT_CLIPPED, *built.notes)) if fit else built  # (said before a repair)
         # Clipped to fit on the scale the send check reads (the provider's count when it is higher).
         measurement = self.measure()
         calibration = max(measurement.effective - measurement.estimated, 0)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, cast
 
 import msgspec
+from msgspec import Struct, field
 
 from soba_nb.collector import collector_paused
 from soba_nb.compaction.cells_context import render_cells
@@ -157,8 +157,7 @@ def capsule_tokens(capsule: CapsuleEntry, counter: TokenCounter, target: NativeT
     return entry_tokens(capsule, counter)
 
 
-@dataclass(frozen=True)
-class VisibleContext:
+class VisibleContext(Struct, frozen=True):
     """What of a path reaches the model."""
 
     capsule: CapsuleEntry | None
@@ -237,8 +236,7 @@ def visible_context(
     return VisibleContext(capsule, visible, tuple(skills), native)
 
 
-@dataclass(frozen=True)
-class ModelInput:
+class ModelInput(Struct, frozen=True):
     """One request's input, with its measured size."""
 
     system: str

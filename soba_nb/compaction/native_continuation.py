@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
+
+from msgspec import Struct
 
 from soba_nb.messages import ChatMessage, ToolSchema
 from soba_nb.tokens import TOKENS_PER_MESSAGE, TokenCounter
@@ -37,8 +38,7 @@ class NativeRefused(RuntimeError):
     a compaction item, or the model does not support it). The portable path runs."""
 
 
-@dataclass(frozen=True)
-class NativeTarget:
+class NativeTarget(Struct, frozen=True):
     """The provider and model the next requests go to, and the kinds of item it replays."""
 
     provider: str
@@ -55,8 +55,7 @@ class NativeTarget:
         )
 
 
-@dataclass(frozen=True)
-class NativeRequest:
+class NativeRequest(Struct, frozen=True):
     """What the compaction operation sends: the history it replaces, as model input."""
 
     operation_id: str

@@ -9,7 +9,8 @@ cut never separates a tool call from its result.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from soba_nb.compaction.model_input import (
     UNKNOWN,
@@ -29,8 +30,7 @@ from soba_nb.transcript.entries import (
 )
 
 
-@dataclass(frozen=True)
-class Cut:
+class Cut(Struct, frozen=True):
     """The outcome of planning: entries to summarize and the kept tail."""
 
     summarize: tuple[Entry, ...]
@@ -51,8 +51,7 @@ class Cut:
         return self.summarized_tokens == 0
 
 
-@dataclass(frozen=True)
-class RegionFacts:
+class RegionFacts(Struct, frozen=True):
     """What the budget tracker already knows of the region (kept as entries are appended),
     sparing the planner a pass over the whole of it."""
 

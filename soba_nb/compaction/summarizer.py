@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol
+
+from msgspec import Struct
 
 from soba_nb.transcript.entries import UsageEntry
 
@@ -19,8 +20,7 @@ class RequestNotSent(RuntimeError):
     the compaction goes on without that model (the deterministic capsule), never fails for it."""
 
 
-@dataclass(frozen=True)
-class SummaryOutput:
+class SummaryOutput(Struct, frozen=True):
     """What the summarizer model returned."""
 
     text: str

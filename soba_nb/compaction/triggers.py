@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from enum import Enum
+
+from msgspec import Struct, field
 
 from soba_nb.compaction.model_input import latest_capsule_index
 from soba_nb.transcript.entries import CheckpointEntry, CompactionEntry, Entry
@@ -28,8 +29,7 @@ POST_GATE_EXEMPT = frozenset({Trigger.HARD_LIMIT, Trigger.CONTEXT_OVERFLOW, Trig
 INTENT_KINDS = {"milestone": Trigger.MILESTONE, "plan_pivot": Trigger.PLAN_PIVOT, "turn": Trigger.TURN_COMPLETE}
 
 
-@dataclass(frozen=True)
-class Thresholds:
+class Thresholds(Struct, frozen=True):
     """The configuration figures the trigger rules read."""
 
     hard_limit: int
@@ -43,8 +43,7 @@ class Thresholds:
     keep_recent_tokens: int
 
 
-@dataclass(frozen=True)
-class RoiEstimate:
+class RoiEstimate(Struct, frozen=True):
     """Pre-generation ROI: reclaimable = effective - keepRecentTokens, ratio = reclaimable / effective."""
 
     reclaimable: int
@@ -90,8 +89,7 @@ def pending_intents(path: Sequence[Entry]) -> list[CheckpointEntry]:
     ]
 
 
-@dataclass
-class LoopGuard:
+class LoopGuard(Struct):
     """Pauses soft triggers after repeated fruitless attempts (the thrash guard).
 
     Derived from the path (`BudgetTracker.guard`), so it survives a kernel restart: soft
@@ -110,16 +108,14 @@ class LoopGuard:
         return effective - self.tokens_at_last_attempt < min_reclaimable_tokens
 
 
-@dataclass
-class TurnState:
+class TurnState(Struct):
     """Per agent turn: at most one soft compaction attempt."""
 
     soft_attempted: bool = False
     notes: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(Struct, frozen=True):
     """What the preflight should do."""
 
     trigger: Trigger | None
