@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
 import pytest
 from llm_server import LLMServer, http_error, server_error, text
 
@@ -120,7 +121,7 @@ def test_responses_rolls_the_previous_window_into_the_next(server: LLMServer) ->
     native = ResponsesNative(responses(server))
     first = compact(native, region())
     request = region()
-    second = compact(native, NativeRequest(**{**request.__dict__, "native": first}))
+    second = compact(native, msgspec.structs.replace(request, native=first))
     rolled = server.requests[1].body["input"]
     assert rolled[: len(first.payload["items"])] == first.payload["items"]
     assert server.native.replayed == [first.payload["items"][-1]["encrypted_content"]]
