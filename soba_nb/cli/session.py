@@ -106,7 +106,7 @@ def session_config(transcript: Transcript) -> SobaConfig:
         try:
             return recorded_config(recorded.config, recorded.explicit, "recorded by the session")
         except ValueError as error:
-            raise CommandError(f"{transcript.file}: the recorded configuration is not valid ({error})") from None
+            raise CommandError(f"{transcript.file}: {error}") from None
     try:
         return load_config(notebook_folder(transcript))
     except ConfigError as error:

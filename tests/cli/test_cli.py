@@ -479,6 +479,30 @@ def test_budget_with_a_bad_config(
     assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    ("recorded", "said"),
+    [
+        ({"model": {"contextWindow": "big"}}, 'model.contextWindow = "big": input should be a valid integer'),
+        ({"model": {"pricing": [[[]]]}}, "model.pricing = [[[]]]: must be a JSON object"),
+        ({"agent": {"maxSessionCostUsd": float("nan")}}, "agent.maxSessionCostUsd = NaN: input should be a finite number"),
+        ({"model": {"apiKeyEnv": "sk-proj-abcdefghijklmnopqrstuv0123456789"}}, "model.apiKeyEnv (value not shown): must be the name"),
+        ({"compaction": {"timeoutMs": True}}, "compaction.timeoutMs = true: input should be a valid integer"),
+    ],
+)
+def test_a_recorded_configuration_today_refuses_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, recorded: dict[str, object], said: str
+) -> None:
+    """A transcript is data (it may be hand-edited or planted): the configuration it recorded is
+    checked as a soba.json is, and refused in one line naming the file, the key and the rule."""
+    config = {"type": "config", "id": "c", "parentId": "h", "timestamp": "t", "config": recorded, "explicit": {}}
+    path = write_lines(tmp_path / "s.jsonl", HEADER, config, message("m", "c"))
+    for command in ("budget", "inspect"):
+        code, out, err = run(capsys, command, str(path))
+        assert (code, out) == (1, ""), command
+        assert err.startswith(f"{path}: the recorded configuration is refused: {said}"), err
+        assert err.count("\n") == 1 and "sk-proj" not in err and "Expected `" not in err
+
+
 # -- usage errors and the table ----------------------------------------------------------------
 
 
