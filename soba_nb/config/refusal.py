@@ -45,8 +45,11 @@ class Refusal:
 def refusal_of(error: msgspec.ValidationError, root: type[msgspec.Struct], data: Any) -> Refusal:
     """What `msgspec.convert(data, root)` refused, and where."""
     message = str(error)
-    if message.startswith("Object contains unknown field"):
-        # The key itself may hold anything (a backtick, " - at "): found in the data instead.
+    if not isinstance(data, Mapping):
+        return Refusal((), "rule", "the configuration must be a JSON object")
+    if message.startswith("Object contains unknown field") or " - at `key` in `$" in message:
+        # The key itself may hold anything (a backtick, " - at ", a number from Python): found
+        # in the data instead.
         found = unknown_key(data, root)
         if found is not None:
             return Refusal(found, "unknown", "unknown key")

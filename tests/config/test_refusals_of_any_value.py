@@ -8,10 +8,11 @@ import math
 import warnings
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from soba_nb.config import ConfigError, SobaConfig, build_config
+from soba_nb.config import ConfigError, SobaConfig, build_config, recorded_config
 from soba_nb.config.settings import fields_of
 
 SECTIONS = {info.encode_name: info.type for info in msgspec.structs.fields(SobaConfig)}
@@ -56,3 +57,25 @@ def test_any_value_is_taken_or_refused_in_one_line(layers: list[dict[str, object
     for value in (config.model.context_window, config.compaction.keep_recent_tokens, config.compaction.min_savings_ratio):
         assert not isinstance(value, bool) and math.isfinite(value)
     assert 0 < config.compaction.keep_recent_tokens + 1 <= config.hard_limit
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        ([1], "the configuration must be a JSON object"),
+        ("text", "the configuration must be a JSON object"),
+        ({5: 1}, '"5": unknown key'),
+        ({"model": {5: 1}}, 'model."5": unknown key'),
+        ({"model": {"pricing": {"inputPerMTok": 1, "outputPerMTok": 1, None: 0}}}, 'model.pricing.None: unknown key'),
+        ({"model": "x`y - at `$.model`"}, 'model = "x`y - at `$.model`": must be a JSON object'),
+        ({"x` - at `$.model": 1}, '"x` - at `$.model": unknown key'),
+    ],
+)
+def test_what_no_json_file_holds_is_refused_in_one_line_too(data: object, said: str) -> None:
+    """A recorded configuration comes from a transcript, which may be planted; Python callers may
+    pass anything: still one line, no msgspec wording, the odd key named as JSON."""
+    with pytest.raises(ConfigError) as refused:
+        recorded_config(data, {}, "test")  # type: ignore[arg-type]
+    message = str(refused.value)
+    assert message.startswith(f"the recorded configuration is refused: {said}"), message
+    assert "\n" not in message and "Expected `" not in message
