@@ -29,9 +29,11 @@ back to other entries, are left out of the cyclic garbage collector (`gc=False`)
 Python does not validate it: `Transcript.append` does, by decoding the line it is about to
 write, so what is in memory is exactly what is on disk. Unknown fields in a file (a later
 format) are ignored.
-"""
 
-from __future__ import annotations
+No `from __future__ import annotations` here: the decoder built at import reads every field's
+type, and annotations kept as text would each be compiled and evaluated first (2 ms of every
+`soba-nb` command); a type is defined before the entry that uses it.
+"""
 
 import json
 import secrets
@@ -128,6 +130,7 @@ class ToolCallEntry(_Entry, tag="tool_call", kw_only=True, frozen=True):
 
 
 ImageMime = Literal["image/png", "image/jpeg"]
+Sha256 = Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]
 
 
 class Artifact(Struct, kw_only=True, frozen=True, rename="camel", gc=False):
@@ -139,9 +142,6 @@ class Artifact(Struct, kw_only=True, frozen=True, rename="camel", gc=False):
     sha256: Sha256
     width: Annotated[int, Meta(ge=1)]
     height: Annotated[int, Meta(ge=1)]
-
-
-Sha256 = Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]
 
 
 class FileChange(Struct, kw_only=True, frozen=True, rename="camel", gc=False):
