@@ -13,7 +13,7 @@ import os
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
@@ -29,6 +29,7 @@ from soba_nb.config.errors import (
     ConfigDeprecationWarning as ConfigDeprecationWarning,  # re-exported
 )
 from soba_nb.config.errors import ConfigError as ConfigError  # re-exported
+from soba_nb.config.errors import Refused
 from soba_nb.config.files import MAX_CONFIG_BYTES as MAX_CONFIG_BYTES  # re-exported
 from soba_nb.config.files import MAX_CONFIG_DEPTH, depth, read_config_file
 from soba_nb.config.files import find_project_config as find_project_config  # re-exported
@@ -48,6 +49,8 @@ from soba_nb.resolution import resolve_provider
 
 if TYPE_CHECKING:
     from soba_nb.config.refusal import Refusal
+
+S = TypeVar("S", bound=Section)
 
 ENV_PREFIX = "SOBA_"
 
@@ -173,22 +176,19 @@ def _check_env_value(var: str, section: str, key: str, value: Any) -> None:
         raise ConfigError(f"invalid configuration: {var}: nested too deeply (more than {MAX_CONFIG_DEPTH} levels)")
     data = {key: value}
     try:
-        msgspec.convert(data, _SECTIONS[section])
-    except msgspec.ValidationError as exc:
-        from soba_nb.config.refusal import one_line, refusal_of  # only a refusal words itself
-
-        refusal = refusal_of(exc, _SECTIONS[section], data)
-        raise ConfigError(f"invalid configuration: {var}: {one_line(refusal, {section: data}, (section,))}") from None
+        _convert(data, _SECTIONS[section])
+    except Refused as refused:
+        raise ConfigError(f"invalid configuration: {var}: {refused.refusal.line({section: data}, (section,))}") from None
 
 
-def validate(data: Mapping[str, Any]) -> tuple[SobaConfig | None, Refusal | None]:
-    """The configuration `data` (camelCase JSON) holds, or why it is refused."""
+def _convert(data: Mapping[str, Any], cls: type[S]) -> S:
+    """`data` (camelCase JSON) as `cls`, or `Refused`: what was refused, and where."""
     try:
-        return msgspec.convert(data, SobaConfig), None
+        return msgspec.convert(data, cls)
     except msgspec.ValidationError as exc:
         from soba_nb.config.refusal import refusal_of  # only a refusal words itself
 
-        return None, refusal_of(exc, SobaConfig, data)
+        raise Refused(refusal_of(exc, cls, data)) from None
 
 
 RESOLUTION_LAYER = "provider resolution"
@@ -210,12 +210,10 @@ def _explicit_keys(layers: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str,
 def recorded_config(data: Mapping[str, Any], explicit: Mapping[str, str], provider_source: str) -> SobaConfig:
     """A configuration as a session recorded it (`ConfigEntry`); a `ConfigError` when
     today's rules refuse it (a transcript is data, and may be hand-edited)."""
-    config, refusal = validate(data)
-    if config is None:
-        assert refusal is not None
-        from soba_nb.config.refusal import one_line
-
-        raise ConfigError(f"the recorded configuration is refused: {one_line(refusal, data)}") from None
+    try:
+        config = _convert(data, SobaConfig)
+    except Refused as refused:
+        raise ConfigError(f"the recorded configuration is refused: {refused.refusal.line(data)}") from None
     return config.record_origin(dict(explicit), provider_source)
 
 
@@ -234,12 +232,11 @@ def build_config(layers: list[tuple[str, Mapping[str, Any]]]) -> SobaConfig:
         merged = _deep_merge(merged, layer)
     explicit = _explicit_keys(renamed)
     merged = _fit_unset(merged, explicit)
-    config, refusal = validate(merged)
-    if config is None:
-        assert refusal is not None
-        from soba_nb.config.refusal import one_line
-
-        raise ConfigError(f"invalid configuration: {one_line(refusal, merged)}{_set_in(refusal, explicit)}") from None
+    try:
+        config = _convert(merged, SobaConfig)
+    except Refused as refused:
+        line = refused.refusal.line(merged)
+        raise ConfigError(f"invalid configuration: {line}{_set_in(refused.refusal, explicit)}") from None
     return config.record_origin(explicit)
 
 

@@ -4,6 +4,10 @@ about (a deprecated key)."""
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from soba_nb.config.refusal import Refusal
 
 
 class ConfigDeprecationWarning(DeprecationWarning):
@@ -27,3 +31,12 @@ class FieldProblem(ValueError):
         super().__init__(rule)
         self.key = key
         self.rule = rule
+
+
+class Refused(ValueError):
+    """What `msgspec.convert` refused in a configuration, and where (`soba_nb.config.refusal`,
+    imported only when something is refused); `refusal.line(data)` words it in one line."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.rule)
+        self.refusal = refusal

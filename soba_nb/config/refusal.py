@@ -41,6 +41,10 @@ class Refusal:
     kind: str
     rule: str
 
+    def line(self, data: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> str:
+        """`one_line` of this refusal."""
+        return one_line(self, data, prefix)
+
 
 def refusal_of(error: msgspec.ValidationError, root: type[msgspec.Struct], data: Any) -> Refusal:
     """What `msgspec.convert(data, root)` refused, and where."""

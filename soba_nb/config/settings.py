@@ -46,7 +46,7 @@ class Section(Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
     """A section of keys: camelCase in JSON, snake_case in Python, unknown keys refused.
 
     Values from a file, the environment or a transcript are checked by `msgspec.convert`
-    (`soba_nb.config.validate`); a section built in code is trusted for its types, and its
+    (`soba_nb.config._convert`); a section built in code is trusted for its types, and its
     own checks (`__post_init__`) run either way."""
 
 
