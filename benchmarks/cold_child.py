@@ -16,7 +16,6 @@ import gc
 import io
 import json
 import resource
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -39,11 +38,12 @@ def max_rss() -> int:
 
 
 def cli(command: str, path: Path) -> dict[str, Any]:
-    """`soba-nb COMMAND SESSION`, as the console script runs it."""
-    from soba_nb.cli import main
+    """`soba-nb COMMAND SESSION`, as the console script runs it (`soba_nb.cli.console`)."""
+    from soba_nb.cli import console
 
+    sys.argv = ["soba-nb", command, str(path)]
     with contextlib.redirect_stdout(io.StringIO()):
-        code = main([command, str(path)])
+        code = console()
     if code != 0:
         raise SystemExit(f"soba-nb {command} {path} exited {code}")
     return {"rss": max_rss()}
@@ -127,6 +127,8 @@ def turns(path: Path, count: int) -> dict[str, Any]:
     do it: the cells since the previous turn fitted to `notebook.contextTokens` and appended,
     the user message, the preflight and `request_for_sending`; then (not timed) the answer and
     its usage, as a turn leaves them. Median seconds."""
+    import statistics  # here: a `cli` process imports only what the console script would
+
     from generate import open_session
 
     from soba_nb.compaction.cells_context import fit_cells

@@ -14,7 +14,6 @@ This module imports nothing of soba's: every layer may use it.
 from __future__ import annotations
 
 import os
-import secrets
 import stat
 from datetime import datetime, timezone
 from pathlib import Path
@@ -73,7 +72,7 @@ def sessions_folder_for(notebook: Path) -> Path:
 def new_session_id() -> str:
     """Sortable by creation time: `20261202T143700Z-1a2b`."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return f"{stamp}-{secrets.token_hex(2)}"
+    return f"{stamp}-{os.urandom(2).hex()}"
 
 
 def session_transcripts(folder: Path) -> list[Path]:

@@ -59,18 +59,19 @@ def _shape(head: str, rest: str, before: str = _WORD_BEFORE, flags: int = 0) -> 
     return _lazy(rf"{head}(?:(?<!{before}{head})|(?<=\\[nrt]{head})){rest}", flags)
 
 
-_KEY_SHAPES: tuple[tuple[str, Callable[[], re.Pattern[str]]], ...] = (
-    # (a substring every match contains, the pattern): no substring, no regex pass at all
-    ("-----BEGIN", _lazy(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.DOTALL)),
+_KEY_SHAPES: tuple[tuple[tuple[str, ...], Callable[[], re.Pattern[str]]], ...] = (
+    # (substrings one of which every match contains, the pattern): none of them, no regex
+    # pass at all (nor its compilation)
+    (("-----BEGIN",), _lazy(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.DOTALL)),
     # OpenAI (sk-, sk-proj-, sk-svcacct-) and Anthropic (sk-ant-)
-    ("sk-", _shape("sk-", _HAS_DIGIT + r"[A-Za-z0-9_-]{20,}")),
-    ("_", _shape("gh[pousr]_", r"[A-Za-z0-9]{30,}")),  # GitHub classic tokens
-    ("github_pat_", _shape("github_pat_", r"[A-Za-z0-9_]{22,}")),  # GitHub fine-grained tokens
-    ("A", _shape("(?:AKIA|ASIA)", r"[0-9A-Z]{16}(?![A-Za-z0-9])", _ALNUM_BEFORE)),  # AWS access key id
-    ("xox", _shape("xox[baprs]-", r"[A-Za-z0-9-]{10,}")),  # Slack
-    ("AIza", _shape("AIza", r"[0-9A-Za-z_-]{35}")),  # Google API key
-    ("hf_", _shape("hf_", _HAS_DIGIT + r"[A-Za-z0-9]{30,}")),  # Hugging Face
-    ("eyJ", _shape("eyJ", r"[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),  # JWT
+    (("sk-",), _shape("sk-", _HAS_DIGIT + r"[A-Za-z0-9_-]{20,}")),
+    (("gh",), _shape("gh[pousr]_", r"[A-Za-z0-9]{30,}")),  # GitHub classic tokens
+    (("github_pat_",), _shape("github_pat_", r"[A-Za-z0-9_]{22,}")),  # GitHub fine-grained tokens
+    (("AKIA", "ASIA"), _shape("(?:AKIA|ASIA)", r"[0-9A-Z]{16}(?![A-Za-z0-9])", _ALNUM_BEFORE)),  # AWS access key id
+    (("xox",), _shape("xox[baprs]-", r"[A-Za-z0-9-]{10,}")),  # Slack
+    (("AIza",), _shape("AIza", r"[0-9A-Za-z_-]{35}")),  # Google API key
+    (("hf_",), _shape("hf_", _HAS_DIGIT + r"[A-Za-z0-9]{30,}")),  # Hugging Face
+    (("eyJ",), _shape("eyJ", r"[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),  # JWT
 )
 _TOKEN_CHARS = r"[A-Za-z0-9._~+/=-]"
 _BEARER = _lazy(
@@ -275,6 +276,8 @@ def _assignments(text: str, lowered: str | None = None) -> str:
     """`_ASSIGNMENT` applied where a secret name occurs: the same result as `sub` on the
     whole text, at the cost of the hints (few) instead of every position. `lowered`:
     `text.lower()`, when the caller has it."""
+    if ":" not in text and "=" not in text:  # every assignment has one (and most names none)
+        return text
     parts: list[str] = []
     done = 0
     for at in _hints(text, lowered):
@@ -310,8 +313,8 @@ def redact(text: str, environ: Mapping[str, str] = os.environ) -> str:
     for value in _secret_env_values(environ):
         if value in text:
             text = text.replace(value, REDACTED)
-    for needle, shape in _KEY_SHAPES:
-        if needle in text:
+    for needles, shape in _KEY_SHAPES:
+        if any(needle in text for needle in needles):
             text = shape().sub(REDACTED, text)
     lowered = text.lower()
     replaced = 0

@@ -320,6 +320,27 @@ def test_redaction_is_idempotent_and_removes_every_key(text: str) -> None:
         assert key not in once
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            _FRAGMENTS,
+            st.sampled_from(["\\n", "\\t", "gh", "p_", "AK", "IA", "AS", "-----BEGIN ", "PRIVATE KEY-----", "sk", "-"]),
+            st.text(alphabet=ALNUM + "_-.", max_size=40),
+        ),
+        max_size=12,
+    ).map("".join)
+)
+def test_a_key_shape_is_looked_for_only_where_its_substring_is(text: str) -> None:
+    """`redact` runs (and compiles) a key shape only when one of its substrings is in the
+    text: every match of the shape must contain one, or a key would be kept."""
+    from soba_nb.redact import _KEY_SHAPES
+
+    for needles, shape in _KEY_SHAPES:
+        for match in shape().finditer(text):
+            assert any(needle in match[0] for needle in needles), (needles, match[0])
+
+
 def test_the_environment_is_read_again_when_it_changes(monkeypatch) -> None:
     """The secret-named variables are remembered between calls (a write redacts several
     strings), but a variable set or changed just before a write is still caught."""

@@ -36,7 +36,7 @@ type, and annotations kept as text would each be compiled and evaluated first (2
 """
 
 import json
-import secrets
+import os
 from datetime import datetime, timezone
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -70,13 +70,14 @@ entry (it would hide the session's size from its budget, and its cost from the c
 
 
 def new_entry_id() -> str:
-    """A short random hex id (8 characters)."""
-    return secrets.token_hex(ENTRY_ID_BYTES)
+    """A short random hex id (8 characters): `os.urandom`, as `secrets.token_hex` reads it
+    (importing `secrets` brings hmac and base64 into every command that only reads)."""
+    return os.urandom(ENTRY_ID_BYTES).hex()
 
 
 def new_checkpoint_id() -> str:
     """`ck_` + 8 hex characters."""
-    return CHECKPOINT_PREFIX + secrets.token_hex(CHECKPOINT_ID_BYTES)
+    return CHECKPOINT_PREFIX + os.urandom(CHECKPOINT_ID_BYTES).hex()
 
 
 def utc_now() -> str:

@@ -569,6 +569,31 @@ def test_installed_script(session: Path, tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert result.stderr.startswith(f"{broken}:2: ")
+    # The script's exit skips the interpreter's last collections (`cli.console`): what a
+    # command printed still reaches a pipe whole, as `main` printed it.
+    result = subprocess.run(
+        [script, "inspect", str(session), "--json"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["entries"] == 12
+
+
+def test_console_is_main_then_a_frozen_heap(
+    capsys: pytest.CaptureFixture[str], session: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gc
+
+    expected = run(capsys, "inspect", str(session), "--json")
+    monkeypatch.setattr("sys.argv", ["soba-nb", "inspect", str(session), "--json"])
+    assert gc.get_freeze_count() == 0
+    try:
+        code = cli.console()
+        frozen = gc.get_freeze_count()
+    finally:
+        gc.unfreeze()  # this test process goes on
+    out, err = capsys.readouterr()
+    assert (code, out, err) == expected
+    assert frozen > 10_000  # the modules and what the command left: the exit's collections skip them
 
 
 # -- doctor ----------------------------------------------------------------------------------
