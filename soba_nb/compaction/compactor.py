@@ -295,12 +295,14 @@ class Compactor:
         """The size of `built` on the scale the trigger reads: effective tokens (SPEC §2, the
         provider's last usage figure plus our count of what came after it; our estimate
         before any figure), less what the assembler clipped. One figure for both decisions,
-        so the send check never refuses what the trigger thought fits."""
+        so the send check never refuses what the trigger thought fits. Never below 0: a server
+        that reports far fewer tokens than we count (a gateway's own figure, a cut prompt) would
+        make the clipped part larger than the figure, and a request of "-2,216 tokens" is no size."""
         measurement = self.measure()
         if built.backlog is not None and built.backlog is measurement.backlog:
             # The same entries left out of both figures: their difference needs no count of them.
-            return built.counted + (measurement.effective - measurement.counted)
-        return built.tokens + (measurement.effective - measurement.estimated)
+            return max(0, built.counted + (measurement.effective - measurement.counted))
+        return max(0, built.tokens + (measurement.effective - measurement.estimated))
 
     def request_for_sending(self, cancel: threading.Event | None = None) -> ModelInput:
         """Model input known to be under the hard limit, or `HardLimitExceeded` (fail-closed).

@@ -171,3 +171,23 @@ def test_a_compaction_counts_the_backlog_once_and_plans_as_a_full_count(tmp_path
         results.append((result.outcome, result.tokens_before, capsule.estimated_before, capsule.first_kept_entry_id))
         store.close()
     assert results[0] == results[1] and results[0][0].value == "completed"
+
+
+def test_the_send_figure_is_a_size_when_the_server_counted_far_less(tmp_path: Path) -> None:
+    """A server whose figure is far below our count (1 token for a 2,500-token prompt) and a
+    clip of 2,000 tokens: the request's size on the trigger's scale was negative (-2,216),
+    which a request carries to the provider's messages ("about -2,216 tokens")."""
+    t = open_transcript(tmp_path)
+    t.append(MessageEntry(role="user", content=words(10)))
+    t.append(ToolCallEntry(call_id="c1", name="python", arguments='{"code": "1"}'))
+    t.append(ToolResultEntry(call_id="c1", name="python", content=words(3000)))
+    t.append(MessageEntry(role="assistant", content=words(5)))
+    t.append(UsageEntry(input_tokens=1))
+    t.append(MessageEntry(role="user", content=words(10)))
+    for hard, clipped in ((500, True), (8000, False)):
+        engine = make_compactor(t, thresholds(hard=hard))
+        built = engine.model_input()
+        measured = engine.measure()
+        assert (built.tokens < measured.estimated) is clipped
+        assert 0 <= engine.send_figure(built) <= measured.effective
+        assert engine.request_for_sending().messages == built.messages  # sent as built
