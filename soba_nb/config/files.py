@@ -4,6 +4,7 @@ waited on), JSON of a sane depth, an object at the top."""
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import stat
@@ -81,10 +82,13 @@ def depth(value: Any) -> int:
 
 def read_config_file(path: Path) -> dict[str, Any]:
     data = _read_bytes(path)
+    # A byte order mark before the JSON (Windows editors save UTF-8 with one) is not part of
+    # it: RFC 8259 lets a reader ignore it, and a user cannot see it to take it out.
+    bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
     try:
-        text = data.decode("utf-8")
+        text = data[bom:].decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+        raise ConfigError(f"{path}: not UTF-8 text (byte {bom + exc.start})") from None
 
     def not_a_number(name: str) -> Any:
         # Python's json reads NaN and Infinity, which are not JSON and no figure can be.

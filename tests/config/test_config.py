@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import warnings
 from pathlib import Path
@@ -575,6 +576,18 @@ def test_a_user_config_that_is_no_config_file_is_one_line_of_error(tmp_path: Pat
     path = special_file(user, kind).rename(user / "config.json")
     message = one_line_refusal(lambda: load_config(tmp_path, environ={}, user_config=path))
     assert message.startswith(f"{path}: ") and SPECIAL_FILES[kind] in message
+
+
+def test_a_config_file_saved_with_a_byte_order_mark_is_read(tmp_path: Path, isolated: dict[str, Any]) -> None:
+    """Windows editors save UTF-8 with a BOM, which nobody sees: the JSON after it is read, and
+    a bad byte further on is named at its place in the file."""
+    (tmp_path / "soba.json").write_bytes(codecs.BOM_UTF8 + b'{"model": {"name": "saved-in-notepad"}}')
+    assert load_config(tmp_path, **isolated).model.name == "saved-in-notepad"
+    (tmp_path / "soba.json").write_bytes(codecs.BOM_UTF8 + b'{"model": {"name": "\xff"}}')
+    message = one_line_refusal(lambda: load_config(tmp_path, **isolated))
+    assert message == f"{tmp_path / 'soba.json'}: not UTF-8 text (byte 23)"
+    (tmp_path / "soba.json").write_bytes(codecs.BOM_UTF8 * 2 + b"{}")  # only one is a mark
+    assert "not valid JSON" in one_line_refusal(lambda: load_config(tmp_path, **isolated))
 
 
 def test_a_config_file_behind_a_link_is_read(tmp_path: Path, isolated: dict[str, Any]) -> None:
