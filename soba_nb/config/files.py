@@ -80,6 +80,18 @@ def depth(value: Any) -> int:
     return deepest
 
 
+def _mistake_at(text: str, at: int) -> str:
+    """What a hand-edited file most often holds where JSON stopped reading it, in words
+    (Python's message says only what it expected there), or nothing."""
+    if text.startswith(("//", "/*", "#"), at):
+        return " — comments are not JSON"
+    if text.startswith("'", at):
+        return " — JSON names and strings take double quotes"
+    if text.startswith(("}", "]"), at) and text[:at].rstrip().endswith(","):
+        return f" — a comma before {text[at]!r}, which JSON does not allow"
+    return ""
+
+
 def read_config_file(path: Path) -> dict[str, Any]:
     data = _read_bytes(path)
     # A byte order mark before the JSON (Windows editors save UTF-8 with one) is not part of
@@ -98,7 +110,10 @@ def read_config_file(path: Path) -> dict[str, Any]:
     try:
         parsed = json.loads(text, parse_constant=not_a_number)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        hint = _mistake_at(exc.doc, exc.pos)
+        raise ConfigError(
+            f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}{hint})"
+        ) from None
     except RecursionError:
         raise too_deep from None
     except ConfigError:

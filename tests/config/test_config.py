@@ -590,6 +590,26 @@ def test_a_config_file_saved_with_a_byte_order_mark_is_read(tmp_path: Path, isol
     assert "not valid JSON" in one_line_refusal(lambda: load_config(tmp_path, **isolated))
 
 
+@pytest.mark.parametrize(
+    ("text", "where", "said"),
+    [
+        ('{\n  // the team\'s model\n  "model": {"name": "gpt-4o"}\n}\n', "line 2, column 3", "comments are not JSON"),
+        ('{\n  "model": {"name": "gpt-4o"} # ours\n}\n', "line 2, column 31", "comments are not JSON"),
+        ('{\n  "model": {"name": "gpt-4o",},\n}\n', "line 2, column 30", "a comma before '}', which JSON does not allow"),
+        ('{"model": {"contextWindow": 8192}, "x": [1, 2,\n]}', "line 2, column 1", "a comma before ']', which JSON does not allow"),
+        ("{'model': {'name': 'gpt-4o'}}", "line 1, column 2", "JSON names and strings take double quotes"),
+        ('{"model": {"name": "gpt-4o"}', "line 1, column 29", "Expecting ',' delimiter)"),
+    ],
+)
+def test_a_hand_edited_soba_json_says_where_and_what_is_not_json(
+    tmp_path: Path, isolated: dict[str, Any], text: str, where: str, said: str
+) -> None:
+    (tmp_path / "soba.json").write_text(text, encoding="utf-8")
+    message = one_line_refusal(lambda: load_config(tmp_path, **isolated))
+    assert message.startswith(f"{tmp_path / 'soba.json'}: not valid JSON ({where}: ")
+    assert message.endswith(said if said.endswith(")") else f" — {said})")
+
+
 def test_a_config_file_behind_a_link_is_read(tmp_path: Path, isolated: dict[str, Any]) -> None:
     """Dotfile managers link config files: a link to a regular file is fine."""
     target = write_json(tmp_path / "dotfiles" / "soba.json", {"model": {"name": "linked"}})
