@@ -10,6 +10,8 @@
     soba-nb demo [FOLDER]              the quick-start session, offline, on the embedded model
     soba-nb doctor [FOLDER]            which model would be used, and why; the limits
 
+SESSION is a `.jsonl` transcript, or a notebook or its `.soba` folder: the session written last.
+
 Subcommands live in one table, `SUBCOMMANDS`: each is a small function decorated with
 `@subcommand(...)` in its family's module (`inspect.py`, `verify.py`, `budget.py`,
 `capsule.py`, `demo.py` for demo and doctor; `session.py` holds what they share), so adding

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from soba_nb.cli.table import EXIT_USAGE, PROG, CommandError
 from soba_nb.compaction.budget_state import has_saved_state
-from soba_nb.layout import SESSIONS_FOLDER_SUFFIX
+from soba_nb.layout import SESSIONS_FOLDER_SUFFIX, session_transcripts, sessions_folder_for
 from soba_nb.transcript.entries import UsageEntry
 from soba_nb.transcript.store import TornLineWarning, Transcript, TranscriptError
 
@@ -27,7 +27,36 @@ HEADER_BYTES = 64 * 1024
 
 
 def session_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("session", metavar="SESSION", type=Path, help="path to a .jsonl transcript")
+    parser.add_argument(
+        "session",
+        metavar="SESSION",
+        type=session_path,
+        help="a .jsonl transcript, or a notebook or its .soba folder (its latest session)",
+    )
+
+
+def session_path(text: str) -> Path:
+    """SESSION as typed: a transcript, or a notebook (`analysis.ipynb`) or its sessions folder
+    (`analysis.soba`), which stand for the session written last (`session_transcripts`: links
+    and flight records are none). Which one that was is said on stderr when there were others."""
+    path = Path(text)
+    if path.suffix == ".ipynb":
+        folder = sessions_folder_for(path)
+        if not session_transcripts(folder):
+            raise argparse.ArgumentTypeError(
+                f"{text}: no soba-nb session for this notebook (no transcript in {folder})"
+            )
+    elif path.is_dir():
+        folder = path
+        if not session_transcripts(folder):
+            raise argparse.ArgumentTypeError(f"{text}: a folder with no soba-nb session transcript in it")
+    else:
+        return path
+    sessions = session_transcripts(folder)
+    latest = sessions[-1]
+    if len(sessions) > 1:
+        print(f"{PROG}: {text}: the latest of {len(sessions)} sessions, {latest.name}", file=sys.stderr)
+    return latest
 
 
 def session_and_json_arguments(parser: argparse.ArgumentParser) -> None:

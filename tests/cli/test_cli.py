@@ -551,6 +551,46 @@ def test_subcommands_are_a_table(capsys: pytest.CaptureFixture[str]) -> None:
         cli.SUBCOMMANDS.pop("echo-test", None)
 
 
+# -- SESSION: a transcript, or a notebook or its .soba folder ------------------------------------
+
+
+def test_a_notebook_or_its_sessions_folder_stands_for_its_latest_session(
+    capsys: pytest.CaptureFixture[str], session: Path, notebook_dir: Path
+) -> None:
+    """`soba-nb budget analysis.ipynb` is what a user types first: the session written last."""
+    expected = run(capsys, "verify", str(session))
+    for typed in (notebook_dir / "analysis.ipynb", notebook_dir / "analysis.soba"):
+        assert run(capsys, "verify", str(typed)) == expected  # one session: said nothing more
+    code, out, _ = run(capsys, "budget", str(notebook_dir / "analysis.ipynb"), "--json")
+    assert code == 0 and json.loads(out)["session"] == str(session)
+
+    older = notebook_dir / "analysis.soba" / "s0.jsonl"
+    older.write_bytes(session.read_bytes())
+    os.utime(older, (1_000_000, 1_000_000))  # written long before s1
+    (notebook_dir / "analysis.soba" / "planted.jsonl").symlink_to(session)  # a link is no session
+    code, out, err = run(capsys, "inspect", str(notebook_dir / "analysis.ipynb"), "--json")
+    assert code == 0 and json.loads(out)["session"] == str(session)
+    assert err == f"soba-nb: {notebook_dir / 'analysis.ipynb'}: the latest of 2 sessions, s1.jsonl\n"
+    os.utime(older)  # now s0 was written last
+    code, out, err = run(capsys, "budget", str(notebook_dir / "analysis.soba"), "--json")
+    assert json.loads(out)["session"] == str(older) and err.endswith("the latest of 2 sessions, s0.jsonl\n")
+
+
+def test_a_notebook_or_folder_without_a_session_is_one_line_of_usage_error(
+    capsys: pytest.CaptureFixture[str], notebook_dir: Path
+) -> None:
+    (notebook_dir / "empty.soba").mkdir()
+    for typed, said in (
+        (notebook_dir / "analysis.ipynb", f"no soba-nb session for this notebook (no transcript in {notebook_dir / 'analysis.soba'})"),
+        (notebook_dir / "other.ipynb", f"no soba-nb session for this notebook (no transcript in {notebook_dir / 'other.soba'})"),
+        (notebook_dir / "empty.soba", "a folder with no soba-nb session transcript in it"),
+        (notebook_dir, "a folder with no soba-nb session transcript in it"),
+    ):
+        code, out, err = run(capsys, "budget", str(typed))
+        assert (code, out) == (2, "")
+        assert err == f"soba-nb budget: error: argument SESSION: {typed}: {said} (see `soba-nb budget --help`)\n"
+
+
 # -- the installed console script ----------------------------------------------------------------
 
 
