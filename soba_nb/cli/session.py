@@ -42,17 +42,14 @@ def session_path(text: str) -> Path:
     path = Path(text)
     if path.suffix == ".ipynb":
         folder = sessions_folder_for(path)
-        if not session_transcripts(folder):
-            raise argparse.ArgumentTypeError(
-                f"{text}: no soba-nb session for this notebook (no transcript in {folder})"
-            )
+        none = f"no soba-nb session for this notebook (no transcript in {folder})"
     elif path.is_dir():
-        folder = path
-        if not session_transcripts(folder):
-            raise argparse.ArgumentTypeError(f"{text}: a folder with no soba-nb session transcript in it")
+        folder, none = path, "a folder with no soba-nb session transcript in it"
     else:
         return path
     sessions = session_transcripts(folder)
+    if not sessions:
+        raise argparse.ArgumentTypeError(f"{text}: {none}")
     latest = sessions[-1]
     if len(sessions) > 1:
         print(f"{PROG}: {text}: the latest of {len(sessions)} sessions, {latest.name}", file=sys.stderr)
