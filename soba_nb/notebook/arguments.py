@@ -91,6 +91,10 @@ def parse(func: Callable[..., Any], argv: str | list[str]) -> Any:
 
 
 def error_line(exc: BaseException) -> str:
-    """The first line of an error's message (its type name when the message is empty)."""
+    """The first line of an error's message (its type name when the message is empty); for
+    the system's refusal, the file and the reason (`PATH: Is a directory`), without Python's
+    `[Errno 21]`."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror if exc.filename is None else f"{exc.filename}: {exc.strerror}"
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__

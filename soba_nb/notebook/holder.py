@@ -32,6 +32,7 @@ from soba_nb.agent.skills import SkillError
 from soba_nb.agent.tools.base import CellKind, NotebookAccess
 from soba_nb.compaction.cells_context import FIRST_TURN_CELLS
 from soba_nb.config import ConfigError, load_config
+from soba_nb.layout import session_transcripts
 from soba_nb.notebook.arguments import error_line
 from soba_nb.notebook.cell_insert import announce as announce_cell
 from soba_nb.notebook.cells import CellRecorder
@@ -92,6 +93,12 @@ class SessionHolder:
         if session_file and requested is not None and not new and not requested.exists():
             # A typo must not quietly start an empty session somewhere else.
             raise UsageError(f"%soba --session: {requested} does not exist; add --new to start a session there")
+        if session_file and requested is not None and requested.is_dir():
+            # A notebook's `.soba` folder holds its sessions. `soba-nb budget FOLDER` reads the
+            # latest; a kernel appends to the one it resumes, so the user names it.
+            sessions = session_transcripts(requested)
+            latest = f"; its latest session is {sessions[-1]}" if sessions else ""
+            raise UsageError(f"%soba --session: {requested} is a folder, not a session transcript (.jsonl){latest}")
         try:
             location = locate(self.user_ns, session_file=requested)
             folder = location.notebook.parent if location.notebook else Path.cwd()

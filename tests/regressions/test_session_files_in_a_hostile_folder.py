@@ -62,6 +62,23 @@ def test_session_opens_only_a_transcript(ip, nb_dir, scripted):
     assert len([e for e in Transcript.load(nb_dir / "work.jsonl").path() if isinstance(e, MessageEntry)]) == 4
 
 
+def test_a_sessions_folder_given_as_the_session_is_one_line_naming_its_latest(ip, nb_dir, scripted):
+    """`%soba --session analysis.soba` was "[Errno 21] Is a directory: '…/analysis.soba'"."""
+    folder = nb_dir / "analysis.soba"
+    folder.mkdir(exist_ok=True)
+    for line in (f"--session {folder} hello", f"--session {folder} --new hello"):
+        assert usage_error(ip, line) == f"%soba --session: {folder} is a folder, not a session transcript (.jsonl)"
+    assert scripted.server.requests == []
+    scripted.script(text("Started."))
+    ip.run_line_magic("soba", f"--session {folder / 'work.jsonl'} --new hello")
+    sent = len(scripted.server.requests)
+    assert usage_error(ip, f"--session {folder} again") == (
+        f"%soba --session: {folder} is a folder, not a session transcript (.jsonl); "
+        f"its latest session is {folder / 'work.jsonl'}"
+    )
+    assert len(scripted.server.requests) == sent  # nothing sent for it
+
+
 def test_a_name_too_long_is_one_line(ip, nb_dir):
     message = usage_error(ip, f"--session {'n' * 5000}.jsonl --new hello")
     assert "5,006 bytes long" in message and "at most 255" in message
@@ -129,3 +146,17 @@ def test_a_transcript_replaced_under_the_writer_is_noticed(ip, nb_dir, scripted,
     out = capsys.readouterr().out
     assert "replaced by another file" in out
     assert file.read_bytes() == before
+
+
+def test_a_files_refusal_by_the_system_is_its_path_and_reason():
+    """What a magic shows for an `OSError` on a file: the file and the system's reason, the
+    way a shell tool says it, never Python's `[Errno N]` and the repr of the path."""
+    from soba_nb.notebook.arguments import error_line
+
+    for exc, shown in (
+        (IsADirectoryError(21, "Is a directory", "/nb/analysis.soba"), "/nb/analysis.soba: Is a directory"),
+        (PermissionError(13, "Permission denied", "/nb/s.jsonl"), "/nb/s.jsonl: Permission denied"),
+        (OSError(28, "No space left on device"), "No space left on device"),
+        (ValueError("first line\nsecond"), "first line"),
+    ):
+        assert error_line(exc) == shown
