@@ -27,6 +27,7 @@ from soba_nb.capsule_files.file import (
     write_file_atomically,
 )
 from soba_nb.capsule_files.handoff import AGENTS_MD, HANDOFF_SUFFIX, render_handoff
+from soba_nb.printable import note_line
 from soba_nb.redact import redact
 from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry
@@ -93,7 +94,13 @@ def find_capsule(transcript: Transcript, checkpoint_id: str) -> CapsuleEntry:
     if isinstance(found, CapsuleEntry):
         return found
     if isinstance(found, CheckpointEntry):
-        raise CapsuleExportError(f"checkpoint {checkpoint_id} has no capsule; use %capsule create")
+        # Say what the checkpoint is: the one `%capsule create` records names the file it wrote,
+        # and "use %capsule create" alone read as a contradiction right after it.
+        what = f"{found.kind}: {note_line(found.note)}" if found.note else found.kind
+        raise CapsuleExportError(
+            f"checkpoint {checkpoint_id} ({what}) has no capsule, only a compaction puts one on the path; "
+            "%capsule create writes one of the session as it is"
+        )
     raise CapsuleExportError(f"no checkpoint {checkpoint_id} in {transcript.file}")
 
 

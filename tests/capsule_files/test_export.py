@@ -146,10 +146,16 @@ def test_a_plain_checkpoint_has_no_capsule(session_a: Transcript, folder_a: Path
         CheckpointEntry(checkpoint_id="ck_0000beef", kind="milestone", note="loaded")
     )
     assert isinstance(checkpoint, CheckpointEntry)
-    with pytest.raises(
-        CapsuleExportError, match="^checkpoint ck_0000beef has no capsule; use %capsule create$"
-    ):
+    with pytest.raises(CapsuleExportError) as refused:
         export_capsule(session_a, "ck_0000beef", folder_a / "x.capsule.md", project_root=folder_a)
+    assert str(refused.value) == (
+        "checkpoint ck_0000beef (milestone: loaded) has no capsule, only a compaction puts one on the path; "
+        "%capsule create writes one of the session as it is"
+    )
+    # The checkpoint `%capsule create` records names the file it wrote; a note stays one line.
+    session_a.append(CheckpointEntry(checkpoint_id="ck_0000cafe", kind="user", note="capsule 't' written to\nt.capsule.md"))
+    with pytest.raises(CapsuleExportError, match=r"^checkpoint ck_0000cafe \(user: capsule 't' written to t.capsule.md\) has no"):
+        export_capsule(session_a, "ck_0000cafe", folder_a / "x.capsule.md", project_root=folder_a)
     with pytest.raises(CapsuleExportError, match="no checkpoint ck_99999999 in"):
         export_capsule(session_a, "ck_99999999", folder_a / "x.capsule.md", project_root=folder_a)
     assert not (folder_a / "x.capsule.md").exists()
@@ -367,7 +373,7 @@ def test_cli_export_errors_are_one_line(
     )
     err = capsys.readouterr().err
     assert (
-        "checkpoint ck_0000beef has no capsule; use %capsule create" in err and err.count("\n") == 1
+        "checkpoint ck_0000beef (milestone) has no capsule" in err and err.count("\n") == 1
     )
 
     monkeypatch.chdir(folder_a)
