@@ -321,7 +321,29 @@ def load_config(
     resolution = resolve_provider(layers, environ)
     if resolution.layer:
         layers.insert(0, (RESOLUTION_LAYER, resolution.layer))
-    return build_config(layers).record_origin(provider_source=resolution.explanation, provider_steps=resolution.steps)
+    config = build_config(layers).record_origin(provider_source=resolution.explanation, provider_steps=resolution.steps)
+    _embedded_runs_one_model(config)
+    return config
+
+
+EMBEDDED_MODEL_NAME: str = PROVIDER_PROFILES["local"]["model"]["name"]
+
+
+def _embedded_runs_one_model(config: SobaConfig) -> None:
+    """The embedded provider runs one model, whatever `model.name` says: a name asked of it is
+    that model's or refused, since SmolLM2's answer to `%soba --model gpt-4o` would read as
+    gpt-4o's (when no key or server is configured the embedded model is the one chosen)."""
+    model = config.model
+    if model.provider != "local" or model.name == EMBEDDED_MODEL_NAME:
+        return
+    chosen = config.set_by("model.provider")
+    why = f"set in {printable(chosen)}" if chosen else "chosen because no provider, API key or server is configured"
+    raise ConfigError(
+        f"invalid configuration: model.name = {json.dumps(model.name)}"
+        f"{f' (in {printable(named)})' if (named := config.set_by('model.name')) else ''}: "
+        f"the provider is 'local' ({why}), the embedded {EMBEDDED_MODEL_NAME}, which runs no other model; "
+        "another needs model.provider (openai or anthropic, with its key) or model.baseUrl (a server)"
+    )
 
 
 def system_config_path(environ: Mapping[str, str]) -> Path | None:

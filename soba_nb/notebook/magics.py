@@ -199,9 +199,14 @@ class SobaMagics(Magics, Configurable):
         if args.cancel:
             self._cancel_running()
             return
+        previous = self.model
         if args.model:
             self.model = args.model
-        agent = self.get_session(new=args.new, session_file=args.session)
+        try:
+            agent = self.get_session(new=args.new, session_file=args.session)
+        except UsageError:
+            self.model = previous  # a model the configuration refused is not kept for the next turns
+            raise
         for name in args.skill:
             try:
                 with one_line_errors("%soba --skill"):

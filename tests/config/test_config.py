@@ -107,7 +107,7 @@ def test_keys_are_camel_case_and_round_trip(tmp_path: Path, isolated: dict[str, 
 def test_each_layer_overrides_the_one_before(tmp_path: Path) -> None:
     user = write_json(
         tmp_path / "home" / ".soba" / "config.json",
-        {"model": {"name": "from-user", "contextWindow": 100000}, "compaction": {"timeoutMs": 1}},
+        {"model": {"provider": "openai", "name": "from-user", "contextWindow": 100000}, "compaction": {"timeoutMs": 1}},
     )
     write_json(
         tmp_path / "project" / "soba.json",
@@ -130,8 +130,8 @@ def test_each_layer_overrides_the_one_before(tmp_path: Path) -> None:
 
 
 def test_nearest_soba_json_wins(tmp_path: Path, isolated: dict[str, Any]) -> None:
-    write_json(tmp_path / "outer" / "soba.json", {"model": {"name": "outer"}})
-    write_json(tmp_path / "outer" / "inner" / "soba.json", {"model": {"name": "inner"}})
+    write_json(tmp_path / "outer" / "soba.json", {"model": {"provider": "openai", "name": "outer"}})
+    write_json(tmp_path / "outer" / "inner" / "soba.json", {"model": {"provider": "openai", "name": "inner"}})
     notebook_dir = tmp_path / "outer" / "inner" / "nb"
     notebook_dir.mkdir()
     assert load_config(notebook_dir, **isolated).model.name == "inner"
@@ -581,7 +581,7 @@ def test_a_user_config_that_is_no_config_file_is_one_line_of_error(tmp_path: Pat
 def test_a_config_file_saved_with_a_byte_order_mark_is_read(tmp_path: Path, isolated: dict[str, Any]) -> None:
     """Windows editors save UTF-8 with a BOM, which nobody sees: the JSON after it is read, and
     a bad byte further on is named at its place in the file."""
-    (tmp_path / "soba.json").write_bytes(codecs.BOM_UTF8 + b'{"model": {"name": "saved-in-notepad"}}')
+    (tmp_path / "soba.json").write_bytes(codecs.BOM_UTF8 + b'{"model": {"provider": "openai", "name": "saved-in-notepad"}}')
     assert load_config(tmp_path, **isolated).model.name == "saved-in-notepad"
     (tmp_path / "soba.json").write_bytes(codecs.BOM_UTF8 + b'{"model": {"name": "\xff"}}')
     message = one_line_refusal(lambda: load_config(tmp_path, **isolated))
@@ -612,7 +612,7 @@ def test_a_hand_edited_soba_json_says_where_and_what_is_not_json(
 
 def test_a_config_file_behind_a_link_is_read(tmp_path: Path, isolated: dict[str, Any]) -> None:
     """Dotfile managers link config files: a link to a regular file is fine."""
-    target = write_json(tmp_path / "dotfiles" / "soba.json", {"model": {"name": "linked"}})
+    target = write_json(tmp_path / "dotfiles" / "soba.json", {"model": {"provider": "openai", "name": "linked"}})
     (tmp_path / "project").mkdir()
     (tmp_path / "project" / "soba.json").symlink_to(target)
     assert load_config(tmp_path / "project", **isolated).model.name == "linked"

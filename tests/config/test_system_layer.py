@@ -56,8 +56,8 @@ def test_the_system_file_is_etc_soba_config_json_unless_the_environment_names_an
     assert system_config_path({"SOBA_SYSTEM_CONFIG": str(tmp_path / "team.json")}) == tmp_path / "team.json"
     assert system_config_path({"SOBA_SYSTEM_CONFIG": ""}) is None
     # The keyword argument wins over both, as `user_config` does for the user's file.
-    named = write_json(tmp_path / "team.json", {"model": {"name": "from-environment"}})
-    given = write_json(tmp_path / "given.json", {"model": {"name": "from-argument"}})
+    named = write_json(tmp_path / "team.json", {"model": {"provider": "openai", "name": "from-environment"}})
+    given = write_json(tmp_path / "given.json", {"model": {"provider": "openai", "name": "from-argument"}})
     user = tmp_path / "no-home" / "config.json"
     environ = {"SOBA_SYSTEM_CONFIG": str(named)}
     assert load_config(tmp_path, environ=environ, user_config=user).model.name == "from-environment"
