@@ -330,19 +330,31 @@ EMBEDDED_MODEL_NAME: str = PROVIDER_PROFILES["local"]["model"]["name"]
 
 
 def _embedded_runs_one_model(config: SobaConfig) -> None:
-    """The embedded provider runs one model, whatever `model.name` says: a name asked of it is
-    that model's or refused, since SmolLM2's answer to `%soba --model gpt-4o` would read as
-    gpt-4o's (when no key or server is configured the embedded model is the one chosen)."""
+    """The embedded provider runs one model, whatever `model.name` or `model.baseUrl` say: a
+    name asked of it is that model's, and no address is, or the configuration is refused —
+    SmolLM2's answer to `%soba --model gpt-4o` would read as gpt-4o's, and `"provider": "local"`
+    beside the address of a llama.cpp server ("local" as in "my own server") would quietly
+    not ask that server (when no key or server is configured the embedded model is chosen)."""
     model = config.model
-    if model.provider != "local" or model.name == EMBEDDED_MODEL_NAME:
+    if model.provider != "local":
+        return
+    if model.base_url is not None:
+        key, value = "model.baseUrl", model.base_url
+        rule = "which is no server at an address: a local server (llama.cpp, Ollama, vLLM) is provider 'openai'"
+    elif model.name != EMBEDDED_MODEL_NAME:
+        key, value = "model.name", model.name
+        rule = (
+            "which runs no other model; another needs model.provider (openai or anthropic, with its key) "
+            "or model.baseUrl (a server)"
+        )
+    else:
         return
     chosen = config.set_by("model.provider")
     why = f"set in {printable(chosen)}" if chosen else "chosen because no provider, API key or server is configured"
+    named = config.set_by(key)
     raise ConfigError(
-        f"invalid configuration: model.name = {json.dumps(model.name)}"
-        f"{f' (in {printable(named)})' if (named := config.set_by('model.name')) else ''}: "
-        f"the provider is 'local' ({why}), the embedded {EMBEDDED_MODEL_NAME}, which runs no other model; "
-        "another needs model.provider (openai or anthropic, with its key) or model.baseUrl (a server)"
+        f"invalid configuration: {key} = {json.dumps(value)}{f' (in {printable(named)})' if named else ''}: "
+        f"the provider is 'local' ({why}), the embedded {EMBEDDED_MODEL_NAME}, {rule}"
     )
 
 

@@ -1,6 +1,7 @@
 """The embedded model answers only as itself (SPEC §3, §9).
 
-Found by asking for a model by name with no key set: `%soba --model gpt-4o hi`, a soba.json
+Found by asking for a model by name with no key set (and by naming a server beside
+`"provider": "local"`): `%soba --model gpt-4o hi`, a soba.json
 `{"model": {"name": "gpt-4o"}}` in a kernel without OPENAI_API_KEY, or `SOBA_MODEL=llama3`
 all chose the embedded provider (nothing else was configured) and recorded the name asked
 for; SmolLM2-135M answered, and `%budget` said "Model: local/gpt-4o". A wrong `--model` was
@@ -49,6 +50,21 @@ def test_a_model_asked_for_by_name_is_never_answered_by_the_embedded_one(tmp_pat
     assert 'model.name = "gpt-99" (in arguments): ' in refusal(tmp_path, no_key, {"model": {"name": "gpt-99"}})
     soba_json.write_text(json.dumps({"model": {"provider": "local", "name": "llama3"}}), encoding="utf-8")
     assert f"the provider is 'local' (set in {soba_json})" in refusal(tmp_path, no_key)
+
+
+def test_local_beside_a_servers_address_is_refused_not_answered_by_the_embedded_model(
+    tmp_path: Path, no_key: dict[str, object]
+) -> None:
+    """"local" read as "my own llama.cpp server": SmolLM2 answered instead of the server."""
+    soba_json = tmp_path / "soba.json"
+    soba_json.write_text(json.dumps({"model": {"provider": "local", "baseUrl": "http://127.0.0.1:8080/v1"}}), encoding="utf-8")
+    assert refusal(tmp_path, no_key) == (
+        f'invalid configuration: model.baseUrl = "http://127.0.0.1:8080/v1" (in {soba_json}): the provider is '
+        f"'local' (set in {soba_json}), the embedded {EMBEDDED}, which is no server at an address: "
+        "a local server (llama.cpp, Ollama, vLLM) is provider 'openai'"
+    )
+    environ = {"SOBA_PROVIDER": "local", "SOBA_BASE_URL": "http://127.0.0.1:11434/v1"}
+    assert "model.baseUrl = \"http://127.0.0.1:11434/v1\" (in environment)" in refusal(tmp_path, {**no_key, "environ": environ})
 
 
 def test_the_embedded_model_by_its_own_name_or_another_provider_by_any(tmp_path: Path, no_key: dict[str, object]) -> None:
