@@ -58,12 +58,15 @@ ENV_PREFIX = "SOBA_"
 DEPRECATED_ALIASES = {"backgroundTimeoutMs": "timeoutMs"}
 
 
+EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
+"""The one model provider `local` runs (`soba_nb.providers.local`)."""
+
 # The embedded model is tiny (8192-token window): the spec's defaults would give a negative
 # hard limit, so a local model starts from its own profile unless the user sets the keys.
 PROVIDER_PROFILES: dict[str, dict[str, Any]] = {
     "local": {
         "model": {
-            "name": "SmolLM2-135M-Instruct",
+            "name": EMBEDDED_MODEL_NAME,
             "apiKeyEnv": "",
             "contextWindow": 8192,
             "maxOutputTokens": 512,
@@ -324,9 +327,6 @@ def load_config(
     config = build_config(layers).record_origin(provider_source=resolution.explanation, provider_steps=resolution.steps)
     _embedded_runs_one_model(config)
     return config
-
-
-EMBEDDED_MODEL_NAME: str = PROVIDER_PROFILES["local"]["model"]["name"]
 
 
 def _embedded_runs_one_model(config: SobaConfig) -> None:

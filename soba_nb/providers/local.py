@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from soba_nb.config import ModelSettings
+from soba_nb.config import EMBEDDED_MODEL_NAME, ModelSettings
 from soba_nb.engine.tool_text import parse_tool_calls, render_tool_call, tools_prompt
 from soba_nb.providers.base import ModelRequest, ModelResponse, TextCallback, WaitCallback
 from soba_nb.providers.errors import ProviderError, ServerError
@@ -30,7 +30,7 @@ from soba_nb.providers.local_process import EngineProcess, engine_for
 from soba_nb.providers.openai import OpenAIProvider
 
 PROVIDER_NAME = "local"
-DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+DEFAULT_MODEL_NAME = EMBEDDED_MODEL_NAME
 ENGINE_RETRIES = 0
 """Nothing flaky sits between the kernel and its own engine: an error is final."""
 EXIT_SETTLE_S = 1.0
