@@ -5,9 +5,10 @@ The first count of a session opened without its counts (a copied transcript, a n
 an old session, `soba-nb budget` of an artifact) waits for its tokenizer, and most of the
 wait before tiktoken's own constructor is the packaged file read back: gzip, a sha256 and
 200,000 base64 tokens decoded one by one (about 0.13 s for o200k_base). The same tokens, in
-rank order as one msgpack array of byte strings, read back in about 5 ms.
+rank order as one msgpack array of byte strings, read back in about 5 ms (`<name>.ranks`).
+Other files derived from them are kept here too (`soba_nb.ascii_counts`: `read_kept`, `keep`).
 
-The file is derived data and is trusted only when its sha256 is the one written here (the
+Each file is derived data and is trusted only when its sha256 is the one expected (the
 encoding of tiktoken's published ranks, checked once): a torn, stale or planted file is not
 read but replaced. It is written to a temporary file beside it and renamed; a home folder
 that cannot be written (read-only, full, none) only means the slow read every time. Nothing
@@ -18,17 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import logging
 import os
 import stat
-import tempfile
 from pathlib import Path
 
 import msgspec
 
 from soba_nb.layout import user_cache_folder
-
-logger = logging.getLogger(__name__)
 
 CACHE_FOLDER: Path | None = None
 """Where the ranks are kept; None: the user's cache folder (`soba_nb.layout.user_cache_folder`)."""
@@ -44,6 +41,12 @@ MAX_CACHE_BYTES = 16 * 1024 * 1024
 _DECODER = msgspec.msgpack.Decoder(list[bytes])
 
 
+def _debug(message: str, *args: object) -> None:
+    import logging  # only when something is wrong: reading a kept file needs neither
+
+    logging.getLogger(__name__).debug(message, *args)
+
+
 def cache_path(name: str) -> Path:
     return (CACHE_FOLDER or user_cache_folder()) / f"{name}.ranks"
 
@@ -51,10 +54,20 @@ def cache_path(name: str) -> Path:
 def read_ranks(name: str) -> dict[bytes, int] | None:
     """The ranks kept for `name`, or None when there are none to trust (never raises)."""
     expected = EXPECTED_SHA256.get(name)
-    if expected is None:
+    blob = read_kept(cache_path(name).name, expected) if expected is not None else None
+    if blob is None:
         return None
+    tokens = _DECODER.decode(blob)
+    return dict(zip(tokens, range(len(tokens)), strict=True))
+
+
+def read_kept(file_name: str, expected: str) -> bytes | None:
+    """The bytes of the file `file_name` in the cache folder when their sha256 is `expected`,
+    else None; a regular file with other bytes (torn, stale, planted) is removed, so that the
+    next process to derive it writes it again (never raises)."""
+    path = (CACHE_FOLDER or user_cache_folder()) / file_name
     try:
-        fd = os.open(cache_path(name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except (OSError, RuntimeError):  # none yet, a link, no home folder
         return None
     try:
@@ -67,10 +80,21 @@ def read_ranks(name: str) -> dict[bytes, int] | None:
     finally:
         os.close(fd)
     if len(blob) > MAX_CACHE_BYTES or hashlib.sha256(blob).hexdigest() != expected:
-        logger.debug("tokenizer cache %s: not the expected file, rebuilt", name)
+        _debug("tokenizer cache %s: not the expected file, rebuilt", file_name)
+        with contextlib.suppress(OSError):
+            path.unlink()
         return None
-    tokens = _DECODER.decode(blob)
-    return dict(zip(tokens, range(len(tokens)), strict=True))
+    return blob
+
+
+def is_kept(file_name: str) -> bool:
+    """Whether something is at `file_name` in the cache folder (a link is not followed, nor
+    replaced: `keep` writes only where nothing is)."""
+    try:
+        ((CACHE_FOLDER or user_cache_folder()) / file_name).lstat()
+    except (OSError, RuntimeError):
+        return False
+    return True
 
 
 def keep_ranks(name: str, ranks: dict[bytes, int]) -> None:
@@ -79,20 +103,27 @@ def keep_ranks(name: str, ranks: dict[bytes, int]) -> None:
     tokens = list(ranks)
     if expected is None or list(ranks.values()) != list(range(len(tokens))):
         return
-    blob = msgspec.msgpack.encode(tokens)
+    keep(cache_path(name).name, msgspec.msgpack.encode(tokens), expected)
+
+
+def keep(file_name: str, blob: bytes, expected: str) -> None:
+    """Write `blob` as `file_name` in the cache folder, through a temporary file and a rename,
+    when its sha256 is `expected` (never raises)."""
     if hashlib.sha256(blob).hexdigest() != expected:
         return
-    target = cache_path(name)
+    import tempfile  # only to write: reading a kept file needs none
+
+    target = (CACHE_FOLDER or user_cache_folder()) / file_name
     temporary = None
     try:
         target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=target.parent)
+        fd, temporary = tempfile.mkstemp(prefix=f".{file_name}.", suffix=".tmp", dir=target.parent)
         with os.fdopen(fd, "wb") as file:
             file.write(blob)
         os.replace(temporary, target)
         temporary = None
     except (OSError, RuntimeError) as error:
-        logger.debug("tokenizer cache %s: not kept (%s)", name, type(error).__name__)
+        _debug("tokenizer cache %s: not kept (%s)", file_name, type(error).__name__)
     finally:
         if temporary is not None:
             with contextlib.suppress(OSError):

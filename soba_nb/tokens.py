@@ -37,6 +37,8 @@ from soba_nb.images import ImageRule, image_tokens
 if TYPE_CHECKING:  # tiktoken itself is imported when an encoding is first built
     import tiktoken
 
+    from soba_nb.ascii_counts import AsciiCounter
+
 # sha256 of the decompressed files, exactly as tiktoken_ext.openai_public expects them.
 EXPECTED_SHA256 = {
     "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
@@ -96,6 +98,7 @@ def get_encoding(name: str) -> tiktoken.Encoding:
     import tiktoken_ext.openai_public as public
 
     import soba_nb.tokenizer_cache as tokenizer_cache
+    from soba_nb import ascii_counts
 
     with _LOAD_LOCK:
         if name in _ENCODINGS:
@@ -112,12 +115,17 @@ def get_encoding(name: str) -> tiktoken.Encoding:
             encoding = tiktoken.Encoding(**public.ENCODING_CONSTRUCTORS[name]())
         finally:
             public.load_tiktoken_bpe = download
+        ascii_counts.keep_tokens(name, encoding._pat_str, ranks)
         # The encoding keeps a Python copy of the ranks only to be pickled (never done here);
         # its Rust core has its own: about 30 MB less in every process that counts.
         vars(encoding).pop("_mergeable_ranks", None)
         _ENCODINGS[name] = encoding
         return encoding
 
+
+ASCII_CHARS = 65_536
+"""A counter counts this much text with the encoding's ASCII tokens at most (`soba_nb.ascii_counts`,
+about 25 ms of it at worst); beyond it, the encoding counts faster than Python merges."""
 
 COUNT_CHUNK_CHARS = 16_384
 """Longer texts are counted in pieces cut at whitespace: BPE on one long run without spaces
@@ -181,6 +189,8 @@ class TokenCounter:
         self.images = images
         """How the model counts an image (`ImageRule.NONE`: it takes none; they are named in text)."""
         self._tokenizer = tokenizer
+        self._ascii_left = ASCII_CHARS if tokenizer is None else 0
+        """Characters the ASCII tokens may still count before the encoding is loaded."""
         self._cache: dict[Hashable, int] = {}
         self.persist: Callable[[str, int], None] | None = None
         """Called with each new count keyed by an entry id (`soba_nb.transcript.token_index`)."""
@@ -195,19 +205,39 @@ class TokenCounter:
         base = f"{self.choice.encoding} x{self.choice.factor:g}"
         return base if self.images is ImageRule.NONE else f"{base} images:{self.images.value}"
 
-    def load(self) -> None:
+    def load(self, *, ascii_text: bool = False) -> None:
         """Load the tokenizer now rather than at the first count: a session opened without the
         counts kept beside it will count, and loading it before the transcript is read lets
-        the transcript reuse what loading borrows (o200k: about 30 MB of its 75 MB peak)."""
-        self._count_raw("")
+        the transcript reuse what loading borrows (o200k: about 30 MB of its 75 MB peak).
+        `ascii_text`: what it will count is likely ASCII, so the ASCII tokens are enough when
+        they are kept (`soba_nb.ascii_counts`: 7 ms and a few MiB instead)."""
+        if not (ascii_text and self._ascii_counter() is not None):
+            self._load_encoding()
 
-    def _count_raw(self, text: str) -> int:
-        # The encoding is loaded on the first real count (about a second for o200k): a
-        # resumed session whose counts are all in its index never needs it.
+    def _load_encoding(self) -> Callable[[str], int]:
         if self._tokenizer is None:
             encoding = get_encoding(self.choice.encoding)
             self._tokenizer = lambda piece: len(encoding.encode_ordinary(piece))
-        return self._tokenizer(text)
+        return self._tokenizer
+
+    def _ascii_counter(self) -> AsciiCounter | None:
+        from soba_nb.ascii_counts import ascii_counter
+
+        counter = ascii_counter(self.choice.encoding) if self._ascii_left else None
+        if counter is None:
+            self._ascii_left = 0
+        return counter
+
+    def _count_raw(self, text: str) -> int:
+        # The encoding is loaded on the first count the ASCII tokens do not make (0.1-0.2 s for
+        # o200k): a resumed session whose counts are all in its index never needs it, nor one
+        # that counts a few kilobytes of ASCII text.
+        if self._tokenizer is None and len(text) <= self._ascii_left and (counter := self._ascii_counter()):
+            count = counter.count(text)
+            if count is not None:
+                self._ascii_left -= len(text)
+                return count
+        return self._load_encoding()(text)
 
     def prime(self, counts: Mapping[str, int]) -> None:
         """Counts known from before (an index beside the transcript), keyed by entry id."""

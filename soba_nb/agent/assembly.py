@@ -20,7 +20,7 @@ from typing import Any
 
 from soba_nb.agent.limits import session_counter
 from soba_nb.agent.session import AgentSession
-from soba_nb.compaction.budget_state import has_saved_state
+from soba_nb.compaction.budget_state import has_saved_state, tail_is_ascii
 from soba_nb.config import SobaConfig
 from soba_nb.layout import SessionLayout
 from soba_nb.providers.base import Provider
@@ -49,7 +49,8 @@ def open_session(
     binds that provider as it is; `provider_factory` makes one from the configuration on
     first use (default: `soba_nb.providers.make_provider`)."""
     if layout.transcript.exists() and not has_saved_state(layout.transcript):
-        session_counter(config).load()  # opened cold, it will count: `TokenCounter.load`
+        # Opened cold, it will count: `TokenCounter.load`
+        session_counter(config).load(ascii_text=tail_is_ascii(layout.transcript))
     return AgentSession(
         config,
         layout=layout,

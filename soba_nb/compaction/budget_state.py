@@ -199,6 +199,15 @@ def has_saved_state(transcript: Path) -> bool:
     return isinstance(last, CheckpointEntry) and readable_state(last.budget) is not None
 
 
+def tail_is_ascii(transcript: Path) -> bool:
+    """Whether the last `TAIL_BYTES` of `transcript` are ASCII: a tracker that opens it without
+    a saved state counts what came after its last usage figure, then likely ASCII text too,
+    which the encoding's ASCII tokens count (`TokenCounter.load`). A guess (JSON may escape
+    other characters): the counts are the same either way."""
+    read = read_tail(transcript, TAIL_BYTES)
+    return read is not None and read[0].isascii()
+
+
 def recorded_state(path: Sequence[Entry]) -> TrackerState | None:
     """The newest state a `turn` checkpoint of `path` carries that this version reads, looked
     for back to the latest capsule (a state from before it would not be taken), or None."""

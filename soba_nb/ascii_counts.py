@@ -1,0 +1,197 @@
+r"""Exact o200k_base counts of ASCII text, without building tiktoken's encoder.
+
+tiktoken's o200k_base encoder takes 0.1–0.15 s and about 60 MiB to build (its Rust core
+hashes, copies and sorts 200,000 tokens, holding the interpreter). A transcript opened with no
+budget state counts only what came after its last usage figure, and the system prompt and
+tools: a few kilobytes, which the encoder counts in a millisecond once it exists. This module
+counts such text as tiktoken does, when it is ASCII, without the encoder:
+
+- tiktoken cuts a text into pieces with the encoding's pattern; a piece is one token when it
+  is one, else its bytes are merged pairwise, the adjacent pair that is the token of lowest
+  rank first (the leftmost of equals), until no adjacent pair is a token. Only a piece's own
+  substrings are ever looked up, so ASCII text needs only the encoding's ASCII tokens: 128,835
+  of its 200,000, kept in the user's cache folder (`o200k_base.ascii`, `soba_nb.tokenizer_cache`)
+  as a hash table looked up where it lies (`build`): reading it is reading 2 MB and their
+  sha256, about 3 ms, where decoding 128,835 tokens into Python objects alone takes 6.
+- `PATTERN` is the encoding's pattern on ASCII text: each Unicode class replaced by its ASCII
+  members (`\p{L}` → `A-Za-z`, `\p{Lu}\p{Lt}` → `A-Z`, `\p{Ll}` → `a-z`, `\p{N}` → `0-9`;
+  `\p{Lm}`, `\p{Lo}` and `\p{M}` have none) and `\s` by the six ASCII characters of Unicode's
+  White_Space (Python's own `\s` also matches \x1c–\x1f; tiktoken's does not). Python's `re` and
+  tiktoken's engine both backtrack and take the leftmost alternative that matches.
+- The ASCII tokens are written only by a process that built tiktoken's encoder and found its
+  pattern to be `SOURCE_PATTERN`, the one transcribed here (`soba_nb.tokens.get_encoding`): a
+  tiktoken with another pattern leaves this path unused, never wrong.
+
+Anything else is None, and the caller counts with tiktoken: a text with another character,
+a piece longer than `MAX_PIECE` (merging is quadratic here), no tokens kept or none to trust.
+tests/test_ascii_counts.py compares the counts with tiktoken's over every ASCII character.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from zlib import crc32
+
+from soba_nb import tokenizer_cache
+
+ENCODING = "o200k_base"
+"""The one encoding counted here."""
+
+FILE_NAME = f"{ENCODING}.ascii"
+EXPECTED_SHA256 = "cc0c1ab171e9647038817a0742582f975752a5f0a99edb56c778e836a2792391"
+"""sha256 of the file `build` makes of tiktoken's published o200k_base ranks."""
+
+SOURCE_PATTERN = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+"""tiktoken's pattern for o200k_base, which `PATTERN` transcribes."""
+
+_SPACE = r"\t\n\x0b\x0c\r "
+PATTERN = re.compile(
+    "|".join(
+        [
+            r"[^\r\nA-Za-z0-9]?[A-Z]*[a-z]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+            r"[^\r\nA-Za-z0-9]?[A-Z]+[a-z]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+            r"[0-9]{1,3}",
+            rf" ?[^{_SPACE}A-Za-z0-9]+[\r\n/]*",
+            rf"[{_SPACE}]*[\r\n]+",
+            rf"[{_SPACE}]+(?![^{_SPACE}])",
+            rf"[{_SPACE}]+",
+        ]
+    )
+)
+
+MAX_PIECE = 128
+"""A longer piece (a run of one character class: dashes, spaces, one long word) is left to tiktoken."""
+MAX_KNOWN = 100_000
+"""Pieces whose counts are remembered, at most (then forgotten all at once)."""
+
+MAGIC = b"soba-nb ascii tokens 1\n"
+WIDTH = 3
+"""Bytes of a slot, of a rank and of the slot count (o200k_base's are all under 2**24)."""
+_NONE = 1 << (8 * WIDTH)
+"""Above every rank: the rank of bytes that are no token."""
+
+
+def build(ranks: dict[bytes, int]) -> bytes:
+    """The file of the ASCII tokens of `ranks`: an open-addressing hash table, used where it
+    lies (read and its sha256 checked; nothing decoded).
+
+    `MAGIC`, the slot count, the slots, then the entries, one per token, sorted: a byte of
+    length, the token, its rank. A token is looked for from slot `crc32(token) % slot count`
+    on, one slot at a time (wrapping); a slot holds the offset of an entry after the slots,
+    plus one (0: empty, the token is not there). There are twice as many slots as tokens.
+    Numbers are `WIDTH` bytes, little-endian."""
+    tokens = sorted(token for token in ranks if token.isascii())
+    entries, offsets = bytearray(), []
+    for token in tokens:
+        offsets.append(len(entries))
+        entries += bytes([len(token)]) + token + ranks[token].to_bytes(WIDTH, "little")
+    size = 2 * len(tokens)
+    slots = [0] * size
+    for token, offset in zip(tokens, offsets, strict=True):
+        at = crc32(token) % size
+        while slots[at]:
+            at = (at + 1) % size
+        slots[at] = offset + 1
+    numbers = b"".join(number.to_bytes(WIDTH, "little") for number in [size, *slots])
+    return MAGIC + numbers + bytes(entries)
+
+
+class AsciiCounter:
+    """Counts ASCII text with the table `build` made of an encoding's ASCII tokens."""
+
+    def __init__(self, table: bytes):
+        if not table.startswith(MAGIC):
+            raise ValueError("not a table of ASCII tokens")
+        start = len(MAGIC) + WIDTH
+        self._size = int.from_bytes(table[len(MAGIC) : start], "little")
+        self._slots = table[start : start + WIDTH * self._size]
+        self._entries = table[start + WIDTH * self._size :]
+        self._known: dict[str, int] = {}
+
+    def count(self, text: str) -> int | None:
+        """The number of tokens tiktoken makes of `text`, or None when it is not ASCII or has
+        a piece longer than `MAX_PIECE`."""
+        if not text.isascii():
+            return None
+        known = self._known
+        if len(known) > MAX_KNOWN:
+            known.clear()
+        total = 0
+        for piece in PATTERN.findall(text):
+            count = known.get(piece)
+            if count is None:
+                if len(piece) > MAX_PIECE:
+                    return None
+                count = known[piece] = self._merged(piece.encode("ascii"))
+            total += count
+        return total
+
+    def rank(self, part: bytes) -> int | None:
+        """The rank of the token `part`, or None when it is none."""
+        rank = self._rank(part)
+        return None if rank == _NONE else rank
+
+    def _rank(self, part: bytes) -> int:
+        slots, entries, size = self._slots, self._entries, self._size
+        at = crc32(part) % size
+        while slot := int.from_bytes(slots[WIDTH * at : WIDTH * at + WIDTH], "little"):
+            length = entries[slot - 1]
+            if entries[slot : slot + length] == part:
+                return int.from_bytes(entries[slot + length : slot + length + WIDTH], "little")
+            at = (at + 1) % size
+        return _NONE
+
+    def _merged(self, piece: bytes) -> int:
+        """How many tokens byte-pair merging leaves of `piece`."""
+        if self._rank(piece) != _NONE:
+            return 1
+        rank = self._rank
+        bounds = list(range(len(piece) + 1))  # part k is piece[bounds[k]:bounds[k + 1]]
+        pairs = [rank(piece[at : at + 2]) for at in range(len(piece) - 1)]  # parts k and k + 1 as one
+        while pairs:
+            lowest = min(pairs)
+            if lowest == _NONE:
+                break
+            k = pairs.index(lowest)
+            del bounds[k + 1]
+            del pairs[k]
+            if k < len(pairs):
+                pairs[k] = rank(piece[bounds[k] : bounds[k + 2]])
+            if k > 0:
+                pairs[k - 1] = rank(piece[bounds[k - 1] : bounds[k + 1]])
+        return len(bounds) - 1
+
+
+_LOCK = threading.Lock()
+_COUNTERS: dict[str, AsciiCounter | None] = {}
+
+
+def ascii_counter(encoding: str) -> AsciiCounter | None:
+    """The counter of `encoding` from its ASCII tokens kept in the cache folder (read once per
+    process), or None: another encoding, or no tokens to trust."""
+    if encoding != ENCODING:
+        return None
+    with _LOCK:
+        if encoding not in _COUNTERS:
+            table = tokenizer_cache.read_kept(FILE_NAME, EXPECTED_SHA256)
+            _COUNTERS[encoding] = AsciiCounter(table) if table is not None else None
+        return _COUNTERS[encoding]
+
+
+def keep_tokens(encoding: str, pattern: str, ranks: dict[bytes, int]) -> None:
+    """After `encoding` was built from `ranks` with `pattern`: keep its ASCII tokens for the
+    next process, unless something is kept already, or the pattern is not the one transcribed
+    (never raises)."""
+    if encoding == ENCODING and pattern == SOURCE_PATTERN and not tokenizer_cache.is_kept(FILE_NAME):
+        tokenizer_cache.keep(FILE_NAME, build(ranks), EXPECTED_SHA256)
