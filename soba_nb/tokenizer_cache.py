@@ -71,10 +71,10 @@ def read_kept(file_name: str, expected: str) -> bytes | None:
     except (OSError, RuntimeError):  # none yet, a link, no home folder
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a folder or a FIFO in its place
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):  # a folder or a FIFO in its place
             return None
-        with os.fdopen(fd, "rb", closefd=False) as file:
-            blob = file.read(MAX_CACHE_BYTES + 1)
+        blob = _read_to_end(fd, min(status.st_size, MAX_CACHE_BYTES) + 1)
     except OSError:
         return None
     finally:
@@ -85,6 +85,16 @@ def read_kept(file_name: str, expected: str) -> bytes | None:
             path.unlink()
         return None
     return blob
+
+
+def _read_to_end(fd: int, most: int) -> bytes:
+    """What `fd` holds from where it is to its end, `most` bytes at most (reading exactly the
+    size it is expected to have: a read asking for 16 MB makes a buffer of 16 MB first)."""
+    parts = []
+    while most > 0 and (part := os.read(fd, most)):
+        parts.append(part)
+        most -= len(part)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def is_kept(file_name: str) -> bool:

@@ -123,9 +123,11 @@ def get_encoding(name: str) -> tiktoken.Encoding:
         return encoding
 
 
-ASCII_CHARS = 65_536
+ASCII_CHARS = 32_768
 """A counter counts this much text with the encoding's ASCII tokens at most (`soba_nb.ascii_counts`,
-about 25 ms of it at worst); beyond it, the encoding counts faster than Python merges."""
+about 10 ms of merging at worst): a session opened without its state counts a few kilobytes
+from its last usage figure on; one that counts more (a compaction's plan, `--count`) loads
+the encoding, which counts faster than Python merges."""
 
 COUNT_CHUNK_CHARS = 16_384
 """Longer texts are counted in pieces cut at whitespace: BPE on one long run without spaces

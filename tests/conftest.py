@@ -70,8 +70,8 @@ def llm_server() -> Iterator[LLMServer]:
 @pytest.fixture
 def forbid_tokenizer(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
     """Call it, and from then on loading a tokenizer fails the test (what a saved state should
-    have spared)."""
-    from soba_nb import tokens
+    have spared), the ASCII tokens too (`soba_nb.ascii_counts`: counting at all)."""
+    from soba_nb import ascii_counts, tokens
 
     def refuse(name: str) -> None:
         raise AssertionError(f"tokenizer {name} loaded")
@@ -79,6 +79,7 @@ def forbid_tokenizer(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
     def forbid() -> None:
         monkeypatch.setattr(tokens, "_ENCODINGS", {})
         monkeypatch.setattr(tokens, "get_encoding", refuse)
+        monkeypatch.setattr(ascii_counts, "ascii_counter", refuse)
 
     return forbid
 

@@ -143,3 +143,67 @@ def test_a_command_on_a_session_with_its_state_imports_no_tokenizer_http_client_
     assert done.returncode == 0, done.stderr
     code, imported = json.loads(done.stdout.splitlines()[-1])
     assert (code, imported) == (0, [])
+
+
+def budget_in_a_fresh_interpreter(path: Path, cache_home: Path) -> tuple[dict[str, object], bool]:
+    """`soba-nb budget --json` in a new process whose cache folder is `cache_home`'s: its
+    figures, and whether it imported tiktoken."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys\n"
+        "from soba_nb.cli import main\n"
+        f"assert main(['budget', '--json', {str(path)!r}]) == 0\n"
+        "print(json.dumps('tiktoken' in sys.modules))\n"
+    )
+    environment = {**os.environ, "XDG_CACHE_HOME": str(cache_home)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False, env=environment
+    )
+    assert done.returncode == 0, done.stderr
+    *figures, imported = done.stdout.strip().splitlines()
+    return json.loads("\n".join(figures)), json.loads(imported)
+
+
+def test_a_copy_with_no_state_counts_its_ascii_tail_without_building_the_encoder(tmp_path: Path) -> None:
+    """A transcript with no budget state anywhere (written before states were recorded,
+    copied mid-turn) counts what came after its last usage figure: ASCII text is counted from
+    the encoding's ASCII tokens kept in the cache folder (`soba_nb.ascii_counts`), the same
+    figures, without tiktoken's encoder (0.1-0.15 s and 60 MiB); with no table kept, the
+    encoder counts, and keeps the table for the next process."""
+    from soba_nb import ascii_counts, tokens
+
+    warm_path = a_long_session(tmp_path / "warm")
+    warm = budget_json_in_process(warm_path)
+    copy = tmp_path / "copy" / "analysis.soba" / warm_path.name
+    copy.parent.mkdir(parents=True)
+    shutil.copyfile(warm_path, copy)  # the transcript alone: no `.budget`, no `turn` checkpoint
+    assert b'"budget":' not in copy.read_bytes()
+
+    cache_home = tmp_path / "xdg"
+    first, imported = budget_in_a_fresh_interpreter(copy, cache_home)
+    assert imported  # nothing kept yet: the encoder counted ...
+    table = cache_home / "soba-nb" / ascii_counts.FILE_NAME
+    assert table.read_bytes() == ascii_counts.build(tokens._mergeable_ranks("o200k_base", tokens._packaged_bpe("o200k_base")))
+    shutil.rmtree(copy.parent)  # ... and wrote the counts beside the copy: copied alone again
+    copy.parent.mkdir(parents=True)
+    shutil.copyfile(warm_path, copy)
+    second, imported = budget_in_a_fresh_interpreter(copy, cache_home)
+    assert not imported
+    for figures in (first, second):
+        assert figures["source"] == "provider_usage"
+        assert figures["effectiveTokens"] == warm["effectiveTokens"]
+
+
+def budget_json_in_process(path: Path) -> dict[str, object]:
+    import contextlib
+    import io
+
+    from soba_nb.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["budget", "--json", str(path)]) == 0
+    return json.loads(out.getvalue())
