@@ -233,8 +233,14 @@ class TokenCounter:
     def _count_raw(self, text: str) -> int:
         # The encoding is loaded on the first count the ASCII tokens do not make (0.1-0.2 s for
         # o200k): a resumed session whose counts are all in its index never needs it, nor one
-        # that counts a few kilobytes of ASCII text.
-        if self._tokenizer is None and len(text) <= self._ascii_left and (counter := self._ascii_counter()):
+        # that counts a few kilobytes of ASCII text. Once loaded (by another counter, by the
+        # kernel's warm-up), it counts.
+        if (
+            self._tokenizer is None
+            and len(text) <= self._ascii_left
+            and self.choice.encoding not in _ENCODINGS
+            and (counter := self._ascii_counter())
+        ):
             count = counter.count(text)
             if count is not None:
                 self._ascii_left -= len(text)

@@ -53,12 +53,27 @@ class ScriptedModel:
         return [r for r in self.server.requests if r.operation == "inference"]
 
 
-@pytest.fixture(autouse=True)
-def _tokenizer_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The tokenizer's ranks are kept in a folder of the test run, not the user's `~/.soba/`."""
-    from soba_nb import tokenizer_cache
+@pytest.fixture(scope="session")
+def _test_run_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test run's cache folder, holding the ASCII tokens a machine keeps after its first
+    count (`soba_nb.ascii_counts`) from the start, whatever test comes first."""
+    from soba_nb import ascii_counts, tokens
 
-    monkeypatch.setattr(tokenizer_cache, "CACHE_FOLDER", tmp_path_factory.getbasetemp() / "soba-cache")
+    folder = tmp_path_factory.getbasetemp() / "soba-cache"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    ranks = tokens._mergeable_ranks("o200k_base", tokens._packaged_bpe("o200k_base"))
+    (folder / ascii_counts.FILE_NAME).write_bytes(ascii_counts.build(ranks))
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def _tokenizer_cache(_test_run_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tokenizer's ranks are kept in a folder of the test run, not the user's `~/.soba/`;
+    each test reads the ASCII tokens afresh (one that replaces them is seen)."""
+    from soba_nb import ascii_counts, tokenizer_cache
+
+    monkeypatch.setattr(tokenizer_cache, "CACHE_FOLDER", _test_run_cache)
+    monkeypatch.setattr(ascii_counts, "_COUNTERS", {})
 
 
 @pytest.fixture

@@ -50,7 +50,16 @@ def test_loading_the_extension_loads_the_configured_tokenizer_in_the_background(
         shut_down(shell)
 
 
-def test_a_first_request_while_it_loads_waits_for_that_load_and_counts_the_same(nb_dir, scripted, unloaded, monkeypatch):
+@pytest.mark.parametrize(
+    ("request_text", "waits"),
+    [("hi", False), ("explique la colonne « région »", True)],
+    ids=["ascii", "other text"],
+)
+def test_a_first_request_while_it_loads_never_loads_again_and_counts_the_same(
+    nb_dir, scripted, unloaded, monkeypatch, request_text: str, waits: bool
+):
+    """ASCII text (the system prompt, the tools, "hi") is counted from the encoding's ASCII
+    tokens meanwhile (`soba_nb.ascii_counts`); other text waits for the load under way."""
     calls: list[str] = []
     real = tokens._mergeable_ranks
 
@@ -64,10 +73,15 @@ def test_a_first_request_while_it_loads_waits_for_that_load_and_counts_the_same(
     shell = new_shell(nb_dir)
     try:
         scripted.script(text("Hello."))
-        shell.run_line_magic("soba", "hi")  # at once: the load is still running
+        shell.run_line_magic("soba", request_text)  # at once: the load is still running
         agent = shell.magics_manager.registry["SobaMagics"].agent
+        if waits:  # (ASCII text is not waited for; the load may have ended all the same)
+            assert "o200k_base" in unloaded
+        for thread in warm_threads():
+            thread.join(timeout=30)
         assert calls == [warm_up.THREAD_NAME]  # loaded once, by the warm-up
         assert agent.counter.count_text("hello world") == tokens.TokenCounter(agent.counter.choice).count_text("hello world") > 0
+        assert agent.counter.count_text(request_text) == len(tokens.get_encoding("o200k_base").encode_ordinary(request_text))
     finally:
         shut_down(shell)
 
