@@ -216,6 +216,11 @@ def test_a_counter_loads_the_encoder_for_other_text_and_beyond_its_share(cache: 
     assert built == ["o200k_base"]
 
     built.clear()
+    loaded = TokenCounter.for_model("openai", "gpt-4o")  # the process has the encoder: it counts
+    assert loaded.count_text("plain words") == 2 and built == ["o200k_base"]
+
+    built.clear()
+    monkeypatch.setattr(tokens, "_ENCODINGS", {})
     other = TokenCounter.for_model("openai", "gpt-4o")
     share = "word " * (tokens.ASCII_CHARS // 5)
     assert other.count_text(share[: tokens.ASCII_CHARS - 10]) > 0 and built == []
