@@ -33,7 +33,7 @@ import re
 import threading
 from zlib import crc32
 
-from soba_nb import tokenizer_cache
+import soba_nb.tokenizer_cache as tokenizer_cache
 
 ENCODING = "o200k_base"
 """The one encoding counted here."""

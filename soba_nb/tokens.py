@@ -97,8 +97,8 @@ def get_encoding(name: str) -> tiktoken.Encoding:
     import tiktoken
     import tiktoken_ext.openai_public as public
 
+    import soba_nb.ascii_counts as ascii_counts
     import soba_nb.tokenizer_cache as tokenizer_cache
-    from soba_nb import ascii_counts
 
     with _LOAD_LOCK:
         if name in _ENCODINGS:
