@@ -8,7 +8,7 @@ wait before tiktoken's own constructor is the packaged file read back: gzip, a s
 rank order as one msgpack array of byte strings, read back in about 5 ms (`<name>.ranks`).
 Other files derived from them are kept here too (`soba_nb.ascii_counts`: `read_kept`, `keep`).
 
-Each file is derived data and is trusted only when its sha256 is the one expected (the
+Each file is derived data and is trusted only when its digest is the one expected (the
 encoding of tiktoken's published ranks, checked once): a torn, stale or planted file is not
 read but replaced. It is written to a temporary file beside it and renamed; a home folder
 that cannot be written (read-only, full, none) only means the slow read every time. Nothing
@@ -18,9 +18,9 @@ is sent anywhere and nothing else is kept.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -39,6 +39,12 @@ MAX_CACHE_BYTES = 16 * 1024 * 1024
 """A file larger than this is not read (o200k_base's is 1.8 MB)."""
 
 _DECODER = msgspec.msgpack.Decoder(list[bytes])
+
+
+def _sha256(blob: bytes) -> str:
+    import hashlib  # OpenSSL: 3 ms to import, for the ranks (read before tiktoken's 0.1 s load)
+
+    return hashlib.sha256(blob).hexdigest()
 
 
 def _debug(message: str, *args: object) -> None:
@@ -61,10 +67,11 @@ def read_ranks(name: str) -> dict[bytes, int] | None:
     return dict(zip(tokens, range(len(tokens)), strict=True))
 
 
-def read_kept(file_name: str, expected: str) -> bytes | None:
-    """The bytes of the file `file_name` in the cache folder when their sha256 is `expected`,
-    else None; a regular file with other bytes (torn, stale, planted) is removed, so that the
-    next process to derive it writes it again (never raises)."""
+def read_kept(file_name: str, expected: str, hash_of: Callable[[bytes], str] = _sha256) -> bytes | None:
+    """The bytes of the file `file_name` in the cache folder when their digest (`hash_of`,
+    sha256 unless said) is `expected`, else None; a regular file with other bytes (torn,
+    stale, planted) is removed, so that the next process to derive it writes it again (never
+    raises)."""
     path = (CACHE_FOLDER or user_cache_folder()) / file_name
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -79,7 +86,7 @@ def read_kept(file_name: str, expected: str) -> bytes | None:
         return None
     finally:
         os.close(fd)
-    if len(blob) > MAX_CACHE_BYTES or hashlib.sha256(blob).hexdigest() != expected:
+    if len(blob) > MAX_CACHE_BYTES or hash_of(blob) != expected:
         _debug("tokenizer cache %s: not the expected file, rebuilt", file_name)
         with contextlib.suppress(OSError):
             path.unlink()
@@ -116,10 +123,10 @@ def keep_ranks(name: str, ranks: dict[bytes, int]) -> None:
     keep(cache_path(name).name, msgspec.msgpack.encode(tokens), expected)
 
 
-def keep(file_name: str, blob: bytes, expected: str) -> None:
+def keep(file_name: str, blob: bytes, expected: str, hash_of: Callable[[bytes], str] = _sha256) -> None:
     """Write `blob` as `file_name` in the cache folder, through a temporary file and a rename,
-    when its sha256 is `expected` (never raises)."""
-    if hashlib.sha256(blob).hexdigest() != expected:
+    when its digest (`hash_of`, sha256 unless said) is `expected` (never raises)."""
+    if hash_of(blob) != expected:
         return
     import tempfile  # only to write: reading a kept file needs none
 

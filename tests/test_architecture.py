@@ -13,6 +13,7 @@ MAX_MODULE_LINES = 550
 LAYERS = {
     # package (or top-level module) -> what it may import
     "layout": set(),
+    "digest": set(),
     "text": set(),
     "messages": set(),
     "paths": set(),
@@ -21,13 +22,13 @@ LAYERS = {
     "redact": set(),
     "images": set(),
     "tokenizer_cache": {"layout"},
-    "ascii_counts": {"tokenizer_cache"},
+    "ascii_counts": {"tokenizer_cache", "digest"},
     "tokens": {"images", "tokenizer_cache", "ascii_counts"},
     "resolution": set(),
     "catalogue": set(),
     "own_files": {"layout"},
     "transcript": {"layout", "redact", "collector"},
-    "compaction": {"transcript", "tokens", "images", "messages", "redact", "text", "layout", "collector"},
+    "compaction": {"transcript", "tokens", "images", "messages", "redact", "text", "layout", "collector", "digest"},
     "config": {"compaction", "layout", "paths", "printable", "redact", "resolution", "text"},
     "engine": {"messages"},
     "window": {"catalogue", "compaction", "config", "transcript"},

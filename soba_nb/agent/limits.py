@@ -95,7 +95,8 @@ def image_rule(config: SobaConfig) -> ImageRule:
 
 def session_counter(config: SobaConfig) -> TokenCounter:
     """The embedded model counts with its own tokenizer; other models by family (tokens.py),
-    their images by their provider's rule."""
+    their images by their provider's rule, knowing what an empty conversation costs
+    (`agent.fixed_counts`)."""
     if config.model.provider == "local":
         from soba_nb.resolution import embedded_model_installed
 
@@ -103,9 +104,9 @@ def session_counter(config: SobaConfig) -> TokenCounter:
             from soba_nb.providers.local_model import count_tokens
 
             return TokenCounter.exact(f"{config.model.name} (GGUF vocabulary)", count_tokens)
-    return TokenCounter.for_model(
-        config.model.provider, config.model.name, images=image_rule(config)
-    )
+    from soba_nb.agent.fixed_counts import prime
+
+    return prime(TokenCounter.for_model(config.model.provider, config.model.name, images=image_rule(config)))
 
 
 def counts_differently(counter: TokenCounter, config: SobaConfig) -> bool:

@@ -8,7 +8,6 @@ every entry after the capsule. Tool outputs are clipped here (never in the trans
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from enum import Enum
@@ -20,6 +19,7 @@ from msgspec import Struct, field
 from soba_nb.collector import collector_paused
 from soba_nb.compaction.cells_context import render_cells
 from soba_nb.compaction.native_continuation import NativeTarget, native_tokens, request_message
+from soba_nb.digest import digest
 from soba_nb.messages import ChatMessage, ImagePart, ToolCall, ToolSchema
 from soba_nb.text import clip_middle as clip_text_middle
 from soba_nb.tokens import TOKENS_PER_REPLY, TokenCounter
@@ -266,7 +266,7 @@ def fixed_key(system: str, tools: Sequence[ToolSchema]) -> str:
 
 
 def _key_of_fixed(system: str, schemas: list[dict[str, object]]) -> str:
-    return "fixed:" + hashlib.sha1(json.dumps([system, schemas], sort_keys=True).encode()).hexdigest()[:16]
+    return "fixed:" + digest(json.dumps([system, schemas], sort_keys=True).encode(), 8)
 
 
 def fixed_tokens(system: str, tools: Sequence[ToolSchema], counter: TokenCounter) -> int:

@@ -667,3 +667,23 @@ def test_doctor_says_why_each_provider_was_chosen_or_passed_over(
     code, out, _ = run(capsys, "doctor", str(tmp_path))
     assert f"why        chosen: model.provider 'openai' is set in {tmp_path / 'soba.json'}" in out
     assert "window     8,192 (catalogue: Llama 3)" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["budget"], ["budget", "--bogus", "x"], ["nosuch"], ["--help"], ["budget", "--help"], ["--version"],
+        ["inspect", "--json"], ["capsule", "export", "a"], ["code", "--force"], ["demo", "--help"], [],
+    ],
+)
+def test_a_command_line_parses_as_with_every_subcommand(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    """`main` builds the parser of the subcommand named alone (2 ms less per command): what a
+    command line gives, usage errors and help included, is what the whole parser gives."""
+    import soba_nb.cli as cli
+
+    alone = run(capsys, *argv)
+    whole = cli.build_parser
+    monkeypatch.setattr(cli, "build_parser", lambda only=None: whole())
+    assert run(capsys, *argv) == alone
