@@ -22,8 +22,8 @@ copied whole (warm). Each run is a fresh process of each, interleaved with pi's:
 Two cold copies: the `.jsonl` as a finished turn leaves it (its last `turn` checkpoint carries
 the budget tracker's state: only what follows is counted) and the same with no state in it (that
 checkpoint, the generated session's only one, left out), as a file written before states were
-recorded: measured from its last usage figure on, which counts (ASCII text here: from the
-encoding's ASCII tokens the cache folder holds, soba_nb/ascii_counts.py, where other text would
+recorded: measured from its last usage figure on, which counts (plain text here: from the
+encoding's plain tokens the cache folder holds, soba_nb/plain_counts.py, where other text would
 build tiktoken's encoder). (A real copy made mid-turn starts from its previous turn's checkpoint
 and counts the current turn: the same counts, but not the region's at the first compaction.)
 
@@ -105,7 +105,7 @@ def compile_package() -> None:
 
 def keep_tokenizer_files() -> None:
     """What the user's cache folder holds on any machine where soba-nb has counted once: the
-    encoding's ranks and its ASCII tokens (soba_nb/tokenizer_cache.py, soba_nb/ascii_counts.py),
+    encoding's ranks and its plain tokens (soba_nb/tokenizer_cache.py, soba_nb/plain_counts.py),
     written by the first process that builds the encoder (here, before any is timed)."""
     subprocess.run([sys.executable, "-c", "from soba_nb.tokens import get_encoding; get_encoding('o200k_base')"], check=True)
 

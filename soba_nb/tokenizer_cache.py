@@ -6,7 +6,7 @@ an old session, `soba-nb budget` of an artifact) waits for its tokenizer, and mo
 wait before tiktoken's own constructor is the packaged file read back: gzip, a sha256 and
 200,000 base64 tokens decoded one by one (about 0.13 s for o200k_base). The same tokens, in
 rank order as one msgpack array of byte strings, read back in about 5 ms (`<name>.ranks`).
-Other files derived from them are kept here too (`soba_nb.ascii_counts`: `read_kept`, `keep`).
+Other files derived from them are kept here too (`soba_nb.plain_counts`: `read_kept`, `keep`).
 
 Each file is derived data and is trusted only when its digest is the one expected (the
 encoding of tiktoken's published ranks, checked once): a torn, stale or planted file is not

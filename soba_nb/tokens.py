@@ -36,7 +36,7 @@ from soba_nb.images import ImageRule, image_tokens
 if TYPE_CHECKING:  # tiktoken itself is imported when an encoding is first built
     import tiktoken
 
-    from soba_nb.ascii_counts import AsciiCounter
+    from soba_nb.plain_counts import PlainCounter
 
 # sha256 of the decompressed files, exactly as tiktoken_ext.openai_public expects them.
 EXPECTED_SHA256 = {
@@ -97,7 +97,7 @@ def get_encoding(name: str) -> tiktoken.Encoding:
     import tiktoken
     import tiktoken_ext.openai_public as public
 
-    import soba_nb.ascii_counts as ascii_counts
+    import soba_nb.plain_counts as plain_counts
     import soba_nb.tokenizer_cache as tokenizer_cache
 
     with _LOAD_LOCK:
@@ -115,7 +115,7 @@ def get_encoding(name: str) -> tiktoken.Encoding:
             encoding = tiktoken.Encoding(**public.ENCODING_CONSTRUCTORS[name]())
         finally:
             public.load_tiktoken_bpe = download
-        ascii_counts.keep_tokens(name, encoding._pat_str, ranks)
+        plain_counts.keep_tokens(name, encoding._pat_str, ranks)
         # The encoding keeps a Python copy of the ranks only to be pickled (never done here);
         # its Rust core has its own: about 30 MB less in every process that counts.
         vars(encoding).pop("_mergeable_ranks", None)
@@ -123,8 +123,8 @@ def get_encoding(name: str) -> tiktoken.Encoding:
         return encoding
 
 
-ASCII_CHARS = 32_768
-"""A counter counts this much text with the encoding's ASCII tokens at most (`soba_nb.ascii_counts`,
+PLAIN_CHARS = 32_768
+"""A counter counts this much text with the encoding's plain tokens at most (`soba_nb.plain_counts`,
 about 10 ms of merging at worst): a session opened without its state counts a few kilobytes
 from its last usage figure on; one that counts more (a compaction's plan, `--count`) loads
 the encoding, which counts faster than Python merges."""
@@ -191,8 +191,8 @@ class TokenCounter:
         self.images = images
         """How the model counts an image (`ImageRule.NONE`: it takes none; they are named in text)."""
         self._tokenizer = tokenizer
-        self._ascii_left = ASCII_CHARS if tokenizer is None else 0
-        """Characters the ASCII tokens may still count before the encoding is loaded."""
+        self._plain_left = PLAIN_CHARS if tokenizer is None else 0
+        """Characters the plain tokens may still count before the encoding is loaded."""
         self._cache: dict[Hashable, int] = {}
         self.persist: Callable[[str, int], None] | None = None
         """Called with each new count keyed by an entry id (`soba_nb.transcript.token_index`)."""
@@ -207,13 +207,13 @@ class TokenCounter:
         base = f"{self.choice.encoding} x{self.choice.factor:g}"
         return base if self.images is ImageRule.NONE else f"{base} images:{self.images.value}"
 
-    def load(self, *, ascii_text: bool = False) -> None:
+    def load(self, *, plain_text: bool = False) -> None:
         """Load the tokenizer now rather than at the first count: a session opened without the
         counts kept beside it will count, and loading it before the transcript is read lets
         the transcript reuse what loading borrows (o200k: about 30 MB of its 75 MB peak).
-        `ascii_text`: what it will count is likely ASCII, so the ASCII tokens are enough when
-        they are kept (`soba_nb.ascii_counts`: 3 ms and 2 MiB instead)."""
-        if not (ascii_text and self._ascii_counter() is not None):
+        `plain_text`: what it will count is likely plain text, so the encoding's plain tokens
+        are enough when they are kept (`soba_nb.plain_counts`: 3 ms and 2 MiB instead)."""
+        if not (plain_text and self._plain_counter() is not None):
             self._load_encoding()
 
     def _load_encoding(self) -> Callable[[str], int]:
@@ -222,28 +222,28 @@ class TokenCounter:
             self._tokenizer = lambda piece: len(encoding.encode_ordinary(piece))
         return self._tokenizer
 
-    def _ascii_counter(self) -> AsciiCounter | None:
-        from soba_nb.ascii_counts import ascii_counter
+    def _plain_counter(self) -> PlainCounter | None:
+        from soba_nb.plain_counts import plain_counter
 
-        counter = ascii_counter(self.choice.encoding) if self._ascii_left else None
+        counter = plain_counter(self.choice.encoding) if self._plain_left else None
         if counter is None:
-            self._ascii_left = 0
+            self._plain_left = 0
         return counter
 
     def _count_raw(self, text: str) -> int:
-        # The encoding is loaded on the first count the ASCII tokens do not make (0.1-0.2 s for
+        # The encoding is loaded on the first count the plain tokens do not make (0.1-0.2 s for
         # o200k): a resumed session whose counts are all in its index never needs it, nor one
-        # that counts a few kilobytes of ASCII text. Once loaded (by another counter, by the
+        # that counts a few kilobytes of plain text. Once loaded (by another counter, by the
         # kernel's warm-up), it counts.
         if (
             self._tokenizer is None
-            and len(text) <= self._ascii_left
+            and len(text) <= self._plain_left
             and self.choice.encoding not in _ENCODINGS
-            and (counter := self._ascii_counter())
+            and (counter := self._plain_counter())
         ):
             count = counter.count(text)
             if count is not None:
-                self._ascii_left -= len(text)
+                self._plain_left -= len(text)
                 return count
         return self._load_encoding()(text)
 

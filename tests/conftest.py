@@ -55,25 +55,25 @@ class ScriptedModel:
 
 @pytest.fixture(scope="session")
 def _test_run_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The test run's cache folder, holding the ASCII tokens a machine keeps after its first
-    count (`soba_nb.ascii_counts`) from the start, whatever test comes first."""
-    from soba_nb import ascii_counts, tokens
+    """The test run's cache folder, holding the plain tokens a machine keeps after its first
+    count (`soba_nb.plain_counts`) from the start, whatever test comes first."""
+    from soba_nb import plain_counts, tokens
 
     folder = tmp_path_factory.getbasetemp() / "soba-cache"
     folder.mkdir(mode=0o700, exist_ok=True)
     ranks = tokens._mergeable_ranks("o200k_base", tokens._packaged_bpe("o200k_base"))
-    (folder / ascii_counts.FILE_NAME).write_bytes(ascii_counts.build(ranks))
+    (folder / plain_counts.FILE_NAME).write_bytes(plain_counts.build(ranks))
     return folder
 
 
 @pytest.fixture(autouse=True)
 def _tokenizer_cache(_test_run_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The tokenizer's ranks are kept in a folder of the test run, not the user's `~/.soba/`;
-    each test reads the ASCII tokens afresh (one that replaces them is seen)."""
-    from soba_nb import ascii_counts, tokenizer_cache
+    each test reads the plain tokens afresh (one that replaces them is seen)."""
+    from soba_nb import plain_counts, tokenizer_cache
 
     monkeypatch.setattr(tokenizer_cache, "CACHE_FOLDER", _test_run_cache)
-    monkeypatch.setattr(ascii_counts, "_COUNTERS", {})
+    monkeypatch.setattr(plain_counts, "_COUNTERS", {})
 
 
 @pytest.fixture
@@ -85,8 +85,8 @@ def llm_server() -> Iterator[LLMServer]:
 @pytest.fixture
 def forbid_tokenizer(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
     """Call it, and from then on loading a tokenizer fails the test (what a saved state should
-    have spared), the ASCII tokens too (`soba_nb.ascii_counts`: counting at all)."""
-    from soba_nb import ascii_counts, tokens
+    have spared), the plain tokens too (`soba_nb.plain_counts`: counting at all)."""
+    from soba_nb import plain_counts, tokens
 
     def refuse(name: str) -> None:
         raise AssertionError(f"tokenizer {name} loaded")
@@ -94,7 +94,7 @@ def forbid_tokenizer(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
     def forbid() -> None:
         monkeypatch.setattr(tokens, "_ENCODINGS", {})
         monkeypatch.setattr(tokens, "get_encoding", refuse)
-        monkeypatch.setattr(ascii_counts, "ascii_counter", refuse)
+        monkeypatch.setattr(plain_counts, "plain_counter", refuse)
 
     return forbid
 

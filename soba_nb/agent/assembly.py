@@ -20,7 +20,7 @@ from typing import Any
 
 from soba_nb.agent.limits import session_counter
 from soba_nb.agent.session import AgentSession
-from soba_nb.compaction.budget_state import has_saved_state, tail_is_ascii
+from soba_nb.compaction.budget_state import has_saved_state, tail_is_plain
 from soba_nb.config import SobaConfig
 from soba_nb.layout import SessionLayout
 from soba_nb.providers.base import Provider
@@ -50,7 +50,7 @@ def open_session(
     first use (default: `soba_nb.providers.make_provider`)."""
     if layout.transcript.exists() and not has_saved_state(layout.transcript):
         # Opened cold, it will count: `TokenCounter.load`
-        session_counter(config).load(ascii_text=tail_is_ascii(layout.transcript))
+        session_counter(config).load(plain_text=tail_is_plain(layout.transcript))
     return AgentSession(
         config,
         layout=layout,

@@ -4,7 +4,7 @@ encoding, and kept as data in `fixed_counts.json` beside this file.
 
 A session opened without its counts (a transcript copied alone, `soba-nb budget` of an
 artifact) counted these 5 KB again every time: 2.5 ms of a 13 ms `soba-nb budget` at 1,000
-entries, or the encoder's whole load for a model whose text is not ASCII. They are constants of
+entries, or the encoder's whole load for text that is not plain. They are constants of
 this version: `session_counter` primes each counter with the counts of its kind, keyed by
 content (`model_input.fixed_key`), so a prompt or schema that differs from what was counted
 finds no count and is counted. tests/agent/test_fixed_counts.py fails when the file is out of

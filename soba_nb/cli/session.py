@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from soba_nb.cli.table import EXIT_USAGE, PROG, CommandError
-from soba_nb.compaction.budget_state import has_saved_state, tail_is_ascii
+from soba_nb.compaction.budget_state import has_saved_state, tail_is_plain
 from soba_nb.layout import SESSIONS_FOLDER_SUFFIX, session_transcripts, sessions_folder_for
 from soba_nb.transcript.entries import UsageEntry
 from soba_nb.transcript.store import TornLineWarning, Transcript, TranscriptError
@@ -109,7 +109,7 @@ def load_counted_session(path: Path) -> Transcript:
             if name and provider != "local":
                 from soba_nb.tokens import TokenCounter
 
-                TokenCounter.for_model(provider, name).load(ascii_text=tail_is_ascii(path))
+                TokenCounter.for_model(provider, name).load(plain_text=tail_is_plain(path))
     return load_session(path)
 
 

@@ -199,13 +199,19 @@ def has_saved_state(transcript: Path) -> bool:
     return isinstance(last, CheckpointEntry) and readable_state(last.budget) is not None
 
 
-def tail_is_ascii(transcript: Path) -> bool:
-    """Whether the last `TAIL_BYTES` of `transcript` are ASCII: a tracker that opens it without
-    a saved state counts what came after its last usage figure, then likely ASCII text too,
-    which the encoding's ASCII tokens count (`TokenCounter.load`). A guess (JSON may escape
-    other characters): the counts are the same either way."""
+def tail_is_plain(transcript: Path) -> bool:
+    """Whether the last `TAIL_BYTES` of `transcript` are plain text (`soba_nb.plain_counts`): a
+    tracker that opens it without a saved state counts what came after its last usage figure,
+    then likely plain text too, which the encoding's plain tokens count (`TokenCounter.load`).
+    A guess (JSON may escape other characters): the counts are the same either way."""
     read = read_tail(transcript, TAIL_BYTES)
-    return read is not None and read[0].isascii()
+    if read is None:
+        return False
+    if read[0].isascii():
+        return True
+    from soba_nb.plain_counts import is_plain
+
+    return is_plain(read[0].decode("utf-8", "ignore"))  # (a character cut at the start is ignored)
 
 
 def recorded_state(path: Sequence[Entry]) -> TrackerState | None:

@@ -9,8 +9,8 @@ starts that load on a background thread, for the model the configuration names t
 first `%soba` finds it done. The configuration is read on the calling thread (a warning about
 it shows in that cell, where the user just loaded the extension); a configuration that does
 not load starts nothing (`%soba` says what is wrong with it). The thread holds the
-interpreter for the load itself and then ends; a `%soba` that comes first counts ASCII text
-from the encoding's ASCII tokens meanwhile (`soba_nb.ascii_counts`) and waits for the same
+interpreter for the load itself and then ends; a `%soba` that comes first counts plain text
+from the encoding's plain tokens meanwhile (`soba_nb.plain_counts`) and waits for the same
 load for anything else (the tokenizers are loaded once per process, under a lock), never twice.
 """
 

@@ -416,33 +416,33 @@ def test_a_transcript_alone_has_its_tokenizer_loaded_before_it_is_read(
     capsys: pytest.CaptureFixture[str], notebook_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """It will be counted (from its last usage figure on): loaded first, the tokenizer's
-    transient memory is reused by the transcript (a lower peak). When its end is ASCII, the
-    encoding's ASCII tokens are read instead (`soba_nb.ascii_counts`: what follows the last
-    figure is likely ASCII too). A transcript with its budget state beside it may need no
+    transient memory is reused by the transcript (a lower peak). When its end is plain text, the
+    encoding's plain tokens are read instead (`soba_nb.plain_counts`: what follows the last
+    figure is likely plain text too). A transcript with its budget state beside it may need no
     count: nothing is loaded ahead."""
-    from soba_nb import ascii_counts, tokens
+    from soba_nb import plain_counts, tokens
     from soba_nb.layout import SessionLayout
 
     loaded_first: list[tuple[bool, bool]] = []
     load = Transcript.load
 
     def watched(file: Path) -> Transcript:
-        loaded_first.append(("o200k_base" in tokens._ENCODINGS, "o200k_base" in ascii_counts._COUNTERS))
+        loaded_first.append(("o200k_base" in tokens._ENCODINGS, "o200k_base" in plain_counts._COUNTERS))
         return load(file)
 
     monkeypatch.setattr(Transcript, "load", watched)
     path = long_session(notebook_dir, 3)
     with Transcript.open(path) as store:
-        store.append(MessageEntry(role="user", content="Plot the revenue by région, en français."))
+        store.append(MessageEntry(role="user", content="Plot the revenue by région (地区), en français."))
     for budget_state in (False, True):
         monkeypatch.setattr(tokens, "_ENCODINGS", {})
-        monkeypatch.setattr(ascii_counts, "_COUNTERS", {})
+        monkeypatch.setattr(plain_counts, "_COUNTERS", {})
         if budget_state:
             SessionLayout(path).budget.write_text("not a state: a rebuild costs nothing more")
         assert run(capsys, "budget", str(path))[0] == 0
-    ascii_path = long_session(notebook_dir / "ascii", 3)
+    plain_path = long_session(notebook_dir / "plain", 3)
     monkeypatch.setattr(tokens, "_ENCODINGS", {})
-    assert run(capsys, "budget", str(ascii_path))[0] == 0
+    assert run(capsys, "budget", str(plain_path))[0] == 0
     assert loaded_first == [(True, False), (False, False), (False, True)]
     assert "o200k_base" not in tokens._ENCODINGS  # what followed the last figure, counted from the table
 

@@ -52,14 +52,14 @@ def test_loading_the_extension_loads_the_configured_tokenizer_in_the_background(
 
 @pytest.mark.parametrize(
     ("request_text", "waits"),
-    [("hi", False), ("explique la colonne « région »", True)],
-    ids=["ascii", "other text"],
+    [("hi", False), ("explique la colonne « région » (地区)", True)],
+    ids=["plain text", "other text"],
 )
 def test_a_first_request_while_it_loads_never_loads_again_and_counts_the_same(
     nb_dir, scripted, unloaded, monkeypatch, request_text: str, waits: bool
 ):
-    """ASCII text (the system prompt, the tools, "hi") is counted from the encoding's ASCII
-    tokens meanwhile (`soba_nb.ascii_counts`); other text waits for the load under way."""
+    """Plain text (the system prompt, the tools, "hi") is counted from the encoding's plain
+    tokens meanwhile (`soba_nb.plain_counts`); other text waits for the load under way."""
     calls: list[str] = []
     real = tokens._mergeable_ranks
 
@@ -75,7 +75,7 @@ def test_a_first_request_while_it_loads_never_loads_again_and_counts_the_same(
         scripted.script(text("Hello."))
         shell.run_line_magic("soba", request_text)  # at once: the load is still running
         agent = shell.magics_manager.registry["SobaMagics"].agent
-        if waits:  # (ASCII text is not waited for; the load may have ended all the same)
+        if waits:  # (plain text is not waited for; the load may have ended all the same)
             assert "o200k_base" in unloaded
         for thread in warm_threads():
             thread.join(timeout=30)

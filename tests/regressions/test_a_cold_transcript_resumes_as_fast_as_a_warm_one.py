@@ -167,13 +167,13 @@ def budget_in_a_fresh_interpreter(path: Path, cache_home: Path) -> tuple[dict[st
     return json.loads("\n".join(figures)), json.loads(imported)
 
 
-def test_a_copy_with_no_state_counts_its_ascii_tail_without_building_the_encoder(tmp_path: Path) -> None:
+def test_a_copy_with_no_state_counts_its_plain_tail_without_building_the_encoder(tmp_path: Path) -> None:
     """A transcript with no budget state anywhere (written before states were recorded,
-    copied mid-turn) counts what came after its last usage figure: ASCII text is counted from
-    the encoding's ASCII tokens kept in the cache folder (`soba_nb.ascii_counts`), the same
+    copied mid-turn) counts what came after its last usage figure: plain text is counted from
+    the encoding's plain tokens kept in the cache folder (`soba_nb.plain_counts`), the same
     figures, without tiktoken's encoder (0.1-0.15 s and 60 MiB); with no table kept, the
     encoder counts, and keeps the table for the next process."""
-    from soba_nb import ascii_counts, tokens
+    from soba_nb import plain_counts, tokens
 
     warm_path = a_long_session(tmp_path / "warm")
     warm = budget_json_in_process(warm_path)
@@ -185,8 +185,8 @@ def test_a_copy_with_no_state_counts_its_ascii_tail_without_building_the_encoder
     cache_home = tmp_path / "xdg"
     first, imported = budget_in_a_fresh_interpreter(copy, cache_home)
     assert imported  # nothing kept yet: the encoder counted ...
-    table = cache_home / "soba-nb" / ascii_counts.FILE_NAME
-    assert table.read_bytes() == ascii_counts.build(tokens._mergeable_ranks("o200k_base", tokens._packaged_bpe("o200k_base")))
+    table = cache_home / "soba-nb" / plain_counts.FILE_NAME
+    assert table.read_bytes() == plain_counts.build(tokens._mergeable_ranks("o200k_base", tokens._packaged_bpe("o200k_base")))
     shutil.rmtree(copy.parent)  # ... and wrote the counts beside the copy: copied alone again
     copy.parent.mkdir(parents=True)
     shutil.copyfile(warm_path, copy)

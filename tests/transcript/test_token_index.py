@@ -10,7 +10,7 @@ import pytest
 from IPython.utils.capture import capture_output
 from llm_server import text
 
-from soba_nb import ascii_counts, tokens
+from soba_nb import plain_counts, tokens
 from soba_nb.tokens import TokenCounter, get_encoding
 from soba_nb.transcript.token_index import TokenIndex, index_path
 
@@ -37,7 +37,7 @@ def test_a_resumed_session_measures_without_its_tokenizer(ip, nb_dir, scripted, 
         raise AssertionError(f"the {name} tokenizer was loaded to count a path already counted")
 
     monkeypatch.setattr(tokens, "get_encoding", no_tokenizer)
-    monkeypatch.setattr(ascii_counts, "ascii_counter", no_tokenizer)
+    monkeypatch.setattr(plain_counts, "plain_counter", no_tokenizer)
     shell = new_shell(nb_dir)
     with capture_output():
         shell.run_line_magic("budget", "")
