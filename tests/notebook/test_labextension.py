@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import forget
 from jupyter_support import (
     LABEXTENSION_BUILD,
     SOBA_LABEXTENSION,
@@ -200,10 +201,11 @@ def test_a_notebook_run_by_nbclient_logs_no_comm_warning(
 def test_publish_outside_a_kernel_does_nothing() -> None:
     from IPython.core.interactiveshell import InteractiveShell
 
-    InteractiveShell.instance()
+    shell = InteractiveShell.instance()
     try:
         assert publish(SNAPSHOT) is False
     finally:
+        forget(shell)
         InteractiveShell.clear_instance()
 
 
