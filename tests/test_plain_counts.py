@@ -277,3 +277,22 @@ def test_a_counter_with_its_own_tokenizer_never_uses_the_table(cache: Path) -> N
 
 def test_every_printable_ascii_character_alone_is_one_token(counter: PlainCounter) -> None:
     assert [counter.count(character) for character in string.printable] == [1] * len(string.printable)
+
+
+@pytest.mark.parametrize("plant", ["folder", "fifo", "huge"])
+def test_a_folder_fifo_or_huge_file_in_its_place_is_not_read_and_counting_goes_on(cache: Path, plant: str) -> None:
+    """Nothing planted where the table lives hangs, crashes or miscounts: the encoder counts."""
+    import os
+
+    cache.mkdir(parents=True)
+    path = cache / FILE_NAME
+    if plant == "folder":
+        path.mkdir()
+    elif plant == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_bytes(plain_counts.MAGIC + b"\0" * (tokenizer_cache.MAX_CACHE_BYTES + 1))
+    assert plain_counter("o200k_base") is None
+    counter = TokenCounter.for_model("openai", "gpt-4o")
+    assert counter.count_text("l’été — café") == len(tokens.get_encoding("o200k_base").encode_ordinary("l’été — café"))
+    assert plant == "huge" or path.exists()  # not followed, not replaced: only a spoiled regular file is
