@@ -54,7 +54,12 @@ def _debug(message: str, *args: object) -> None:
 
 
 def cache_path(name: str) -> Path:
-    return (CACHE_FOLDER or user_cache_folder()) / f"{name}.ranks"
+    return kept_path(f"{name}.ranks")
+
+
+def kept_path(file_name: str) -> Path:
+    """Where the file `file_name` is kept: in `CACHE_FOLDER`, else the user's cache folder."""
+    return (CACHE_FOLDER or user_cache_folder()) / file_name
 
 
 def read_ranks(name: str) -> dict[bytes, int] | None:
@@ -72,7 +77,7 @@ def read_kept(file_name: str, expected: str, hash_of: Callable[[bytes], str] = _
     sha256 unless said) is `expected`, else None; a regular file with other bytes (torn,
     stale, planted) is removed, so that the next process to derive it writes it again (never
     raises)."""
-    path = (CACHE_FOLDER or user_cache_folder()) / file_name
+    path = kept_path(file_name)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except (OSError, RuntimeError):  # none yet, a link, no home folder
@@ -108,7 +113,7 @@ def is_kept(file_name: str) -> bool:
     """Whether something is at `file_name` in the cache folder (a link is not followed, nor
     replaced: `keep` writes only where nothing is)."""
     try:
-        ((CACHE_FOLDER or user_cache_folder()) / file_name).lstat()
+        kept_path(file_name).lstat()
     except (OSError, RuntimeError):
         return False
     return True
@@ -130,7 +135,7 @@ def keep(file_name: str, blob: bytes, expected: str, hash_of: Callable[[bytes], 
         return
     import tempfile  # only to write: reading a kept file needs none
 
-    target = (CACHE_FOLDER or user_cache_folder()) / file_name
+    target = kept_path(file_name)
     temporary = None
     try:
         target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
