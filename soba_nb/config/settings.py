@@ -157,6 +157,10 @@ class ModelSettings(Section):
                 raise FieldProblem(key, problem)
 
 
+MAX_USER_REQUEST_TOKENS = 1_000_000
+"""More than this for quoted requests is no capsule any window takes."""
+
+
 class CompactionSettings(Section):
     """Compaction thresholds (SPEC §3 defaults)."""
 
@@ -172,6 +176,9 @@ class CompactionSettings(Section):
     auto_compact_threshold_ratio: Ratio = 0.8
     timeout_ms: Annotated[int, Meta(gt=0, le=MAX_TIMEOUT_MS)] = 15000
     """Deadline for the model summary; after it the deterministic capsule is used."""
+    user_request_tokens: Annotated[int, Meta(ge=0, le=MAX_USER_REQUEST_TOKENS)] = 4000
+    """`userRequestTokens`: the user's requests a capsule quotes verbatim (SPEC §14), newest
+    first, within this many tokens; older ones are clipped to their head and tail."""
 
 
 MAX_IMAGES_PER_REQUEST = 64

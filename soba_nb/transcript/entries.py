@@ -118,6 +118,9 @@ class MessageEntry(_Entry, tag="message", kw_only=True, frozen=True):
     type: ClassVar[str] = "message"
     role: Role
     content: str = ""
+    typed: str | None = None
+    """On a user message soba expanded (a slash command such as `/fix`): what the user typed,
+    as they typed it. Capsules quote this, never the expansion (SPEC §14)."""
 
 
 class ToolCallEntry(_Entry, tag="tool_call", kw_only=True, frozen=True):

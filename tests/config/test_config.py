@@ -43,6 +43,7 @@ SPEC_DEFAULTS = {
         "safetyReserveTokens": 8192,
         "autoCompactThresholdRatio": 0.8,
         "timeoutMs": 15000,
+        "userRequestTokens": 4000,
     },
     "notebook": {"contextTokens": 2000, "maxImagesPerRequest": 4},
     "agent": {"approval": "never", "maxSessionCostUsd": None},
