@@ -294,8 +294,11 @@ class Scan:
         if entry.role in ("user", "assistant"):
             self._stated_blockers(entry.content)
         if entry.role == "user":
-            self.user_messages.append(entry.content)
-            self.constraints += _sentences_matching(_CONSTRAINT, entry.content, CONSTRAINT_SCAN_CHARS)
+            # What the user typed, not soba's expansion of it (`/fix`: a template around a
+            # traceback, whose instructions are soba's words, never the user's constraints).
+            said = entry.typed if entry.typed is not None else entry.content
+            self.user_messages.append(said)
+            self.constraints += _sentences_matching(_CONSTRAINT, said, CONSTRAINT_SCAN_CHARS)
             self.answered_latest_request = False
         elif entry.role == "assistant" and entry.content.strip():
             self.last_assistant = entry.content
