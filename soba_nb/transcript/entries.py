@@ -324,6 +324,13 @@ class CapsuleEntry(_Entry, tag="capsule", kw_only=True, frozen=True):
     """Which continuation the operation produced when the provider offered native compaction:
     `native`, `portable` (the model capsule) or `fallback` (the deterministic capsule); null
     when it did not (older entries, other providers)."""
+    amends: str | None = None
+    """The checkpoint id of the capsule this one corrects (`%%capsule amend`, SPEC §14): it
+    replaces that capsule in model input from here on; null for a capsule a compaction or a
+    load made."""
+    author: str | None = None
+    """Who wrote an amended capsule, `user@host` (as `.capsule.md` files say it, SPEC §13);
+    null for a capsule soba made."""
 
 
 class CheckpointEntry(_Entry, tag="checkpoint", kw_only=True, frozen=True):
