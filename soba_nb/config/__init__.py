@@ -33,6 +33,8 @@ from soba_nb.config.errors import Refused
 from soba_nb.config.files import MAX_CONFIG_BYTES as MAX_CONFIG_BYTES  # re-exported
 from soba_nb.config.files import MAX_CONFIG_DEPTH, depth, read_config_file
 from soba_nb.config.files import find_project_config as find_project_config  # re-exported
+from soba_nb.config.profiles import EMBEDDED_MODEL_NAME as EMBEDDED_MODEL_NAME  # re-exported
+from soba_nb.config.profiles import PROVIDER_PROFILES as PROVIDER_PROFILES  # re-exported
 from soba_nb.config.settings import MAX_CONTEXT_WINDOW as MAX_CONTEXT_WINDOW  # re-exported
 from soba_nb.config.settings import MAX_TIMEOUT_MS as MAX_TIMEOUT_MS  # re-exported
 from soba_nb.config.settings import AgentSettings as AgentSettings  # re-exported
@@ -42,6 +44,7 @@ from soba_nb.config.settings import NotebookSettings as NotebookSettings  # re-e
 from soba_nb.config.settings import PricingSettings as PricingSettings  # re-exported
 from soba_nb.config.settings import Section, fields_of
 from soba_nb.config.settings import SobaConfig as SobaConfig  # re-exported
+from soba_nb.config.settings import SummaryModelSettings as SummaryModelSettings  # re-exported
 from soba_nb.layout import SYSTEM_CONFIG_ENV, SYSTEM_CONFIG_PATH, USER_CONFIG_PATH
 from soba_nb.paths import shown
 from soba_nb.printable import printable
@@ -56,38 +59,6 @@ ENV_PREFIX = "SOBA_"
 
 
 DEPRECATED_ALIASES = {"backgroundTimeoutMs": "timeoutMs"}
-
-
-EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
-"""The one model provider `local` runs (`soba_nb.providers.local`)."""
-
-# The embedded model is tiny (8192-token window): the spec's defaults would give a negative
-# hard limit, so a local model starts from its own profile unless the user sets the keys.
-PROVIDER_PROFILES: dict[str, dict[str, Any]] = {
-    "local": {
-        "model": {
-            "name": EMBEDDED_MODEL_NAME,
-            "apiKeyEnv": "",
-            "contextWindow": 8192,
-            "maxOutputTokens": 512,
-        },
-        "compaction": {
-            "minTokensForAutoCompact": 3000,
-            "minReclaimableTokens": 1000,
-            "keepRecentTokens": 1500,
-            "safetyReserveTokens": 512,
-            "timeoutMs": 8000,
-        },
-    },
-    "anthropic": {
-        "model": {
-            "name": "claude-sonnet-4-5",
-            "apiKeyEnv": "ANTHROPIC_API_KEY",
-            "contextWindow": 200000,
-            "maxOutputTokens": 8000,
-        }
-    },
-}
 
 
 def _deep_merge(base: dict[str, Any], layer: Mapping[str, Any]) -> dict[str, Any]:
@@ -127,12 +98,25 @@ _SECTIONS: dict[str, type[Section]] = {
 }
 
 
-def _env_keys() -> dict[str, tuple[str, str]]:
-    """`SOBA_<SECTION>_<FIELD>` for every key, e.g. `SOBA_COMPACTION_TIMEOUT_MS`."""
-    keys: dict[str, tuple[str, str]] = {}
+EnvPath = tuple[str, ...]
+"""Where a variable's value goes: (section, key) or (section, key, nested key)."""
+
+NESTED_ENV_SECTIONS: dict[tuple[str, str], type[Section]] = {("compaction", "model"): SummaryModelSettings}
+"""Keys holding an object whose own keys have variables too: `SOBA_COMPACTION_MODEL_NAME`
+(beside `SOBA_COMPACTION_MODEL`, the whole object as JSON)."""
+
+
+def _env_keys() -> dict[str, EnvPath]:
+    """`SOBA_<SECTION>_<FIELD>` for every key, e.g. `SOBA_COMPACTION_TIMEOUT_MS`, and
+    `SOBA_<SECTION>_<FIELD>_<NESTED>` for the keys of `NESTED_ENV_SECTIONS`."""
+    keys: dict[str, EnvPath] = {}
     for section_name, section in _SECTIONS.items():
         for info in msgspec.structs.fields(section):
-            keys[f"{ENV_PREFIX}{section_name.upper()}_{info.name.upper()}"] = (section_name, info.encode_name)
+            var = f"{ENV_PREFIX}{section_name.upper()}_{info.name.upper()}"
+            keys[var] = (section_name, info.encode_name)
+            nested = NESTED_ENV_SECTIONS.get((section_name, info.encode_name))
+            for inner in msgspec.structs.fields(nested) if nested is not None else ():
+                keys[f"{var}_{inner.name.upper()}"] = (section_name, info.encode_name, inner.encode_name)
     return keys
 
 
@@ -152,13 +136,15 @@ _ENV_KEYS.update(
 
 
 def env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
-    """`SOBA_MODEL_CONTEXT_WINDOW=65000`, `SOBA_COMPACTION_AUTO=false`, `SOBA_MODEL=...`.
+    """`SOBA_MODEL_CONTEXT_WINDOW=65000`, `SOBA_COMPACTION_AUTO=false`, `SOBA_MODEL=...`,
+    `SOBA_COMPACTION_MODEL_NAME=gpt-4o-mini`.
 
     Values are parsed as JSON when they parse (numbers, booleans, null), else kept as text.
     Each is checked against its key here, so a refusal names the variable
-    (`SOBA_COMPACTION_AUTO=yes` is not a boolean: only `true` and `false` are)."""
+    (`SOBA_COMPACTION_AUTO=yes` is not a boolean: only `true` and `false` are). A nested
+    key's variable wins over the same key inside its object's variable."""
     layer: dict[str, Any] = {}
-    for var, (section, key) in _ENV_KEYS.items():
+    for var, path in sorted(_ENV_KEYS.items(), key=lambda item: len(item[1])):
         if var not in environ:
             continue
         raw = environ[var]
@@ -166,22 +152,44 @@ def env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
             value: Any = json.loads(raw)
         except (ValueError, RecursionError):  # not JSON (or absurdly deep or long): text
             value = raw
-        _check_env_value(var, section, key, value)
-        layer.setdefault(section, {})[key] = value
+        _check_env_value(var, path, value)
+        *parents, key = path
+        place = layer
+        for parent in parents:
+            inner = place.get(parent)
+            place[parent] = inner = dict(inner) if isinstance(inner, Mapping) else {}
+            place = inner
+        place[key] = value
     return layer
 
 
-def _check_env_value(var: str, section: str, key: str, value: Any) -> None:
+def _check_env_value(var: str, path: EnvPath, value: Any) -> None:
     """Validate one variable's value against its key alone (figures that must agree with
     each other are checked once every layer is merged)."""
+    section, key, *nested = path
     key = DEPRECATED_ALIASES.get(key, key)
     if depth(value) > MAX_CONFIG_DEPTH:
         raise ConfigError(f"invalid configuration: {var}: nested too deeply (more than {MAX_CONFIG_DEPTH} levels)")
-    data = {key: value}
+    if nested:
+        [inner] = nested
+        cls: type[Section] = NESTED_ENV_SECTIONS[(section, key)]
+        # The object's required keys are another variable's (or a file's): stand-ins here.
+        data: dict[str, Any] = {**_REQUIRED_STAND_INS, inner: value}
+        where: tuple[str, ...] = (section, key)
+    else:
+        cls, data, where = _SECTIONS[section], {key: value}, (section,)
     try:
-        _convert(data, _SECTIONS[section])
+        _convert(data, cls)
     except Refused as refused:
-        raise ConfigError(f"invalid configuration: {var}: {refused.refusal.line({section: data}, (section,))}") from None
+        whole: dict[str, Any] = data
+        for part in reversed(where):
+            whole = {part: whole}
+        raise ConfigError(f"invalid configuration: {var}: {refused.refusal.line(whole, where)}") from None
+
+
+_REQUIRED_STAND_INS: dict[str, Any] = {"name": "model"}
+"""What a nested key's variable is checked beside (`SOBA_COMPACTION_MODEL_CONTEXT_WINDOW`
+alone is a valid setting: the name may come from a file)."""
 
 
 def _convert(data: Mapping[str, Any], cls: type[S]) -> S:
@@ -334,24 +342,48 @@ def _embedded_runs_one_model(config: SobaConfig) -> None:
     name asked of it is that model's, and no address is, or the configuration is refused —
     SmolLM2's answer to `%soba --model gpt-4o` would read as gpt-4o's, and `"provider": "local"`
     beside the address of a llama.cpp server ("local" as in "my own server") would quietly
-    not ask that server (when no key or server is configured the embedded model is chosen)."""
-    model = config.model
+    not ask that server (when no key or server is configured the embedded model is chosen).
+    The same holds for the summary model (`compaction.model`), whose provider may be
+    `model`'s, inherited."""
+    _one_embedded_model(config, config.model, "model", config.set_by("model.provider"))
+    summary, given = config.summary_model, config.compaction.model
+    if summary is None or given is None:
+        return
+    if given.provider is not None:
+        chosen = config.set_by("compaction.model")
+        _one_embedded_model(config, summary, "compaction.model", chosen)
+        return
+    _one_embedded_model(config, summary, "compaction.model", config.set_by("model.provider"), inherited=True)
+
+
+def _one_embedded_model(
+    config: SobaConfig, model: ModelSettings, where: str, chosen: str | None, *, inherited: bool = False
+) -> None:
+    """Refuse `model` (the settings at `where`) when its provider is `local` and it names
+    another model or an address."""
     if model.provider != "local":
         return
+    summary = where != "model"
     if model.base_url is not None:
-        key, value = "model.baseUrl", model.base_url
+        key, value = f"{where}.baseUrl", model.base_url
         rule = "which is no server at an address: a local server (llama.cpp, Ollama, vLLM) is provider 'openai'"
     elif model.name != EMBEDDED_MODEL_NAME:
-        key, value = "model.name", model.name
+        key, value = f"{where}.name", model.name
         rule = (
             "which runs no other model; another needs model.provider (openai or anthropic, with its key) "
             "or model.baseUrl (a server)"
         )
+        if summary:
+            rule = (
+                "which runs no other model; another needs compaction.model.provider: 'openai' (with "
+                "compaction.model.baseUrl for a server of your own) or 'anthropic', with its key"
+            )
     else:
         return
-    chosen = config.set_by("model.provider")
     why = f"set in {printable(chosen)}" if chosen else "chosen because no provider, API key or server is configured"
-    named = config.set_by(key)
+    if inherited:
+        why = f"model.provider, {why}"
+    named = config.set_by(where if summary else key)
     raise ConfigError(
         f"invalid configuration: {key} = {json.dumps(value)}{f' (in {printable(named)})' if named else ''}: "
         f"the provider is 'local' ({why}), the embedded {EMBEDDED_MODEL_NAME}, {rule}"

@@ -168,6 +168,16 @@ def known_keys(loc: Sequence[str]) -> str:
     return f"the top level has {', '.join(fields_of(SobaConfig))}"
 
 
+def _key_variable_key(loc: Sequence[str]) -> str:
+    """`model.apiKeyEnv`, or the `apiKeyEnv` beside an unknown key at `loc` when that section
+    has one (`compaction.model.apiKeyEnv`: the summary model's own key)."""
+    declared = declared_type(SobaConfig, loc[:-1]) if len(loc) > 1 else None
+    section = declared[0] if declared is not None else None
+    if isinstance(section, type) and issubclass(section, msgspec.Struct) and "apiKeyEnv" in fields_of(section):
+        return ".".join([*loc[:-1], "apiKeyEnv"])
+    return "model.apiKeyEnv"
+
+
 def value_at(data: Any, loc: Sequence[str]) -> Any:
     """What stands at `loc` in `data` (None where nothing does)."""
     for part in loc:
@@ -187,7 +197,7 @@ def one_line(refusal: Refusal, data: Mapping[str, Any], prefix: tuple[str, ...] 
         if is_secret_name(loc[-1]):
             return (
                 f"{key}: unknown key (its value is not shown: the key names a secret; a key is read only "
-                f"from the environment variable model.apiKeyEnv names); {where}"
+                f"from the environment variable {_key_variable_key(loc)} names); {where}"
             )
         return f"{key}: unknown key (value {shown_value(value)}); {where}"
     if refusal.kind == "missing":

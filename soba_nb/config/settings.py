@@ -13,13 +13,15 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import msgspec
-from msgspec import Meta, Struct, field, to_builtins
+from msgspec import UNSET, Meta, Struct, UnsetType, field, to_builtins
 
 from soba_nb.compaction.limits import (
+    SAFETY_SHARE,
     hard_limit,
     soft_limit,
 )
 from soba_nb.config.errors import FieldProblem
+from soba_nb.config.profiles import PROVIDER_PROFILES
 from soba_nb.redact import redact
 
 ProviderName = Literal["openai", "anthropic", "local"]
@@ -157,6 +159,71 @@ class ModelSettings(Section):
                 raise FieldProblem(key, problem)
 
 
+class SummaryModelSettings(Section):
+    """`compaction.model` (SPEC §14): a model of its own that writes the summaries. What is not
+    given comes from `model` — but a `provider` other than `model`'s starts from that
+    provider's own defaults (its key variable, its public address, its profile's window), so
+    one vendor's key is never sent to another's server; and `pricing` prices one model, so it
+    is carried over only to the same model (otherwise the catalogue's price for this name)."""
+
+    name: str
+    """Model name sent to the summary model's server (required)."""
+    provider: ProviderName | None = None
+    """null: `model.provider`."""
+    base_url: str | None | UnsetType = UNSET
+    """Absent: `model.baseUrl` (same provider); null: the provider's public default."""
+    api_key_env: str | None = None
+    """The environment variable holding this model's key (null: `model.apiKeyEnv`)."""
+    context_window: PositiveTokens | None = None
+    """Its window: the summary request is fitted to it (null: `model.contextWindow`)."""
+    max_output_tokens: PositiveTokens | None = None
+    """The most a summary may answer with (null: `model.maxOutputTokens`)."""
+    pricing: PricingSettings | None = None
+    """What it costs (null: `model.pricing` for the same model, else the catalogue's price)."""
+
+    def __post_init__(self) -> None:
+        base_url = self.base_url if isinstance(self.base_url, str) else None
+        for key, problem in (
+            ("name", "must not be empty" if not self.name.strip() else None),
+            ("apiKeyEnv", None if self.api_key_env is None else api_key_env_problem(self.api_key_env)),
+            ("baseUrl", None if base_url is None else base_url_problem(base_url)),
+        ):
+            if problem is not None:
+                raise FieldProblem(key, problem)
+
+
+def summary_model_settings(model: ModelSettings, summary: SummaryModelSettings) -> ModelSettings:
+    """The summary model in full: `compaction.model`'s keys over what it inherits (see
+    `SummaryModelSettings`)."""
+    provider = summary.provider or model.provider
+    if provider == model.provider:
+        base = model
+    else:
+        profile = PROVIDER_PROFILES.get(provider, {}).get("model", {})
+        base = msgspec.convert({**profile, "provider": provider}, ModelSettings)
+    base_url = base.base_url if isinstance(summary.base_url, UnsetType) else summary.base_url
+    same_model = (provider, base_url, summary.name) == (model.provider, model.base_url, model.name)
+    return msgspec.structs.replace(
+        base,
+        provider=provider,
+        name=summary.name,
+        base_url=base_url,
+        api_key_env=base.api_key_env if summary.api_key_env is None else summary.api_key_env,
+        context_window=summary.context_window or base.context_window,
+        max_output_tokens=summary.max_output_tokens or base.max_output_tokens,
+        pricing=summary.pricing or (model.pricing if same_model else None),
+    )
+
+
+def summary_safety_reserve(context_window: int, max_output_tokens: int, safety_reserve_tokens: int) -> int:
+    """The safety reserve of a summary request: `safetyReserveTokens`, or a sixteenth of the
+    summary model's window when that much leaves no room (a small summary model beside a large
+    main one: the reserve was set for the main model's window)."""
+    if hard_limit(context_window, max_output_tokens, safety_reserve_tokens) > 0:
+        return safety_reserve_tokens
+    return context_window // SAFETY_SHARE
+
+
 MAX_USER_REQUEST_TOKENS = 1_000_000
 """More than this for quoted requests is no capsule any window takes."""
 
@@ -179,6 +246,8 @@ class CompactionSettings(Section):
     user_request_tokens: Annotated[int, Meta(ge=0, le=MAX_USER_REQUEST_TOKENS)] = 4000
     """`userRequestTokens`: the user's requests a capsule quotes verbatim (SPEC §14), newest
     first, within this many tokens; older ones are clipped to their head and tail."""
+    model: SummaryModelSettings | None = None
+    """`compaction.model` (SPEC §14): the model that writes the summaries (null: `model`)."""
 
 
 MAX_IMAGES_PER_REQUEST = 64
@@ -229,6 +298,31 @@ class SobaConfig(Section, dict=True):
         keep = self.compaction.keep_recent_tokens
         if keep >= hard:
             raise FieldProblem("compaction.keepRecentTokens", f"must be < hardLimit ({hard})")
+        self._check_summary_window()
+
+    def _check_summary_window(self) -> None:
+        """The summary model's own window must leave room for a summary request after its
+        answer and the safety reserve (`summary_safety_reserve`)."""
+        given = self.compaction.model
+        summary = self.summary_model
+        if given is None or summary is None:
+            return
+        window, output = summary.context_window, summary.max_output_tokens
+        safety = summary_safety_reserve(window, output, self.compaction.safety_reserve_tokens)
+        if hard_limit(window, output, safety) > 0:
+            return
+        key = "maxOutputTokens" if given.max_output_tokens is not None or given.context_window is None else "contextWindow"
+        raise FieldProblem(
+            f"compaction.model.{key}",
+            f"the summary model's window ({window:,}) leaves no room for a request after maxOutputTokens "
+            f"({output:,}) and a safety reserve of {safety:,}",
+        )
+
+    @property
+    def summary_model(self) -> ModelSettings | None:
+        """The model that writes the summaries in full (SPEC §14), or None: `model` does."""
+        given = self.compaction.model
+        return None if given is None else summary_model_settings(self.model, given)
 
     def record_origin(
         self,

@@ -44,6 +44,7 @@ SPEC_DEFAULTS = {
         "autoCompactThresholdRatio": 0.8,
         "timeoutMs": 15000,
         "userRequestTokens": 4000,
+        "model": None,
     },
     "notebook": {"contextTokens": 2000, "maxImagesPerRequest": 4},
     "agent": {"approval": "never", "maxSessionCostUsd": None},
