@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from soba_nb.text import first_line, one_line
+from soba_nb.text import clip, first_line, one_line
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     CheckpointEntry,
@@ -35,6 +35,13 @@ SHELL_COMMAND_CLIP_CHARS = 300
 PYTHON_CODE_CLIP_CHARS = 120
 OUTCOME_CLIP_CHARS = 160
 EXCEPTION_SCAN_CHARS = 4000
+OUTPUT_LINES = 3
+"""A run's key output in Verification: the first lines it printed, at most this many..."""
+OUTPUT_CLIP_CHARS = 200
+"""... and this many characters (results are the state of data work: `ok: 14`)."""
+OUTPUT_SCAN_CHARS = 4000
+NO_OUTPUT = "(no output)"
+"""The python tool's whole result text when the code printed and returned nothing."""
 CONSTRAINT_SCAN_CHARS = 20_000
 NOT_FILES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
 
@@ -72,7 +79,23 @@ _CODE_WRITES = [
     Needing(re.compile(r"\b(?:torch\.save|joblib\.dump|pickle\.dump|dump)\([^()\n]*?,\s*" + _PATH), ("dump", "save")),
     Needing(re.compile(r"\bopen\(\s*" + _PATH + r"""\s*,\s*(?:mode\s*=\s*)?['"][^'"]*[wax+]"""), ("open(",)),
     Needing(re.compile(r"Path\(\s*" + _PATH + r"\s*\)\s*\.\s*(?:write_text|write_bytes|touch)\("), ("Path(",)),
-    Needing(re.compile(r"\b(?:copy2?|copyfile|move|rename|replace)\([^,\n]*,\s*" + _PATH), ("copy", "move", "rename", "replace")),
+    # Copies, moves and renames only through what moves files: `shutil.`/`os.`, a `Path(...)`
+    # receiver, or a bare name imported from them (never a method: `df.replace("N/A", "x")`,
+    # `.str.replace`, `s.replace("a", "b")` and `.rename(columns=...)` write no file).
+    Needing(
+        re.compile(
+            r"(?:\bshutil\s*\.\s*|(?<![.\w])(?<!\.\s))(?:copy2?|copyfile|copytree|move)\([^,\n]*,\s*(?:dst\s*=\s*)?" + _PATH
+        ),
+        ("copy", "move"),
+    ),
+    Needing(
+        re.compile(r"(?:\bos\s*\.\s*|(?<![.\w])(?<!\.\s))(?:rename|replace|renames)\([^,\n]*,\s*(?:dst\s*=\s*)?" + _PATH),
+        ("rename", "replace"),
+    ),
+    Needing(
+        re.compile(r"\bPath\(\s*[^()\n]*\)\s*\.\s*(?:rename|replace)\(\s*(?:target\s*=\s*)?" + _PATH),
+        ("Path(",),
+    ),
 ]
 _SHELL_TARGET = r"""(?P<path>[^\s&|;<>()]+)"""
 _SHELL_WRITES = [
@@ -90,6 +113,13 @@ _EXCEPTION = re.compile(
     r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning|Failure|Timeout))\b:?(.*)$",
     re.MULTILINE,
 )
+_PYTHON_SECTION = re.compile(r"^(?:(?P<name>stdout|stderr):|(?P<valued>result|error): (?P<rest>.*))$")
+"""A section header of the python tool's result text (`soba_nb.agent.tools.python_tool`)."""
+_NUMPY_SCALAR = re.compile(r"\bnp\.(?:u?int|float|complex|bool|str)_?\d*\((?P<value>[^()]*)\)")
+"""`np.int64(14)` (numpy 2's repr of a scalar) reads `14`."""
+_IMAGE_NOTE = re.compile(r"^\[image \d+: ")
+_TERMINAL_SEQUENCE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
@@ -204,10 +234,54 @@ def _paths_written(text: str, patterns: Sequence[Needing]) -> list[str]:
     return list(found)
 
 
+def _printed(lines: Iterable[str]) -> str:
+    """The key output among `lines`: the first `OUTPUT_LINES` that say something, control
+    characters and terminal sequences removed, on one line (` ⏎ ` between lines), clipped."""
+    kept: list[str] = []
+    for raw in lines:
+        line = " ".join(_CONTROL.sub("", _TERMINAL_SEQUENCE.sub("", raw)).split())
+        if line and not _IMAGE_NOTE.match(line):
+            kept.append(line)
+            if len(kept) == OUTPUT_LINES:
+                break
+    return clip(" ⏎ ".join(kept), OUTPUT_CLIP_CHARS)
+
+
+def _python_sections(content: str) -> dict[str, list[str]]:
+    """The sections of the python tool's result text (`soba_nb.agent.tools.python_tool`):
+    `stdout`, `stderr`, `result`, `error` → their lines ({} for another layout)."""
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in content[:OUTPUT_SCAN_CHARS].splitlines():
+        header = _PYTHON_SECTION.match(line)
+        if header and (name := header["name"] or header["valued"]) not in sections:
+            current = sections[name] = []
+            if header["rest"]:
+                current.append(header["rest"])
+        elif current is not None:
+            current.append(line)
+    return sections
+
+
+def _python_output(content: str) -> str:
+    """What a successful python run printed (`stdout:`) and the value of its last expression
+    (`result:`); stderr (warnings, progress bars) only when it wrote nothing else."""
+    sections = _python_sections(content)
+    if not sections:  # not the tool's layout (an older transcript, a test): its first lines
+        return "" if content.strip() == NO_OUTPUT else _printed(content[:OUTPUT_SCAN_CHARS].splitlines())
+    result = [_NUMPY_SCALAR.sub(r"\g<value>", line) for line in sections.get("result", [])]
+    return _printed([*sections.get("stdout", []), *result]) or _printed(sections.get("stderr", []))
+
+
+def _with_output(outcome: str, output: str) -> str:
+    return f"{outcome}: {output}" if output else outcome
+
+
 def _shell_outcome(result: ToolResultEntry) -> tuple[str, bool]:
     status = _EXIT_STATUS.match(result.content[:OUTCOME_CLIP_CHARS])
     if status:
-        return f"exit status {status[1]}", int(status[1]) != 0
+        output = _printed(result.content[:OUTPUT_SCAN_CHARS].splitlines()[1:])
+        return _with_output(f"exit status {status[1]}", output), int(status[1]) != 0
     if result.is_error:
         return f"error: {first_line(result.content, OUTCOME_CLIP_CHARS) or 'no message'}", True
     return "finished (no exit status reported)", False
@@ -215,13 +289,14 @@ def _shell_outcome(result: ToolResultEntry) -> tuple[str, bool]:
 
 def _python_outcome(result: ToolResultEntry) -> tuple[str, bool]:
     if not result.is_error:
-        return "ok", False
+        return _with_output("ok", _python_output(result.content)), False
+    if error := _python_sections(result.content).get("error"):  # `error: KeyError: 'region'`
+        return one_line(error[0], OUTCOME_CLIP_CHARS) or "error", True
     exceptions = list(_EXCEPTION.finditer(result.content[-EXCEPTION_SCAN_CHARS:]))
     if not exceptions:
         return f"error: {first_line(result.content, OUTCOME_CLIP_CHARS) or 'no message'}", True
     name, message = exceptions[-1][1], exceptions[-1][2].strip()
     return one_line(f"{name}: {message}" if message else name, OUTCOME_CLIP_CHARS), True
-
 
 
 # --- the scan ----------------------------------------------------------------------------
@@ -301,10 +376,25 @@ class Scan:
             self.constraints += _sentences_matching(_CONSTRAINT, said, CONSTRAINT_SCAN_CHARS)
             self.answered_latest_request = False
         elif entry.role == "assistant" and entry.content.strip():
+            # Taken as the answer that ends the turn until a tool call follows it: then it was
+            # the narration of a step ("Looking at the amounts by region first"), and `_call`
+            # takes its Work done item back (the flag and the item survive a snapshot).
             self.last_assistant = entry.content
             self.answered_latest_request = True
             self.work.append((False, bullet(first_line(entry.content, ITEM_CLIP_CHARS))))
             self.decisions += [(False, item) for item in _sentences_matching(_DECISION, entry.content)]
+
+    def _step_not_answer(self) -> None:
+        """The assistant message before this tool call was a step, not the turn's answer: it
+        is no Work done item, and the latest request is not answered yet."""
+        if not self.answered_latest_request or self.last_assistant is None:
+            return
+        self.answered_latest_request = False
+        item = (False, bullet(first_line(self.last_assistant, ITEM_CLIP_CHARS)))
+        for index in range(len(self.work) - 1, -1, -1):
+            if self.work[index] == item:
+                del self.work[index]
+                break
 
     def _stated_blockers(self, text: str) -> None:
         self.stated_blockers += _sentences_matching(_BLOCKER, text)
@@ -325,6 +415,7 @@ class Scan:
         self.runs[key] = Run(kind, display, *outcome)
 
     def _call(self, call: ToolCallEntry) -> None:
+        self._step_not_answer()
         self.tool_counts[call.name] = self.tool_counts.get(call.name, 0) + 1
         arguments = _arguments(call.arguments)
         result = self.results.get(call.call_id)

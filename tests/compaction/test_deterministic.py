@@ -50,8 +50,9 @@ class History:
             self.entries.append(ToolResultEntry(call_id=call_id, name=name, content=result, is_error=error))
         return self
 
-    def shell(self, command: str, status: int) -> History:
-        return self.tool("shell", f"exit status: {status}\nstdout:\n…", command=command, timeout_s=60)
+    def shell(self, command: str, status: int, output: str = "") -> History:
+        """A call as the shell tool answers it: its status line, then what it printed."""
+        return self.tool("shell", f"exit status: {status}\n{output}".rstrip("\n"), command=command, timeout_s=60)
 
     def checkpoint(self, kind: str, note: str) -> History:
         self.entries.append(CheckpointEntry(kind=kind, note=note))  # type: ignore[arg-type]
@@ -114,7 +115,7 @@ def test_every_command_survives_with_its_last_outcome() -> None:
         .shell("pytest -q", 1)
         .shell("ruff check .", 0)
         .tool("python", "Traceback (most recent call last):\n  File …\nKeyError: 'region'", error=True, code="df['region']")
-        .tool("python", "120000", code="len(df)")
+        .tool("python", "result: 120000", code="len(df)")
         .shell("pytest -q", 0)
         .tool("shell", "refused: timeout_s must be positive", error=True, command="sleep 1", timeout_s=0)
         .tool("python", None, code="train()")
@@ -123,7 +124,7 @@ def test_every_command_survives_with_its_last_outcome() -> None:
     assert lines == [
         "- shell `ruff check .` → exit status 0",
         "- python `df['region']` → KeyError: 'region'",
-        "- python `len(df)` → ok",
+        "- python `len(df)` → ok: 120000",
         "- shell `pytest -q` → exit status 0",
         "- shell `sleep 1` → error: refused: timeout_s must be positive",
         "- python `train()` → no result recorded",
