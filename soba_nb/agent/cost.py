@@ -22,6 +22,10 @@ cache: the providers' input figures include the cached part). Only the display r
 below what the request could reach. Anthropic's cache writes are priced as input (they cost
 1.25× input at Anthropic: `model.pricing` has no key for them).
 
+A summary model of its own (`compaction.model`, SPEC §14) is priced as its own model: the
+`compaction` requests of a configuration that names one are priced at its prices
+(`compaction.model.pricing`, else the catalogue's for its name), never at the main model's.
+
 The cap (`agent.maxSessionCostUsd`) is checked before every request leaves, inference and
 compaction alike: the session's cost so far plus the request's worst case (its input tokens
 as if none were cached, and its maxOutputTokens, at the model's prices) must not pass it.
@@ -43,6 +47,7 @@ from msgspec import Struct, field
 from soba_nb.catalogue import PRICES_TAKEN, list_price
 from soba_nb.compaction.summarizer import RequestNotSent
 from soba_nb.config import ModelSettings, SobaConfig
+from soba_nb.config.settings import SummaryModelSettings, summary_model_settings
 from soba_nb.transcript.entries import ConfigEntry, Entry, UsageEntry, UsageOperation
 from soba_nb.transcript.store import Transcript
 
@@ -91,16 +96,16 @@ def _vendor_api(model: ModelSettings) -> bool:
     return model.base_url is None or (urlsplit(model.base_url).hostname or "").lower() == host
 
 
-def prices_for(model: ModelSettings, set_in: str | None = None) -> Prices | None:
+def prices_for(model: ModelSettings, set_in: str | None = None, key: str = "model.pricing") -> Prices | None:
     """The model's prices (see the module docstring), or None when it is not priced.
-    `set_in`: the layer that set `model.pricing`, named in the source."""
+    `set_in`: the layer that set `key` (the pricing's key), named in the source."""
     pricing = model.pricing
     if pricing is not None:
         given = decimal_of(pricing.input_per_m_tok)
         cached = pricing.cached_input_per_m_tok
         where = f" ({set_in})" if set_in else ""
         return Prices(given, given if cached is None else decimal_of(cached), decimal_of(pricing.output_per_m_tok),
-                      f"model.pricing{where}")
+                      f"{key}{where}")
     if model.provider == EMBEDDED_PROVIDER:
         return Prices(Decimal(0), Decimal(0), Decimal(0), EMBEDDED_SOURCE)
     listed = list_price(model.name)
@@ -112,9 +117,40 @@ def prices_for(model: ModelSettings, set_in: str | None = None) -> Prices | None
     )
 
 
+SUMMARY_PRICING_KEY = "compaction.model.pricing"
+
+
 def config_prices(config: SobaConfig) -> Prices | None:
     """The prices of a configuration's model."""
     return prices_for(config.model, config.set_by("model.pricing"))
+
+
+def summary_prices(config: SobaConfig) -> Prices | None:
+    """The prices of a configuration's summary model of its own (None: it has none, or there
+    is none: see `SobaConfig.summary_model`)."""
+    summary = config.summary_model
+    if summary is None:
+        return None
+    return prices_for(summary, config.set_by("compaction.model"), _summary_pricing_key(config.compaction.model))
+
+
+def _summary_pricing_key(given: SummaryModelSettings | None) -> str:
+    """Which key the summary model's pricing comes from: its own, or `model`'s (the same model)."""
+    return SUMMARY_PRICING_KEY if given is not None and given.pricing is not None else "model.pricing"
+
+
+def operation_model(config: SobaConfig, operation: UsageOperation) -> ModelSettings:
+    """The model a request of `operation` goes to: the summary model of its own for a
+    compaction, when there is one; else `model`."""
+    summary = config.summary_model if operation == "compaction" else None
+    return summary or config.model
+
+
+def operation_prices(config: SobaConfig, operation: UsageOperation) -> Prices | None:
+    """The prices of the model a request of `operation` goes to."""
+    if operation == "compaction" and config.summary_model is not None:
+        return summary_prices(config)
+    return config_prices(config)
 
 
 def usd(amount: Decimal, rounding: str = ROUND_HALF_UP) -> str:
@@ -168,6 +204,10 @@ class SessionCost(Struct, frozen=True):
     """Requests whose model had (and has) no price."""
     prices: Prices | None
     """The current model's prices (None: not priced)."""
+    summary_model: str | None = None
+    """The summary model of its own (`compaction.model`), when there is one: its name."""
+    summary_prices: Prices | None = None
+    """Its prices (None: not priced, or no summary model of its own)."""
 
     @property
     def total(self) -> Decimal:
@@ -175,8 +215,8 @@ class SessionCost(Struct, frozen=True):
 
     @property
     def priced(self) -> bool:
-        """Something is priced: the current model, or requests made before."""
-        return self.prices is not None or self.priced_requests > 0
+        """Something is priced: the current model, the summary model, or requests made before."""
+        return self.prices is not None or self.summary_prices is not None or self.priced_requests > 0
 
     def line(self) -> str:
         """SPEC §11's line: `Cost: $0.0123 this session (inference $0.0100 · compaction
@@ -188,6 +228,9 @@ class SessionCost(Struct, frozen=True):
             f"Cost: {usd(self.total)} this session (inference {usd(self.inference)} · "
             f"compaction {usd(self.compaction)}) · prices: {source}"
         )
+        if self.summary_model is not None:
+            shown = self.summary_prices.source if self.summary_prices is not None else "none"
+            text += f" · summaries by {self.summary_model}: {shown}"
         if self.unpriced_requests:
             plural = "s" if self.unpriced_requests != 1 else ""
             text += f" · {self.unpriced_requests} request{plural} not priced"
@@ -202,6 +245,8 @@ class SessionCost(Struct, frozen=True):
             "inferenceUsd": _plain(self.inference) if self.priced else None,
             "compactionUsd": _plain(self.compaction) if self.priced else None,
             "prices": None if self.prices is None else self.prices.source,
+            "summaryModel": self.summary_model,
+            "summaryPrices": None if self.summary_prices is None else self.summary_prices.source,
             "pricedRequests": self.priced_requests,
             "unpricedRequests": self.unpriced_requests,
         }
@@ -222,12 +267,36 @@ def _recorded_model(entry: ConfigEntry) -> tuple[ModelSettings | None, str | Non
         return None, None
 
 
+Recorded = tuple[ModelSettings | None, Prices | None]
+"""A model a `config` entry recorded, and its prices."""
+
+
+def _recorded_summary(entry: ConfigEntry, model: ModelSettings | None) -> Recorded | None:
+    """The summary model of its own a `config` entry recorded, and its prices; None when it
+    recorded none (`model` wrote the summaries). A section today's rules refuse is recorded as
+    a model that is not priced."""
+    compaction = entry.config.get("compaction") if isinstance(entry.config, dict) else None
+    given = compaction.get("model") if isinstance(compaction, dict) else None
+    if given is None:
+        return None
+    try:
+        settings = msgspec.convert(given, SummaryModelSettings)
+    except msgspec.ValidationError:
+        return None, None
+    if model is None:
+        return None, None
+    summary = summary_model_settings(model, settings)
+    return summary, prices_for(summary, entry.explicit.get("compaction.model"), _summary_pricing_key(settings))
+
+
 class CostLedger(Struct):
     """The cost of one transcript, followed incrementally (each entry read once)."""
 
     _seen: int = 0
     _model: ModelSettings | None = None
     _prices: Prices | None = None
+    _summary: Recorded | None = None
+    """The summary model of its own the latest `config` entry recorded (None: none)."""
     _started: bool = False
     """A `config` entry was read (before one, entries are priced by the current model)."""
     _priced: dict[tuple[Prices, UsageOperation], _Tokens] = field(default_factory=dict)
@@ -236,7 +305,7 @@ class CostLedger(Struct):
     def follow(self, transcript: Transcript) -> None:
         """Read what was appended since the last call."""
         if len(transcript) < self._seen:  # not the same file any more: start again
-            self._seen, self._model, self._prices, self._started = 0, None, None, False
+            self._seen, self._model, self._prices, self._summary, self._started = 0, None, None, None, False
             self._priced = {}
             self._pending = {}
         self.add(islice(transcript, self._seen, None))
@@ -248,47 +317,66 @@ class CostLedger(Struct):
                 self._started = True
                 self._model, set_in = _recorded_model(entry)
                 self._prices = None if self._model is None else prices_for(self._model, set_in)
+                self._summary = _recorded_summary(entry, self._model)
             elif isinstance(entry, UsageEntry):
                 self._add_usage(entry)
 
     def _add_usage(self, entry: UsageEntry) -> None:
-        if self._prices is not None:
-            self._priced.setdefault((self._prices, entry.operation), _Tokens()).add(entry)
+        model, prices = self._model, self._prices
+        if entry.operation == "compaction" and self._summary is not None:
+            model, prices = self._summary  # the summary model of its own asked
+        if prices is not None:
+            self._priced.setdefault((prices, entry.operation), _Tokens()).add(entry)
             return
-        who = None if not self._started else identity(self._model) if self._model is not None else ("", None, "")
+        who = None if not self._started else identity(model) if model is not None else ("", None, "")
         self._pending.setdefault((who, entry.operation), _Tokens()).add(entry)
 
     def cost(self, config: SobaConfig) -> SessionCost:
         """The session's cost, `config` being the one it runs with now."""
         prices = config_prices(config)
-        now = identity(config.model)
+        summary = config.summary_model
+        own_prices = summary_prices(config)
+        known = {identity(config.model): prices}
+        if summary is not None:
+            known[identity(summary)] = own_prices
         totals = dict.fromkeys(OPERATIONS, Decimal(0))
         priced, unpriced = 0, 0
         for (recorded, operation), tokens in self._priced.items():
             totals[operation] += tokens.priced(recorded)
             priced += tokens.requests
         for (who, operation), tokens in self._pending.items():
-            if prices is not None and who in (None, now):
-                totals[operation] += tokens.priced(prices)
+            # Recorded before any `config` entry: priced as the model it would go to now.
+            now = operation_prices(config, operation) if who is None else known.get(who)
+            if now is not None:
+                totals[operation] += tokens.priced(now)
                 priced += tokens.requests
             else:
                 unpriced += tokens.requests
-        return SessionCost(totals["inference"], totals["compaction"], priced, unpriced, prices)
+        return SessionCost(
+            totals["inference"], totals["compaction"], priced, unpriced, prices,
+            None if summary is None else summary.name, own_prices,
+        )  # fmt: skip
 
-    def check(self, config: SobaConfig, input_tokens: int, max_output_tokens: int) -> None:
+    def check(
+        self, config: SobaConfig, input_tokens: int, max_output_tokens: int, operation: UsageOperation = "inference"
+    ) -> None:
         """Raise `CostCapExceeded` when a request of `input_tokens` that may answer with
-        `max_output_tokens` could take the session past `agent.maxSessionCostUsd`."""
+        `max_output_tokens` could take the session past `agent.maxSessionCostUsd`, at the
+        prices of the model a request of `operation` goes to."""
         cap = config.agent.max_session_cost_usd
         if cap is None:
             return
         limit = decimal_of(cap)
         now = self.cost(config)
         raise_it = how_to_raise(config)
-        if now.prices is None:
+        model = operation_model(config, operation)
+        prices = operation_prices(config, operation)
+        if prices is None:
+            key = "model.pricing" if model is config.model else SUMMARY_PRICING_KEY
             raise CostCapExceeded(
-                f"request not sent: {CAP_KEY} is {_shown_cap(limit)}, but {config.model.provider}/"
-                f"{config.model.name} has no prices, so what a request costs cannot be known; set "
-                f"model.pricing (inputPerMTok, outputPerMTok) in soba.json, or remove {CAP_KEY}{raise_it}"
+                f"request not sent: {CAP_KEY} is {_shown_cap(limit)}, but {model.provider}/"
+                f"{model.name} has no prices, so what a request costs cannot be known; set "
+                f"{key} (inputPerMTok, outputPerMTok) in soba.json, or remove {CAP_KEY}{raise_it}"
             )
         if now.unpriced_requests:
             count = now.unpriced_requests
@@ -298,7 +386,7 @@ class CostLedger(Struct):
                 f"{CAP_KEY} {_shown_cap(limit)}; "
                 f"price their model with model.pricing, remove {CAP_KEY}{raise_it}, or start a new session"
             )
-        reach = now.total + now.prices.cost(input_tokens, 0, max_output_tokens)
+        reach = now.total + prices.cost(input_tokens, 0, max_output_tokens)
         if reach > limit:
             raise CostCapExceeded(
                 f"request not sent: this session has cost {usd(now.total)}; the next request could "

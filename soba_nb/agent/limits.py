@@ -13,8 +13,10 @@ from soba_nb.agent.prompt import SYSTEM_PROMPT
 from soba_nb.agent.tool_schemas import COMPACT_TOOL_SCHEMAS
 from soba_nb.catalogue import lookup
 from soba_nb.catalogue import takes_images as catalogue_takes_images
+from soba_nb.compaction.limits import MAX_OUTPUT_SHARE, SummaryWindow, hard_limit
 from soba_nb.compaction.model_input import fixed_tokens
 from soba_nb.config import MAX_CONTEXT_WINDOW, SobaConfig
+from soba_nb.config.settings import summary_safety_reserve
 from soba_nb.images import ImageRule
 from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import WindowEntry
@@ -49,6 +51,29 @@ def session_limits(
         server=server or recorded_server_window(windows, model),
         learned=learned_window(windows, model),
         auto_setting=transcript.setting(AUTO_KEY),
+    )
+
+
+def summary_window(config: SobaConfig) -> SummaryWindow | None:
+    """The limits of the summary model of its own (`compaction.model`, SPEC §14), or None
+    when `model` writes the summaries. Its `contextWindow` and `maxOutputTokens` when given;
+    inherited from `model` otherwise, but never above what the catalogue knows of the summary
+    model's own family (the inherited figures were another model's). The request is fitted to
+    its window less its answer and the safety reserve (`summary_safety_reserve`)."""
+    summary, given = config.summary_model, config.compaction.model
+    if summary is None or given is None:
+        return None
+    window, output = summary.context_window, summary.max_output_tokens
+    known = lookup(summary.provider, summary.name)
+    if known is not None and given.context_window is None:
+        window = min(window, known.context_window)
+    if known is not None and given.max_output_tokens is None:
+        output = min(output, known.max_output_tokens)
+    if output >= window:  # (only inherited figures can come to this: given ones are checked)
+        output = max(window // MAX_OUTPUT_SHARE, 1)
+    safety = summary_safety_reserve(window, output, config.compaction.safety_reserve_tokens)
+    return SummaryWindow(
+        context_window=window, input_tokens=max(hard_limit(window, output, safety), 1), output_tokens=output
     )
 
 

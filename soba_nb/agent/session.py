@@ -154,6 +154,7 @@ class AgentSession:
             timeout_ms=self.config.compaction.timeout_ms,
             max_output_tokens=self.limits.max_output_tokens,
             session_id=self.session_id,
+            user_request_tokens=self.config.compaction.user_request_tokens,
         )
 
     def _attach_token_index(self) -> TokenIndex:
@@ -284,7 +285,11 @@ class AgentSession:
         """The session's model binding, made on first use and given to the compactor whole:
         the provider, its summarizer and its native compaction (`agent.binding`)."""
         if self._binding is None:
-            binding = ModelBinding.of(self._make_provider(), self.check_spend)
+            binding = ModelBinding.of(
+                self._make_provider(), self.check_spend, config=self.config, idle_timeout_s=self.idle_timeout_s
+            )
+            if binding.summary_provider is not None:  # compaction.model's: closed with the session
+                self._made_providers.append(binding.summary_provider)
             self.compactor.bind(binding.models)
             self._binding = binding
         return self._binding
@@ -325,7 +330,7 @@ class AgentSession:
             count = self.counter
             tokens = count.count_text(request.system) + sum(count.count_message(m.role, m.content) for m in request.messages)
         self.ledger.follow(self.transcript)
-        self.ledger.check(self.config, tokens, request.max_output_tokens)
+        self.ledger.check(self.config, tokens, request.max_output_tokens, request.operation)
 
     def ensure_summarizer(self) -> None:
         """Bind the session's model for compaction; without one (no key, no model) compaction

@@ -65,6 +65,7 @@ def doctor_command(args: argparse.Namespace) -> int:
         f"hardLimit  {limits.hard_limit:,}",
         f"softLimit  {limits.soft_limit(config):,}",
         f"auto       {'on' if limits.auto else 'off'} (config; a session's %auto_compact setting wins)",
+        f"summaries  {_summary_model(config)}",
     ]
     lines += [f"note       {note}" for note in limits.notes]
     lines += ["why        " + step if index == 0 else "           " + step for index, step in enumerate(config.provider_steps)]
@@ -73,6 +74,32 @@ def doctor_command(args: argparse.Namespace) -> int:
     lines.append(f"capsules   {_capsule_signing()}")
     print("\n".join(lines))
     return EXIT_OK
+
+
+def _summary_model(config: Any) -> str:
+    """Who writes the summaries (SPEC §14): `model`, or `compaction.model` with its limits,
+    its address, whether its key variable is set and its prices."""
+    from soba_nb.agent.cost import summary_prices
+    from soba_nb.agent.limits import summary_window
+    from soba_nb.printable import note_line
+
+    summary, window = config.summary_model, summary_window(config)
+    if summary is None or window is None:
+        return "by the model (compaction.model is null)"
+    key_env = summary.api_key_env
+    key_state = "not needed" if not key_env else ("set" if key_env in os.environ else "NOT set")
+    prices = summary_prices(config)
+    return note_line(
+        f"{summary.name} ({summary.provider}, compaction.model) · window {window.context_window:,} · "
+        f"maxOutputTokens {window.output_tokens:,} · a summary request up to {window.input_tokens:,} tokens · baseUrl "
+        f"{summary.base_url or '(provider default)'} · api key {key_env or '-'} {key_state} · prices: "
+        f"{prices.source if prices is not None else 'none'} · native compaction not asked",
+        SUMMARY_LINE_CHARS,
+    )
+
+
+SUMMARY_LINE_CHARS = 400
+"""The summary line is long: a base URL and a price source fit, a planted one does not."""
 
 
 SETTING_VALUE_CHARS = 60

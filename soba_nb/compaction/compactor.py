@@ -33,6 +33,7 @@ from soba_nb.compaction.budget_state import (
 from soba_nb.compaction.extract_snapshots import ExtractSnapshots
 from soba_nb.compaction.flight import FlightRecorder
 from soba_nb.compaction.generation import generate_capsule
+from soba_nb.compaction.limits import SummaryWindow
 from soba_nb.compaction.model_input import (
     NOT_CLIPPED,
     ModelInput,
@@ -109,10 +110,14 @@ class CompactorSettings:
 class SummaryModels:
     """What a compaction may ask a model for: a summary (`summarizer`) and the provider's
     native compaction (`native`, when it offers one). Given to the compactor together and
-    swapped together (`Compactor.bind`): both come from one provider."""
+    swapped together (`Compactor.bind`): both come from one provider — or, with a summary
+    model of its own, the summarizer and its `window` come from that model, and there is
+    no native compaction."""
 
     summarizer: Summarizer | None = None
     native: NativeCompactor | None = None
+    window: SummaryWindow | None = None
+    """The summarizer's own limits; None: the session's (the summarizer is its model)."""
 
 
 NO_MODELS = SummaryModels()
@@ -448,6 +453,11 @@ class Compactor:
     ) -> CompactionPlan:
         t = self.thresholds
         summary_tokens = summary_output_tokens(t.hard_limit)
+        summary_input = t.hard_limit
+        own = self.models.window
+        if own is not None:  # a summary model of its own: its window, its answer's ceiling
+            summary_tokens = min(summary_tokens, own.output_tokens)
+            summary_input = own.input_tokens
         max_kept: int | None = None
         if trigger in (Trigger.HARD_LIMIT, Trigger.CONTEXT_OVERFLOW):
             goal = target if target is not None else t.hard_limit
@@ -481,7 +491,7 @@ class Compactor:
             estimated_before=measurement.estimated,
             measurement_source=measurement.source,
             summary_output_tokens=summary_tokens,
-            summary_input_tokens=t.hard_limit,
+            summary_input_tokens=summary_input,
             focus=focus,
             consumed=tuple(c.checkpoint_id for c in consumed),
             must_be_below=must_be_below,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
 
 MAX_OUTPUT_SHARE = 4
@@ -29,3 +30,16 @@ def soft_limit(hard: int, min_tokens_for_auto_compact: int, auto_compact_thresho
         # Fraction of the ratio's decimal text: 100 * 0.29 is 29, not 28.999… as in binary floats.
         max(min_tokens_for_auto_compact, math.floor(hard * Fraction(repr(auto_compact_threshold_ratio)))),
     )
+
+
+@dataclass(frozen=True)
+class SummaryWindow:
+    """The limits of a summary model of its own (`compaction.model`, SPEC §14), which are not
+    the session's: the summary request is fitted to them."""
+
+    context_window: int
+    """Its window."""
+    input_tokens: int
+    """What a summary request (instructions and history) may take: its hard limit."""
+    output_tokens: int
+    """Its `maxOutputTokens`: the summary's `max_tokens` never asks for more."""

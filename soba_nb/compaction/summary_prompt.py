@@ -155,7 +155,9 @@ def render_entry(entry: Entry, *, tool_output_limit_chars: int) -> str:
     if isinstance(entry, SkillEntry):
         return f"[skill activated] {entry.name} ({entry.path})"
     if isinstance(entry, CapsuleEntry):
-        return f"[earlier capsule {entry.checkpoint_id}]\n{entry.content}"
+        # Already rolled into the previous capsule, given in full; a capsule the user amended
+        # (`%%capsule amend`) must not come back through the history either.
+        return ""
     if isinstance(entry, CellsEntry):
         return f"[notebook] {clip_middle(render_cells(entry), tool_output_limit_chars)}"
     return ""

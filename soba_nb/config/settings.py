@@ -159,12 +159,13 @@ class ModelSettings(Section):
                 raise FieldProblem(key, problem)
 
 
-class SummaryModelSettings(Section):
+class SummaryModelSettings(Section, omit_defaults=True):
     """`compaction.model` (SPEC §14): a model of its own that writes the summaries. What is not
     given comes from `model` — but a `provider` other than `model`'s starts from that
     provider's own defaults (its key variable, its public address, its profile's window), so
     one vendor's key is never sent to another's server; and `pricing` prices one model, so it
-    is carried over only to the same model (otherwise the catalogue's price for this name)."""
+    is carried over only to the same model (otherwise the catalogue's price for this name).
+    Encoded with the keys given only (what was not given is inherited, not set)."""
 
     name: str
     """Model name sent to the summary model's server (required)."""
