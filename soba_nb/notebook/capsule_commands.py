@@ -1,4 +1,5 @@
-"""The `%capsule` subcommands (SPEC §8, §9): create, export, load, list, show.
+"""The `%capsule` subcommands (SPEC §8, §9, §14): create, export, load, list, show, and diff,
+edit, amend (`soba_nb.notebook.capsule_check`: check and correct a capsule before it counts).
 
 Each handler takes the `SobaMagics` instance, the open agent session and the rest of the
 line after the subcommand; `SobaMagics.capsule` picks one from `COMMANDS` and turns the
@@ -8,7 +9,9 @@ capsule errors into a one-line `UsageError`. Each subcommand's arguments are a
 `export --format agents-md` writes a Markdown handoff for another agent and `load
 --untrusted` reads one (`soba_nb.capsule_files.handoff`); a load into a session with history keeps
 it in model input and says so, with the `%rewind` target that undoes it
-(`soba_nb.capsule_files.load`); `list` shows the checkpoints of the current path, newest last.
+(`soba_nb.capsule_files.load`); `list` shows the checkpoints of the current path, newest last,
+and which capsule each amendment corrects. `%%capsule amend CHECKPOINT` is the one subcommand
+that takes a cell: `%capsule` is a line-and-cell magic.
 """
 
 # IPython's magic_arguments are untyped.
@@ -22,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from soba_nb.agent.session import AgentSession
+from soba_nb.capsule_files.amend import AmendError
 from soba_nb.capsule_files.export import (
     EXPORT_FORMATS,
     CapsuleExportError,
@@ -37,6 +41,7 @@ from soba_nb.capsule_files.file import FILE_SUFFIX, CapsuleFileError, write_caps
 from soba_nb.capsule_files.load import LoadSummary, load_capsule, signature_note, summarize_load
 from soba_nb.capsule_files.memory import MemoryCapsule, list_memory, memory_dir
 from soba_nb.notebook.arguments import error_line, parse
+from soba_nb.notebook.capsule_check import capsule_amend, capsule_diff_command, capsule_edit
 from soba_nb.notebook.checkpoints import local_time
 from soba_nb.notebook.holder import SessionHolder
 from soba_nb.notebook.monitor import capsule_line
@@ -199,10 +204,11 @@ def _kind_and_note(entry: CheckpointEntry | CapsuleEntry, request: str) -> list[
             return [entry.kind, note_line(entry.note)]
         return [entry.kind, f'"{note_line(request)}"' if entry.kind == "turn" and request else ""]
     title = repr(note_line(entry.title)) if entry.title else ""
+    amended = f"(amends {entry.amends}, by {note_line(entry.author or 'unknown')})" if entry.amends else ""
     if entry.source is not None:
-        return ["loaded", title, f"from {Path(entry.source).name}", entry.quality]
+        return ["loaded", amended, title, f"from {Path(entry.source).name}", entry.quality]
     figures = f"{entry.tokens_before:,} → {entry.tokens_after:,} tokens"
-    return [f"capsule ({entry.trigger})", title, figures, entry.quality]
+    return [f"capsule ({entry.trigger})", amended, title, figures, entry.quality]
 
 
 
@@ -217,7 +223,8 @@ def capsule_show(holder: SessionHolder, agent: AgentSession, rest: str) -> None:
             print("no capsules on the current path")
             return
         capsule = capsules[-1]
-    print(f"{capsule_line(capsule)} · quality {capsule.quality}")
+    amended = f" · amends {capsule.amends}, by {note_line(capsule.author or 'unknown')}" if capsule.amends else ""
+    print(f"{capsule_line(capsule)} · quality {capsule.quality}{amended}")
     _show_markdown(holder, capsule.content)
 
 
@@ -234,8 +241,12 @@ COMMANDS: dict[str, Callable[[SessionHolder, AgentSession, str], None]] = {
     "load": capsule_load,
     "list": capsule_list,
     "show": capsule_show,
+    "diff": capsule_diff_command,
+    "edit": capsule_edit,
 }
 """`%capsule SUBCOMMAND …` → its handler, in the order the usage message names them."""
+CELL_COMMAND = "amend"
+"""The subcommand that takes a cell: `%%capsule amend CHECKPOINT` and the capsule's Markdown."""
 
 
 # Parsers of the %capsule subcommands (magic_arguments builds them; the docstrings are help).
@@ -286,7 +297,7 @@ def _show_arguments() -> None:
     """Show a capsule's Markdown."""
 
 
-CAPSULE_ERRORS = (CapsuleExportError, CapsuleFileError, OSError)
+CAPSULE_ERRORS = (CapsuleExportError, CapsuleFileError, AmendError, OSError)
 
 
 @magics_class
@@ -298,10 +309,11 @@ class CapsuleMagics(Magics):
         super().__init__(shell=shell)
         self.holder = holder
 
-    @line_magic
-    def capsule(self, line: str) -> None:
+    @line_cell_magic
+    def capsule(self, line: str, cell: str | None = None) -> None:
         """%capsule create "TITLE" [--force] | export CHECKPOINT PATH [--force] [--format capsule|agents-md]
         | load PATH [--untrusted] | list [--all] [--memory] | show [CHECKPOINT]
+        | diff [CHECKPOINT] | edit [CHECKPOINT];  %%capsule amend CHECKPOINT (the Markdown below)
 
         create — a portable handoff of the current state (model summary, deterministic
         fallback), written to `<project>/<title-slug>.capsule.md`; the session is unchanged.
@@ -314,13 +326,28 @@ class CapsuleMagics(Magics):
         list — the checkpoints and capsules on the current path, newest last (`--all`: every
         one; `--memory`: the project memory's capsules, who wrote each, and its signature).
         show — the latest capsule on the path, or CHECKPOINT's.
+        diff — what the latest capsule (or CHECKPOINT's) replaced: the requests, tool calls and
+        files read and written, each the capsule does not mention marked `✗ not in capsule`.
+        edit — the latest capsule's Markdown into the next cell as `%%capsule amend CHECKPOINT`.
+        %%capsule amend CHECKPOINT — check the cell's Markdown (the 13 headings) and append it as
+        the corrected capsule (`amends`), which the next request carries.
         """
         command, _, rest = line.strip().partition(" ")
-        if command not in COMMANDS:
+        if cell is not None and command != CELL_COMMAND:
+            raise UsageError(f"%%capsule: only amend takes a cell: %%capsule amend CHECKPOINT (got {command or 'nothing'!r})")
+        if cell is None and command == CELL_COMMAND:
+            raise UsageError(
+                "%capsule amend: the corrected capsule goes in the cell, under %%capsule amend CHECKPOINT "
+                "(%capsule edit writes that cell)"
+            )
+        if cell is None and command not in COMMANDS:
             got = f" (got {command!r})" if command else ""
-            raise UsageError(f"%capsule: expected create, export, load, list or show{got}")
+            raise UsageError(f"%capsule: expected create, export, load, list, show, diff or edit{got}")
         agent = self.holder.get_session()
         try:
-            COMMANDS[command](self.holder, agent, rest)
+            if cell is not None:
+                capsule_amend(self.holder, agent, rest, cell)
+            else:
+                COMMANDS[command](self.holder, agent, rest)
         except CAPSULE_ERRORS as exc:
             raise UsageError(f"%capsule {command}: {error_line(exc)}") from None
