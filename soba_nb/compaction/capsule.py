@@ -53,6 +53,8 @@ EMPTY_BODY = "(none)"
 """What an empty section says when rendered."""
 EMPTY_MARKERS = frozenset({"(none)", "none", "none.", "n/a", "(n/a)", "-", "—", "(empty)", "nothing"})
 """Bodies (compared case-insensitively) that mean "this section is empty"."""
+EMPTY_ITEMS = frozenset({"none yet", "nothing yet", "none so far", "nothing so far", "(none yet)", "(nothing)", "empty"})
+"""Items, besides `EMPTY_MARKERS`, that only say a section is empty (`- none yet`)."""
 ERROR_EXCERPT_CHARS = 120
 
 _HEADING = re.compile(r"^ {0,3}##(?!#)[ \t]*(?P<title>\S.*?)[ \t]*$")
@@ -89,9 +91,52 @@ class InvalidSummary(ValueError):
         super().__init__(message)
 
 
+def is_empty_marker(text: str) -> bool:
+    """Whether `text` (a body, or one item of it: `- (none)`, `* none`, `- n/a`, `**None.**`)
+    only says "empty"."""
+    bare = _ITEM_START.sub("", text.strip(), count=1).strip().strip("*_`").strip().rstrip(".").strip()
+    return text.strip().lower() in EMPTY_MARKERS or bare.lower() in EMPTY_MARKERS or bare.lower() in EMPTY_ITEMS
+
+
+def _without_empty_items(body: str) -> str:
+    """`body` without the items that only say "empty" (a model writes `- (none)`, and an
+    earlier fallback capsule kept it beside real items); "" when nothing else is left.
+    Fenced code is never touched; blank lines around a removed item do not pile up."""
+    lines = body.split("\n")
+    drop: set[int] = set()
+    fence: tuple[str, int] | None = None
+    for index, line in enumerate(lines):
+        if fence is not None:
+            if _fence_closed(line, fence):
+                fence = None
+            continue
+        if (opened := _fence_opened(line)) is not None:
+            fence = opened
+            continue
+        alone = (index == 0 or not lines[index - 1].strip() or _ITEM_START.match(line)) and (
+            index + 1 == len(lines) or not lines[index + 1].strip() or _ITEM_START.match(lines[index + 1])
+        )
+        if line.strip() and alone and is_empty_marker(line):
+            drop.add(index)
+    if not drop:
+        return body
+    kept: list[str] = []
+    for index, line in enumerate(lines):
+        if index in drop:
+            continue
+        if not line.strip() and index - 1 in drop and (not kept or not kept[-1].strip()):
+            continue  # the blank line after a removed item, when one is there already
+        kept.append(line)
+    return "\n".join(kept).strip()
+
+
 def _normalize_body(text: str) -> str:
     body = text.replace("\r\n", "\n").replace("\r", "\n").strip()
-    return "" if body.lower() in EMPTY_MARKERS else body
+    if body.lower() in EMPTY_MARKERS:
+        return ""
+    while (lean := _without_empty_items(body)) != body:  # (a removal can leave another alone)
+        body = lean
+    return body
 
 
 class Capsule(BaseModel):
@@ -303,7 +348,8 @@ def section_items(body: str) -> list[str]:
         else:
             items[-1].append(line)
         fence = _fence_opened(line)
-    return ["\n".join(item) for item in items if item]
+    joined = ("\n".join(item) for item in items if item)
+    return [item for item in joined if not is_empty_marker(item)]
 
 
 # --- validation of a model's summary ---------------------------------------------------
