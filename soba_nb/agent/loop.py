@@ -113,7 +113,7 @@ class TurnRunner:
         self._operation_id = ""
         """The latest inference request's `X-Soba-Operation-Id` (its usage entry names it)."""
 
-    def run(self, prompt: str, cells: Sequence[CellRecord] = ()) -> TurnResult:
+    def run(self, prompt: str, cells: Sequence[CellRecord] = (), typed: str | None = None) -> TurnResult:
         session = self.session
         session.ensure_summarizer()
         session.refresh_limits(ask_server=True)
@@ -126,7 +126,7 @@ class TurnRunner:
             block = fit_cells(cells, session.config.notebook.context_tokens, session.counter)
             if block is not None:
                 session.transcript.append(block)
-            session.transcript.append(MessageEntry(role="user", content=prompt))
+            session.transcript.append(MessageEntry(role="user", content=prompt, typed=typed))
             return self._loop()
         except KeyboardInterrupt:
             self.cancel.set()
@@ -474,15 +474,17 @@ def run_turn(
     displays: DisplayCapture | None = None,
     approval: ApprovalMode | None = None,
     approver: Approver | None = None,
+    typed: str | None = None,
 ) -> TurnResult:
     """Run one agent turn to its end. `cells`: the notebook cells run since the previous turn
     (newest last), carried ahead of the request within `notebook.contextTokens`; `notebook`:
     what the notebook tools read and where their proposed cells go; `displays`: how the
     `python` tool sees the images a call displays; `approval`: this turn's approval mode
-    (default: `agent.approval`), `approver`: who is asked."""
+    (default: `agent.approval`), `approver`: who is asked; `typed`: what the user typed when
+    `prompt` is soba's expansion of it (`/fix`), recorded beside it for capsules to quote."""
     runner = TurnRunner(session, on_event=on_event, cancel=cancel, max_steps=max_steps, turn_timeout_s=turn_timeout_s)
     runner.notebook = notebook
     runner.displays = displays
     mode = approval or session.config.agent.approval
     runner.approvals = None if mode == "never" else ApprovalGate(mode, approver)
-    return runner.run(prompt, cells)
+    return runner.run(prompt, cells, typed)

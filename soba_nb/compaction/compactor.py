@@ -53,6 +53,7 @@ from soba_nb.compaction.outcomes import (
     Outcome,
 )
 from soba_nb.compaction.planner import Cut, NothingToCompact, current_request, plan_cut, region
+from soba_nb.compaction.requests import DEFAULT_REQUEST_TOKENS
 from soba_nb.compaction.summarizer import Summarizer
 from soba_nb.compaction.triggers import (
     SOFT_TRIGGERS,
@@ -104,6 +105,8 @@ class CompactorSettings:
     timeout_ms: int
     max_output_tokens: int
     session_id: str
+    user_request_tokens: int = DEFAULT_REQUEST_TOKENS
+    """`compaction.userRequestTokens`: the user's requests a capsule quotes (SPEC §14)."""
 
 
 @dataclass(frozen=True)
@@ -513,6 +516,7 @@ class Compactor:
             emit=self._emit,
             native=self.native,
             snapshots=self.snapshots,
+            user_request_tokens=self.settings.user_request_tokens,
         )
 
     def _consume_without_operation(self, decision: Decision) -> None:

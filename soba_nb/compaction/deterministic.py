@@ -25,18 +25,23 @@ from soba_nb.compaction.extract import (
     bullet,
     fresh_start,
 )
+from soba_nb.compaction.requests import (
+    DEFAULT_REQUEST_TOKENS,
+    IN_PROGRESS,
+    Count,
+    Requests,
+    collect,
+    fit,
+    split_goal,
+    with_block,
+)
+from soba_nb.compaction.requests import (
+    NONE as NO_REQUESTS,
+)
+from soba_nb.compaction.requests import render as render_requests
 from soba_nb.text import first_line, head_and_tail, one_line
 from soba_nb.transcript.entries import Entry, MessageEntry, ToolResultEntry
 
-EARLIER_REQUESTS_KEPT = 3
-"""User messages before the latest one that are quoted (clipped) as context."""
-EARLIER_REQUESTS_MAX = 8
-REQUEST_CLIP_CHARS = 300
-OPENING_CLIP_CHARS = 600
-"""The session's first request (usually its goal) is kept through every capsule, this long."""
-KEPT_REQUEST_QUOTE_LIMIT_CHARS = 300
-"""A latest request that is also in the kept tail (which carries it whole) is quoted up to
-this size: enough to say what it was, without doubling a pasted table in model input."""
 CONSTRAINTS_MAX = 20
 WORK_DONE_NEW_LINES = 12
 """Assistant first lines kept from the summarized part (milestones are always kept)."""
@@ -62,9 +67,6 @@ OUTPUT_EXTENSIONS = frozenset(
 )
 """Extensions of files that count as artifacts (outputs the work produced)."""
 
-LATEST_REQUEST_LABEL = "Latest user request (verbatim):"
-EARLIER_REQUESTS_LABEL = "Earlier user requests:"
-OPENING_REQUEST_LABEL = "First request of the session:"
 CONSTRAINTS_LABEL = "Constraints the user stated:"
 CARRIED_LABEL = "Carried over from the previous capsule:"
 ASSIGNED_NAMES_PREFIX = "Names assigned by the agent's python code (type and shape not recorded):"
@@ -76,17 +78,6 @@ _NEXT_STEP = re.compile(
     re.IGNORECASE,
 )
 _ITEM_MARKER = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+")
-LEGACY_REQUEST_LABEL = "Latest request (verbatim):"
-"""The label model capsules got before 0.2 (one line, no blank line before the fence)."""
-_REQUEST_BLOCK = re.compile(
-    re.escape(LATEST_REQUEST_LABEL) + r"\n\n(?P<fence>`{3,})\n(?P<text>.*?)\n(?P=fence)(?:\n|$)",
-    re.DOTALL,
-)
-_ANY_REQUEST_BLOCK = re.compile(
-    rf"(?:{re.escape(LATEST_REQUEST_LABEL)}|{re.escape(LEGACY_REQUEST_LABEL)})\n\n?"
-    r"(?P<fence>`{3,})\n(?P<text>.*?)\n(?P=fence)[ \t]*(?:\n(?:\(clipped here[^\n]*\)))?",
-    re.DOTALL,
-)
 _BACKTICK_NAME = re.compile(r"`([A-Za-z_]\w*)`")
 
 
@@ -172,103 +163,43 @@ def run_key(item: str) -> str:
 
 # --- sections ----------------------------------------------------------------------------
 
-CLIPPED_REQUEST_NOTE = "(clipped here; the whole request is in the recent messages after this capsule)"
-
-
-def _decompose_goal(body: str) -> tuple[str | None, list[str], list[str], list[str], str]:
-    """(latest request, opening request, earlier requests, constraints, carried text) of a
-    goal section this module wrote; a goal in any other layout is carried over whole."""
-    if not body:
-        return None, [], [], [], ""
-    request = None
-    rest = body
-    if block := _REQUEST_BLOCK.match(body):
-        request, rest = block["text"], body[block.end() :]
-    head, carried = rest, ""
-    marker = CARRIED_LABEL + "\n"
-    at = 0 if rest.startswith(marker) else rest.find("\n" + marker) + 1
-    if rest.startswith(marker) or at > 0:
-        head, carried = rest[:at], rest[at + len(marker) :].strip()
-    opening: list[str] = []
-    earlier: list[str] = []
+def _constraints_and_carried(rest: str) -> tuple[list[str], str]:
+    """(constraints, carried text) of a goal section's text after its requests block: the
+    constraints this module listed, and everything else carried over whole (a model's goal,
+    or a goal in an earlier version's layout)."""
+    marker = CONSTRAINTS_LABEL + "\n"
+    if not rest.startswith(marker):
+        return [], rest
     constraints: list[str] = []
-    targets = {OPENING_REQUEST_LABEL: opening, EARLIER_REQUESTS_LABEL: earlier, CONSTRAINTS_LABEL: constraints}
-    target: list[str] | None = None
-    for line in head.split("\n"):
-        stripped = line.strip()
-        if not stripped or stripped == CLIPPED_REQUEST_NOTE:
+    lines = rest[len(marker) :].split("\n")
+    for index, line in enumerate(lines):
+        if _ITEM_MARKER.match(line):
+            constraints.append(line)
             continue
-        if stripped in targets:
-            target = targets[stripped]
-        elif target is not None and _ITEM_MARKER.match(line):
-            target.append(line)
-        else:
-            return None, [], [], [], body
-    return request, opening, earlier, constraints, carried
+        carried = "\n".join(lines[index:]).strip()
+        if carried.startswith(CARRIED_LABEL + "\n"):
+            carried = carried[len(CARRIED_LABEL) + 1 :].strip()
+        return constraints, carried
+    return constraints, ""
 
 
 def _goal(
     scan: Scan,
-    kept_requests: list[str],
+    requests_block: str,
     previous_body: str,
-    latest_whole: bool,
-    current: str | None,
     limit: int,
     request_chars: int | None = None,
 ) -> str:
-    old_request, opening, earlier, constraints, carried = _decompose_goal(previous_body)
-    short = request_chars is not None
-
-    def clipped(text: str, usual: int) -> str:
-        return head_and_tail(text, request_chars) if request_chars is not None else one_line(text, usual)
-
-    if short:  # a small window: what earlier capsules carried gives way too
-        opening = [bullet(clipped(_strip_marker(item), OPENING_CLIP_CHARS)) for item in opening]
-        earlier = [bullet(clipped(_strip_marker(item), REQUEST_CLIP_CHARS)) for item in earlier]
+    """The requests soba recorded (`requests.render`), then the constraints the user stated,
+    then what an earlier capsule's goal said that is neither (carried over whole)."""
+    _, rest = split_goal(previous_body)
+    if rest.startswith(CARRIED_LABEL + "\n"):
+        rest = rest[len(CARRIED_LABEL) + 1 :].strip()
+    constraints, carried = _constraints_and_carried(rest)
+    if request_chars is not None:  # a small window: what earlier capsules carried gives way too
         carried = head_and_tail(carried, 2 * request_chars) if carried and request_chars else ""
-    if not previous_body and scan.user_messages:
-        # No capsule before this region: its first request opened the session (its goal,
-        # most often), and is kept, clipped, through every later capsule.
-        opening = [bullet(clipped(scan.user_messages[0], OPENING_CLIP_CHARS))]
-        quoted_first = bullet(clipped(scan.user_messages[0], REQUEST_CLIP_CHARS))
-    else:
-        quoted_first = None
-    # Requests in the kept tail follow the capsule whole: only the latest is named here
-    # (clipped when long), so the capsule stands alone without repeating the tail.
-    earlier_source = list(scan.user_messages)
-    request: str | None = None
-    note = ""
-    if kept_requests:
-        request = kept_requests[-1]
-        quote_limit = KEPT_REQUEST_QUOTE_LIMIT_CHARS if request_chars is None else request_chars
-        if len(request) > quote_limit:
-            request, note = request[:quote_limit], CLIPPED_REQUEST_NOTE
-    elif scan.user_messages and latest_whole:
-        request = earlier_source.pop()
-    if old_request is not None:
-        if request is None and not earlier_source:
-            request = old_request  # no newer request: the previous one is still the latest
-        else:
-            earlier = [*earlier, bullet(clipped(old_request, REQUEST_CLIP_CHARS))]
-    if current is not None and request != current:
-        # The request being worked on lies before this region (an earlier capsule holds it).
-        if request is not None:
-            earlier = [*earlier, bullet(clipped(request, REQUEST_CLIP_CHARS))]
-        request, note = current, ""
-    newest = earlier_source[-EARLIER_REQUESTS_KEPT:] if latest_whole else earlier_source[-EARLIER_REQUESTS_KEPT - 1 :]
-    earlier = _cap(
-        _merge(earlier, [bullet(clipped(m, REQUEST_CLIP_CHARS)) for m in newest if m.strip()]),
-        min(EARLIER_REQUESTS_MAX, limit),
-    )
     constraints = _cap(_merge(constraints, scan.constraints), min(CONSTRAINTS_MAX, limit))
-    earlier = [item for item in earlier if item not in opening and item != quoted_first]
-    parts = []
-    if request is not None:
-        parts.append(f"{LATEST_REQUEST_LABEL}\n\n{_fenced(request)}" + (f"\n{note}" if note else ""))
-    if opening and (request is None or one_line(request, OPENING_CLIP_CHARS) not in opening[0]):
-        parts.append(OPENING_REQUEST_LABEL + "\n" + "\n".join(opening))
-    if earlier:
-        parts.append(EARLIER_REQUESTS_LABEL + "\n" + "\n".join(earlier))
+    parts = [requests_block] if requests_block else []
     if constraints:
         parts.append(CONSTRAINTS_LABEL + "\n" + "\n".join(constraints))
     if carried:
@@ -325,12 +256,15 @@ def _blockers(scan: Scan, previous: list[str], limit: int) -> list[str]:
     return _cap([item for item in merged if run_key(item) not in resolved], min(BLOCKERS_MAX, limit))
 
 
-def _in_progress(scan: Scan, kept_requests: list[str]) -> list[str]:
-    if kept_requests or not scan.user_messages:
+def _in_progress(scan: Scan, requests: Requests) -> list[str]:
+    """The request being worked on when this capsule replaces it (a long tool loop): it is
+    quoted whole under Goal and constraints, marked `in progress`; and the latest step."""
+    if not requests.items or requests.items[0].status != IN_PROGRESS:
         return []
-    if scan.answered_latest_request and scan.last_assistant is not None:
-        return [bullet(f"Latest step: {first_line(scan.last_assistant, ITEM_CLIP_CHARS)}")]
-    return [bullet("Working on the latest user request (quoted under Goal and constraints)")]
+    items = [bullet("The user request marked in progress under Goal and constraints: the work on it goes on")]
+    if scan.last_assistant is not None:
+        items.append(bullet(f"Latest step: {first_line(scan.last_assistant, ITEM_CLIP_CHARS)}"))
+    return items
 
 
 def _next_steps(scan: Scan) -> list[str]:
@@ -353,31 +287,42 @@ def build_deterministic_capsule(
     previous: Capsule | None = None,
     kept: Sequence[Entry] = (),
     kernel_state: Sequence[str] = (),
-    latest_request_whole: bool = True,
-    latest_request: str | None = None,
+    current: MessageEntry | None = None,
+    request_tokens: int = DEFAULT_REQUEST_TOKENS,
+    count: Count | None = None,
     scans: Callable[[Sequence[Entry], int], Start] | None = None,
 ) -> Capsule:
     """A capsule of `entries` built without a model.
 
     `previous`: the capsule being rolled up (when None, the last capsule entry among
     `entries` is used); its items come first in every section. `kept`: the kept tail that
-    follows, read for tool results and for the latest user request (quoted whole, or
-    clipped with a note when it is long, since the tail carries it whole). `kernel_state`:
-    lines such as `df: DataFrame 120000×14`. `latest_request_whole=False` clips the latest
-    request like the earlier ones (for an extract whose request is shown elsewhere).
-    `latest_request`: the request being worked on when it is in neither `entries` nor
-    `kept` (it came before an earlier capsule): quoted whole all the same (SPEC §5).
-    `scans`: where the scan may start (`ExtractSnapshots.start`: a snapshot of the first
-    entries, so only the rest are read).
+    follows, read for tool results and for whether a request was answered. `kernel_state`:
+    lines such as `df: DataFrame 120000×14`. `current`: the request being worked on (the
+    latest user message on the path), quoted whole when the capsule replaces it (SPEC §5);
+    the user's requests are quoted within `request_tokens` as `count` measures them
+    (`soba_nb.compaction.requests`). `scans`: where the scan may start
+    (`ExtractSnapshots.start`: a snapshot of the first entries, so only the rest are read).
     """
+    scan = scan_for_capsule(entries, kept=kept, scans=scans)
+    if previous is None and scan.capsule_text is not None:
+        previous = parse_capsule(scan.capsule_text, require_all=False)
     return capsule_from_scan(
-        scan_for_capsule(entries, kept=kept, scans=scans),
+        scan,
         previous=previous,
         kept=kept,
         kernel_state=kernel_state,
-        latest_request_whole=latest_request_whole,
-        latest_request=latest_request,
+        requests=requests_of(entries, kept, previous, current),
+        request_tokens=request_tokens,
+        count=count,
     )
+
+
+def requests_of(
+    entries: Sequence[Entry], kept: Sequence[Entry], previous: Capsule | None, current: MessageEntry | None
+) -> Requests:
+    """The user's requests a capsule replacing `entries` quotes, rolled up with `previous`'s."""
+    earlier, _ = split_goal(previous.goal_and_constraints) if previous is not None else (Requests(), "")
+    return collect(entries, kept, earlier, current)
 
 
 def with_images_named(capsule: Capsule, scan: Scan) -> Capsule:
@@ -420,23 +365,26 @@ def capsule_from_scan(
     previous: Capsule | None = None,
     kept: Sequence[Entry] = (),
     kernel_state: Sequence[str] = (),
-    latest_request_whole: bool = True,
-    latest_request: str | None = None,
+    requests: Requests = NO_REQUESTS,
+    request_tokens: int = DEFAULT_REQUEST_TOKENS,
+    count: Count | None = None,
     items_max: int | None = None,
     request_chars: int | None = None,
 ) -> Capsule:
     """`build_deterministic_capsule` from a scan already run (a scan can be extended with
     more entries and read again, so an extract that grows costs one pass in all).
+    `requests`: the user's requests to quote (`requests_of`; none for an extract, whose
+    requests soba quotes itself in the capsule), fitted to `request_tokens` by `count`.
     `items_max`: the items of each list, newest first — runs, files and names (`LIST_ITEMS_MAX`
     when None), also after merging with the previous capsule's, so lists do not grow with every
     compaction of a long session; at most `NARRATIVE_MAX_ITEMS` of work, decisions and steps,
-    and at most the usual earlier requests and constraints. `request_chars` (a small window):
-    the first and earlier requests, and what earlier capsules carried, are clipped to their
-    head and tail at this length, and so is the quote of a latest request the kept tail
-    carries whole; the request being worked on, when only the capsule carries it, never is.
+    and at most the usual constraints. `request_chars` (a small window): the quoted requests,
+    and what earlier capsules carried, are clipped to their head and tail at this length; the
+    request being worked on, when only the capsule carries it, never is.
     `request_chars=0`: the bare capsule (`BARE_NOTE`), the last thing that gives way."""
     if request_chars == 0:
-        return _bare(latest_request)
+        return _bare(requests)
+    block = requests_block(requests, request_tokens, count, request_chars)
     limit = LIST_ITEMS_MAX if items_max is None else max(min(items_max, LIST_ITEMS_MAX), 1)
     narrative = min(NARRATIVE_MAX_ITEMS, limit)
     # When a small window makes the capsule give way, the story of the work (what was said,
@@ -450,7 +398,6 @@ def capsule_from_scan(
     def items(field_name: str) -> list[str]:
         return section_items(str(getattr(prior, field_name)))
 
-    kept_requests = [e.content for e in kept if isinstance(e, MessageEntry) and e.role == "user"]
     written = _newest(scan.files_modified, limit)
     modified = _noting_older(
         scan, "files_modified", limit, [bullet(f"{p} ({failure})" if failure else p) for p, failure in written]
@@ -468,11 +415,9 @@ def capsule_from_scan(
         return _body(items)
 
     return Capsule(
-        goal_and_constraints=_goal(
-            scan, kept_requests, prior.goal_and_constraints, latest_request_whole, latest_request, limit, request_chars
-        ),
+        goal_and_constraints=_goal(scan, block, prior.goal_and_constraints, limit, request_chars),
         work_done=narrative_of(_merge(items("work_done"), work), story),
-        in_progress=narrative_of(_merge(items("in_progress"), _in_progress(scan, kept_requests)), story),
+        in_progress=narrative_of(_merge(items("in_progress"), _in_progress(scan, requests)), story),
         pending=narrative_of(_merge(items("pending"), scan.pending)),
         decisions=narrative_of(_merge(items("decisions"), _select(scan.decisions, DECISIONS_NEW_MAX))),
         blockers=_body(_blockers(scan, items("blockers"), limit)),
@@ -493,38 +438,28 @@ BARE_NOTE = (
 )
 
 
-def _bare(latest_request: str | None) -> Capsule:
+def requests_block(
+    requests: Requests, request_tokens: int, count: Count | None = None, request_chars: int | None = None
+) -> str:
+    """The requests as the Goal section quotes them, fitted (`requests.fit`); in a small window
+    (`request_chars`) each one but the request in progress is clipped to that length."""
+    if request_chars is None:
+        return render_requests(fit(requests, request_tokens, count))
+    return render_requests(fit(requests, request_tokens, count, clip_chars=max(request_chars, 1), clip_all=True))
+
+
+def _bare(requests: Requests) -> Capsule:
     """Every section empty but the goal: a note, and the request being worked on whole when
     only the capsule carries it (SPEC §5). For a window that can take little more than the
     request itself (SPEC §12: only a request that cannot fit even alone is refused)."""
-    goal = BARE_NOTE if latest_request is None else f"{LATEST_REQUEST_LABEL}\n\n{_fenced(latest_request)}\n\n{BARE_NOTE}"
-    return Capsule(goal_and_constraints=goal)
+    working = requests.items[:1] if requests.items and requests.items[0].status == IN_PROGRESS else ()
+    block = render_requests(Requests(working)) if working else ""
+    return Capsule(goal_and_constraints="\n\n".join(part for part in (block, BARE_NOTE) if part))
 
 
-def with_latest_request(capsule: Capsule, request: str, *, quote: bool) -> Capsule:
-    """The capsule with `request` (the one being worked on) quoted whole under
-    `LATEST_REQUEST_LABEL` at the top of its Goal section when `quote` (SPEC §5: it is not in
-    the kept tail), and with no other text under that label: a quote of an earlier request
-    (copied by a model from the previous capsule) moves to the earlier requests, clipped.
-    """
-    goal = capsule.goal_and_constraints
-    stale: list[str] = []
-    found = False
-
-    def drop(match: re.Match[str]) -> str:
-        nonlocal found
-        if match["text"].strip() == request.strip():
-            found = True
-        else:
-            stale.append(bullet(one_line(match["text"], REQUEST_CLIP_CHARS)))
-        return ""
-
-    rest = _ANY_REQUEST_BLOCK.sub(drop, goal).strip()
-    if not stale and (found or not quote):
-        return capsule
-    parts = [f"{LATEST_REQUEST_LABEL}\n\n{_fenced(request)}"] if quote or found else []
-    if stale:
-        parts.append(EARLIER_REQUESTS_LABEL + "\n" + "\n".join(stale))
-    if rest:
-        parts.append(rest)
-    return capsule.model_copy(update={"goal_and_constraints": "\n\n".join(parts)})
+def with_requests(capsule: Capsule, requests: Requests, request_tokens: int, count: Count | None = None) -> Capsule:
+    """`capsule` (a model's) with the user's requests soba recorded at the top of its Goal
+    section, instead of any a model wrote there in soba's layout (SPEC §14: the summarizer is
+    not trusted with them)."""
+    goal = with_block(capsule.goal_and_constraints, requests_block(requests, request_tokens, count))
+    return capsule.model_copy(update={"goal_and_constraints": goal})

@@ -34,7 +34,6 @@ import msgspec
 from soba_nb.compaction import deterministic, extract
 from soba_nb.compaction.deterministic import (
     DECISIONS_NEW_MAX,
-    EARLIER_REQUESTS_KEPT,
     WORK_DONE_NEW_LINES,
     item_key,
     run_key,
@@ -65,8 +64,9 @@ MAX_LINES = 24
 doubling of the distance back from the newest (a boundary far back is rare and still served)."""
 MAX_LINE_BYTES = 16 * 1024 * 1024
 MAX_FILE_BYTES = 256 * 1024 * 1024
-REQUESTS_KEPT = EARLIER_REQUESTS_KEPT + 2
-"""The latest user requests a snapshot keeps (the first is kept too): the extract quotes fewer."""
+REQUESTS_KEPT = 5
+"""The latest user requests a snapshot keeps (the first is kept too): capsules quote the requests
+from the entries themselves (`soba_nb.compaction.requests`), not from a scan."""
 
 
 # --- what a snapshot holds -----------------------------------------------------------

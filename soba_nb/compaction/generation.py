@@ -25,9 +25,10 @@ from soba_nb.compaction.capsule import (
 )
 from soba_nb.compaction.deterministic import (
     capsule_from_scan,
+    requests_of,
     scan_for_capsule,
     with_images_named,
-    with_latest_request,
+    with_requests,
 )
 from soba_nb.compaction.fitting import (
     first_fitting,
@@ -200,6 +201,9 @@ def generate_capsule(
     previous = _previous_capsule(cut)
     request, quote = _request_to_quote(cut)
     scan = scan_for_capsule(cut.summarize, kept=cut.kept, scans=_scan_starts(ctx, cut))
+    # The user's requests are soba's to quote, never the summarizer's (SPEC §14).
+    requests = requests_of(cut.summarize, cut.kept, previous, cut.request)
+    count = ctx.counter.count_text
 
     def fallback(items_max: int | None = None, request_chars: int | None = None) -> Capsule:
         return capsule_from_scan(
@@ -207,7 +211,9 @@ def generate_capsule(
             previous=previous,
             kept=cut.kept,
             kernel_state=ctx.kernel_state,
-            latest_request=request if quote else None,
+            requests=requests,
+            request_tokens=ctx.user_request_tokens,
+            count=count,
             items_max=items_max,
             request_chars=request_chars,
         )
@@ -236,9 +242,8 @@ def generate_capsule(
         if isinstance(outcome, Capsule):
             # The kernel state is ours, never the model's: it describes the live kernel.
             capsule = with_images_named(outcome.model_copy(update={"kernel_state": deterministic.kernel_state}), scan)
+            capsule = with_requests(capsule, requests, ctx.user_request_tokens, count)
             quality, note = "full", None
-            if request is not None:
-                capsule = with_latest_request(capsule, request, quote=quote)
             model, provider = ctx.summarizer.model, ctx.summarizer.provider
         else:
             note = outcome

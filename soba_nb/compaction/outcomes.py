@@ -19,6 +19,7 @@ from soba_nb.compaction.extract_snapshots import ExtractSnapshots
 from soba_nb.compaction.flight import FlightRecorder
 from soba_nb.compaction.native_continuation import NativeCompactor, continuation_label
 from soba_nb.compaction.planner import Cut
+from soba_nb.compaction.requests import DEFAULT_REQUEST_TOKENS
 from soba_nb.compaction.summarizer import Summarizer
 from soba_nb.compaction.triggers import Thresholds, Trigger
 from soba_nb.messages import ToolSchema
@@ -160,6 +161,8 @@ class BarrierContext:
     """The provider's own compaction, when it offers one (asked before the model summary)."""
     snapshots: ExtractSnapshots | None = None
     """Snapshots of the extract's scan (the summarized entries are read from the newest one on)."""
+    user_request_tokens: int = DEFAULT_REQUEST_TOKENS
+    """`compaction.userRequestTokens`: the user's requests a capsule quotes (SPEC §14)."""
     spent: list[UsageEntry] = field(default_factory=list)
     """The usage of the requests the operation made (summary, native compaction), appended to
     the transcript once it ended: never during it, where an entry would move the leaf and

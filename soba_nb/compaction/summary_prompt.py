@@ -329,7 +329,7 @@ class _Fitter:
                 self._scanned = self._start.covered
             self._start.scan.run(self.entries[self._scanned : dropped])
             self._scanned = dropped
-            capsule = capsule_from_scan(self._start.scan, latest_request_whole=False, items_max=EXTRACT_ITEMS_MAX)
+            capsule = capsule_from_scan(self._start.scan, items_max=EXTRACT_ITEMS_MAX)
             self._extracts[dropped] = render_capsule(capsule).rstrip("\n")
         return self._extracts[dropped]
 

@@ -1,5 +1,5 @@
 """The deterministic capsule must be good on its own (SPEC §4): every file touched, every
-command with its last outcome, the latest user request whole, the previous capsule kept."""
+command with its last outcome, the user's requests verbatim (SPEC §14), the previous capsule kept."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ from hypothesis import strategies as st
 
 from soba_nb.compaction.capsule import Capsule, parse_capsule, render_capsule
 from soba_nb.compaction.deterministic import (
-    EARLIER_REQUESTS_LABEL,
     NARRATIVE_MAX_ITEMS,
-    OPENING_REQUEST_LABEL,
     build_deterministic_capsule,
 )
+from soba_nb.compaction.requests import REQUESTS_LABEL, split_goal
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     CheckpointEntry,
@@ -150,7 +149,13 @@ LONG_REQUEST = (
 )
 
 
-def test_the_latest_user_request_is_quoted_whole_and_earlier_ones_clipped() -> None:
+def quoted(capsule: Capsule) -> list[tuple[str, str]]:
+    """(status, text) of the requests the capsule quotes, newest first."""
+    requests, _ = split_goal(capsule.goal_and_constraints)
+    return [(request.status, request.text) for request in requests.items]
+
+
+def test_every_request_is_quoted_verbatim_newest_first_with_its_status() -> None:
     history = (
         History()
         .user("first: load the data " + "x" * 2000)
@@ -161,25 +166,76 @@ def test_the_latest_user_request_is_quoted_whole_and_earlier_ones_clipped() -> N
         .tool("python", "ok", code="fit(df)")
     )
     capsule = build(history)
-    assert LONG_REQUEST in capsule.goal_and_constraints
-    assert LONG_REQUEST in parse_capsule(render_capsule(capsule)).goal_and_constraints
-    assert "second: plot it" in capsule.goal_and_constraints
-    earlier = capsule.goal_and_constraints.split(EARLIER_REQUESTS_LABEL)[1]
-    assert "x" * 400 not in earlier and "first: load" not in earlier
-    # The session's first request (its goal, usually) is kept, clipped less.
-    opening = capsule.goal_and_constraints.split(OPENING_REQUEST_LABEL)[1].split(EARLIER_REQUESTS_LABEL)[0]
-    assert "first: load the data " + "x" * 400 in opening and "x" * 700 not in opening
+    assert quoted(capsule) == [
+        ("in progress", LONG_REQUEST),
+        ("done", "second: plot it"),
+        ("done", "first: load the data " + "x" * 2000),
+    ]
+    assert capsule.goal_and_constraints.startswith(REQUESTS_LABEL)
+    assert quoted(parse_capsule(render_capsule(capsule))) == quoted(capsule)
     assert "- You must not touch data/raw.csv." in capsule.goal_and_constraints
     assert "- Only use scikit-learn." in capsule.goal_and_constraints
-    assert "Working on the latest user request" in capsule.in_progress
+    assert "marked in progress" in capsule.in_progress
 
 
-def test_a_latest_request_in_the_kept_tail_is_quoted_too() -> None:
+def test_requests_in_the_kept_tail_follow_the_capsule_and_are_not_quoted() -> None:
     history = History().user("old request").assistant("done")
     kept = History().user("new short request").entries
     capsule = build(history, kept=kept)
-    assert "new short request" in capsule.goal_and_constraints
-    assert "- old request" in capsule.goal_and_constraints
+    assert "new short request" not in capsule.goal_and_constraints
+    assert quoted(capsule) == [("done", "old request")]
+    assert not capsule.in_progress  # the work goes on in the tail, not in the capsule
+
+
+def test_a_request_answered_only_in_the_kept_tail_is_done() -> None:
+    history = History().user("count the refunds").tool("python", "41", code="(df.amount < 0).sum()")
+    kept = History().assistant("There are 41 refunds.").entries
+    assert quoted(build(history, kept=kept)) == [("done", "count the refunds")]
+    assert quoted(build(history)) == [("in progress", "count the refunds")]
+
+
+def test_a_request_a_newer_one_followed_without_an_answer_is_not_answered() -> None:
+    history = History().user("plot by region").tool("python", "", code="plot()").user("never mind, list the columns")
+    history.assistant("The columns are a, b.")
+    assert quoted(build(history)) == [("done", "never mind, list the columns"), ("not answered", "plot by region")]
+
+
+def test_narration_before_tool_calls_is_no_answer() -> None:
+    history = History().user("count duplicates").assistant("Looking at the ids first.").tool("python", "14", code="d()")
+    assert quoted(build(history)) == [("in progress", "count duplicates")]
+
+
+def test_a_turn_checkpoint_marks_its_request_done() -> None:
+    history = History().user("plot it").tool("python", "", code="plot()").checkpoint("turn", "")
+    assert quoted(build(history)) == [("done", "plot it")]
+
+
+def test_a_slash_command_is_quoted_as_typed_and_its_template_is_no_constraint() -> None:
+    template = "Fix the notebook cell In [3], which failed.\n\nKeyError: 'Region'\n\nYou must propose the corrected cell with add_cell."
+    fix = MessageEntry(role="user", content=template, typed="/fix use the region column")
+    entries: list[Entry] = [fix, MessageEntry(role="assistant", content="The column is `region`."), MessageEntry(role="user", content="thanks, now plot it")]
+    capsule = build_deterministic_capsule(entries)
+    assert quoted(capsule) == [("in progress", "thanks, now plot it"), ("done", "/fix use the region column")]
+    assert "KeyError" not in capsule.goal_and_constraints and "add_cell" not in capsule.goal_and_constraints
+    # While it is being worked on, what soba sent is kept beside it: the work needs the traceback.
+    working = build_deterministic_capsule([fix, *History().tool("python", "ok", code="df.columns").entries])
+    assert "/fix use the region column" in working.goal_and_constraints
+    assert "KeyError: 'Region'" in working.goal_and_constraints
+    assert "which soba sent to the model as:" in working.goal_and_constraints
+
+
+def test_requests_beyond_the_budget_are_clipped_then_counted() -> None:
+    history = History()
+    for n in range(60):
+        history.user(f"request {n}: " + "word " * 200).assistant(f"answer {n}")
+    capsule = build(history, request_tokens=1000)
+    items = quoted(capsule)
+    assert items[0][1] == "request 59: " + ("word " * 200)  # the newest whole
+    requests, _ = split_goal(capsule.goal_and_constraints)
+    assert any(r.clipped for r in requests.items)
+    assert requests.older_left_out + len(requests.items) == 60
+    assert "older request(s) left out" in capsule.goal_and_constraints
+    assert len(render_capsule(capsule)) < 1000 * 4 + 6000
 
 
 def test_results_in_the_kept_tail_complete_calls_in_the_summarized_part() -> None:
@@ -258,16 +314,14 @@ def test_rolling_twice_keeps_the_older_request_and_carried_goal() -> None:
     first = build(History().user("Request one. You should keep logs."), previous=PREVIOUS)
     second = build(History().user("Request two."), previous=first)
     goal = second.goal_and_constraints
-    assert goal.index("Request two.") < goal.index("- Request one.")
+    assert quoted(second) == [("in progress", "Request two."), ("not answered", "Request one. You should keep logs.")]
     assert "- You should keep logs." in goal
     assert goal.count("Build a churn model. Never upload data.") == 1
     third = build(History().assistant("still working"), previous=second)
-    assert "Request two." in third.goal_and_constraints.split("Earlier user requests:")[0]
+    assert quoted(third) == [("done", "Request two."), ("not answered", "Request one. You should keep logs.")]
 
 
-def test_the_first_request_of_the_session_survives_every_later_capsule() -> None:
-    """The opening request (the session's goal, most often) is not one of the last three
-    requests after a while: it is kept under its own label, carried through each roll-up."""
+def test_every_request_of_the_session_survives_every_later_capsule() -> None:
     history = History().user("I'm preparing the Q3 churn report for the board. Keep it under two pages.")
     for n in range(5):
         history.assistant(f"done step {n}").user(f"step {n + 1}: next thing")
@@ -276,7 +330,10 @@ def test_the_first_request_of_the_session_survives_every_later_capsule() -> None
         capsule = build(History().user(f"later request {n}").assistant("ok"), previous=capsule)
     goal = capsule.goal_and_constraints
     assert goal.count("the Q3 churn report for the board") == 1
-    assert goal.index(OPENING_REQUEST_LABEL) < goal.index(EARLIER_REQUESTS_LABEL)
+    texts = [text for _, text in quoted(capsule)]
+    assert texts[0] == "later request 5" and texts[-1].startswith("I'm preparing the Q3 churn report")
+    statuses = [status for status, _ in quoted(capsule)]
+    assert len(texts) == 12 and statuses == ["done"] * 6 + ["not answered"] + ["done"] * 5  # "step 5" had no answer
     assert "- Keep it under two pages." in goal  # a "keep … under" sentence is a constraint
 
 
@@ -348,36 +405,30 @@ def test_a_200k_token_history_builds_fast() -> None:
 # -- the request being worked on (SPEC §5) ---------------------------------------------------
 
 
-def test_a_request_before_the_region_is_quoted_whole_and_the_old_one_moves_to_earlier():
-    from soba_nb.compaction.deterministic import LATEST_REQUEST_LABEL
-
+def test_a_request_before_the_region_is_quoted_whole_in_progress():
     previous = build_deterministic_capsule(History().user("Clean df.").assistant("Cleaned.").entries)
-    region = History().tool("read_file", "a,b\n1,2", path="a.csv").assistant("Read it.").entries
-    capsule = build_deterministic_capsule(region, previous=previous, latest_request="Now plot df by month.")
-    goal = capsule.goal_and_constraints
-    assert goal.startswith(f"{LATEST_REQUEST_LABEL}\n\n```\nNow plot df by month.\n```")
-    assert "- Clean df." in goal.split("Earlier user requests:")[1]
+    region = History().tool("read_file", "a,b\n1,2", path="a.csv").entries
+    current = MessageEntry(role="user", content="Now plot df by month.")
+    capsule = build_deterministic_capsule(region, previous=previous, current=current)
+    assert quoted(capsule) == [("in progress", "Now plot df by month."), ("done", "Clean df.")]
+    # Listed by the previous capsule already: not twice; answered in this region: done.
+    again = build_deterministic_capsule(History().assistant("Plotted.").entries, previous=capsule, current=current)
+    assert quoted(again) == [("done", "Now plot df by month."), ("done", "Clean df.")]
 
 
-def test_with_latest_request_fixes_a_model_capsule_whatever_it_copied():
-    from soba_nb.compaction.deterministic import (
-        LATEST_REQUEST_LABEL,
-        LEGACY_REQUEST_LABEL,
-        with_latest_request,
-    )
+def test_with_requests_puts_soba_s_list_on_a_model_capsule_whatever_it_copied():
+    from soba_nb.compaction.deterministic import requests_of, with_requests
 
-    stale = f"{LEGACY_REQUEST_LABEL}\n```\nClean df.\n```\n\nThe user cleans a sales table."
-    model = Capsule(goal_and_constraints=stale, work_done="- cleaned")
-    fixed = with_latest_request(model, "Now plot df by month.", quote=True)
+    entries = History().user("Clean df.").assistant("Cleaned.").user("Now plot df by month.").entries
+    requests = requests_of(entries, (), None, None)
+    copied = render_capsule(build_deterministic_capsule(History().user("Something else.").entries)).split("## Work done")[0]
+    model = Capsule(goal_and_constraints=copied.replace("## Goal and constraints", "") + "\n\nThe user cleans a sales table.")
+    fixed = with_requests(model, requests, 4000)
     goal = fixed.goal_and_constraints
-    assert goal.count("(verbatim):") == 1
-    assert goal.startswith(f"{LATEST_REQUEST_LABEL}\n\n```\nNow plot df by month.\n```")
-    assert "- Clean df." in goal and "The user cleans a sales table." in goal
-    # Idempotent, and a request kept in the tail is not quoted again.
-    assert with_latest_request(fixed, "Now plot df by month.", quote=True) == fixed
-    kept = with_latest_request(Capsule(goal_and_constraints="Sales work."), "Now plot.", quote=False)
-    assert kept.goal_and_constraints == "Sales work."
-    # The quote survives render → parse.
+    assert goal.count(REQUESTS_LABEL) == 1 and "Something else." not in goal
+    assert quoted(fixed) == [("in progress", "Now plot df by month."), ("done", "Clean df.")]
+    assert "The user cleans a sales table." in goal
+    assert with_requests(fixed, requests, 4000) == fixed  # idempotent
     assert parse_capsule(render_capsule(fixed)).goal_and_constraints == goal
 
 
@@ -451,7 +502,7 @@ def test_lists_stay_bounded_over_many_compactions() -> None:
 
 
 def test_fewer_items_make_a_shorter_capsule_that_keeps_the_newest_and_the_request() -> None:
-    from soba_nb.compaction.deterministic import capsule_from_scan, scan_for_capsule
+    from soba_nb.compaction.deterministic import capsule_from_scan, requests_of, scan_for_capsule
 
     history = History().user("Clean the sensor logs; keep the raw files.")
     for index in range(300):
@@ -459,9 +510,10 @@ def test_fewer_items_make_a_shorter_capsule_that_keeps_the_newest_and_the_reques
         history.tool("read_file", "x", path=f"data/part_{index}.csv")
     history.user("Now plot the drift per sensor.")
     scan = scan_for_capsule(history.entries)
+    requests = requests_of(history.entries, (), None, None)
     sizes = []
     for items_max in (None, 100, 25, 6, 1):
-        capsule = capsule_from_scan(scan, items_max=items_max)
+        capsule = capsule_from_scan(scan, items_max=items_max, requests=requests)
         text = render_capsule(capsule)
         assert parse_capsule(text) is not None
         assert "Now plot the drift per sensor." in capsule.goal_and_constraints
@@ -471,4 +523,4 @@ def test_fewer_items_make_a_shorter_capsule_that_keeps_the_newest_and_the_reques
             for section in (capsule.verification, capsule.files_read, capsule.work_done, capsule.blockers):
                 assert len(section.splitlines()) <= items_max + 1
     assert sizes == sorted(sizes, reverse=True) and sizes[-1] < sizes[0] // 20
-    assert capsule_from_scan(scan) == build(history)  # rendering again leaves the scan as it was
+    assert capsule_from_scan(scan, requests=requests) == build(history)  # rendering again leaves the scan as it was

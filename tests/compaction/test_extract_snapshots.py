@@ -92,14 +92,13 @@ def steps(draw: st.DrawFn) -> list[Entry]:
 def full_capsule(entries: list[Entry], whole: bool, previous: Capsule | None) -> Capsule:
     scan = fresh_start(entries).scan
     scan.run(entries)
-    return capsule_from_scan(scan, latest_request_whole=whole, previous=previous)
+    return capsule_from_scan(scan, previous=previous)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps(), st.data())
 def test_a_trimmed_snapshot_scanned_on_gives_the_extract_of_a_whole_scan(entries: list[Entry], data: st.DataObject) -> None:
     cuts = sorted(data.draw(st.lists(st.integers(0, len(entries)), max_size=4)))
-    whole = data.draw(st.booleans())
     previous = data.draw(st.sampled_from([None, Capsule(goal_and_constraints="Never upload data.", work_done="- a")]))
     # Lists of runs, files and names capped low, so trimming drops the older ones.
     limit = data.draw(st.sampled_from([1, 2, 3, deterministic.LIST_ITEMS_MAX]))
@@ -118,10 +117,10 @@ def test_a_trimmed_snapshot_scanned_on_gives_the_extract_of_a_whole_scan(entries
             scan = scan_of(decoded.scan, {**scan.results, **later})
             done = cut
         scan.run(entries[done:])
-        got = capsule_from_scan(scan, latest_request_whole=whole, previous=previous, items_max=items_max)
+        got = capsule_from_scan(scan, previous=previous, items_max=items_max)
         whole_scan = fresh_start(entries).scan
         whole_scan.run(entries)
-        assert got == capsule_from_scan(whole_scan, latest_request_whole=whole, previous=previous, items_max=items_max)
+        assert got == capsule_from_scan(whole_scan, previous=previous, items_max=items_max)
 
 
 def test_every_field_of_a_scan_but_its_results_is_in_a_snapshot() -> None:
@@ -153,7 +152,7 @@ def opened(tmp_path: Path) -> Transcript:
 def extract_text(entries: list[Entry], snapshots: ExtractSnapshots | None, upto: int) -> str:
     begun = snapshots.start(entries, upto, capsule_id=None) if snapshots else fresh_start(entries)
     begun.scan.run(entries[begun.covered : upto])
-    return repr(capsule_from_scan(begun.scan, latest_request_whole=False))
+    return repr(capsule_from_scan(begun.scan))
 
 
 def test_following_a_session_leaves_snapshots_a_summary_starts_from(tmp_path: Path, small_spacing: None) -> None:

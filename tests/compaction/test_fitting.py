@@ -201,21 +201,25 @@ def after_a_capsule_the_request_grows(tmp_path, summarizer=None, result_words=10
     return t, engine, request
 
 
-@pytest.mark.parametrize("result_words", [60, 100])
+@pytest.mark.parametrize("result_words", [220, 260])
 def test_a_capsule_rolls_up_again_when_the_request_it_kept_outgrows_it(tmp_path, result_words):
     t, engine, request = after_a_capsule_the_request_grows(tmp_path, result_words=result_words)
     before = capsule_of(t)
     sent = engine.request_for_sending()  # was: "nothing to compact: the history before the kept window is empty"
     after = capsule_of(t)
-    assert sent.tokens <= 700 and after.id != before.id and after.rolls_up == before.id
-    assert len(after.content) < len(before.content)
+    assert sent.tokens <= 700
+    # The capsule gives way when it can (rolled up, shorter); one that quotes only the requests it
+    # replaced (the request being worked on is in the tail) has little to give: then the result
+    # is clipped in model input (whole in the transcript), with a note.
+    rolled = after.id != before.id and after.rolls_up == before.id and len(after.content) < len(before.content)
+    assert rolled or any("clipped result of python call c1" in note for note in sent.notes)
     assert [m.content for m in sent.messages if m.role == "user"][-1] == request  # the request, whole
     assert any(m.role == "tool" for m in sent.messages)  # its call and result kept, never split
 
 
 def test_a_model_capsule_too_large_to_roll_up_gives_way_to_the_fallback(tmp_path):
     long_model_capsule = FakeSummarizer(text=good_summary(words(230)))
-    t, engine, _ = after_a_capsule_the_request_grows(tmp_path, summarizer=long_model_capsule)
+    t, engine, _ = after_a_capsule_the_request_grows(tmp_path, summarizer=long_model_capsule, result_words=220)
     assert engine.request_for_sending().tokens <= 700
     assert capsule_of(t).quality == "degraded" and "did not fit" in engine.last_result.reason
 

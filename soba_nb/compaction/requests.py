@@ -1,0 +1,254 @@
+"""The user's requests a capsule quotes verbatim (SPEC §14), written by soba, not the model.
+
+A capsule replaces part of a session; the requests the user made in that part are what the
+next model must not misread. Every capsule, model or deterministic, carries them at the top of
+its `## Goal and constraints` section, newest first, each marked:
+
+- `done`: a turn after it completed with an answer;
+- `in progress`: the newest request, not answered yet (the work goes on after the capsule);
+- `not answered`: a newer request came before any answer (a failed or cancelled turn).
+
+A slash command is quoted as the user typed it (`MessageEntry.typed`: `/fix`), never as
+soba's expansion. The requests fit `compaction.userRequestTokens`: the newest are quoted whole
+while they fit; older ones are clipped to their head and tail, with a note; older still are
+counted in a last line. A request `in progress` is always whole (SPEC §5). Across repeated
+compactions the list rolls up: the previous capsule's requests come after (older than) the
+new ones, and one it left `in progress` becomes `done` when the span that follows answers it.
+
+    User requests in the part of the session this capsule replaces, newest first (verbatim, recorded by soba):
+
+    1. in progress:
+
+    ```text
+    and now the refunds by month?
+    ```
+
+    2. done:
+
+    ```text
+    /fix
+    ```
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from soba_nb.text import head_and_tail
+from soba_nb.transcript.entries import CheckpointEntry, Entry, MessageEntry, ToolCallEntry
+
+Count = Callable[[str], int]
+Status = str
+
+DONE: Status = "done"
+IN_PROGRESS: Status = "in progress"
+NOT_ANSWERED: Status = "not answered"
+STATUSES = (DONE, IN_PROGRESS, NOT_ANSWERED)
+
+REQUESTS_LABEL = (
+    "User requests in the part of the session this capsule replaces, newest first "
+    "(verbatim, recorded by soba):"
+)
+CLIPPED_NOTE = "clipped to its head and tail; the transcript holds it whole"
+OLDER_NOTE = "{count} older request(s) left out here (see the transcript)"
+EXPANDED_LABEL = "which soba sent to the model as:"
+CLIP_CHARS = 300
+"""An older request beyond the budget is quoted this long (its head and tail)."""
+DEFAULT_REQUEST_TOKENS = 4000
+CHARS_PER_TOKEN_ESTIMATE = 3
+"""Without a tokenizer at hand, a request's size is estimated at this many characters a token
+(fewer than most text has: the estimate errs on the side of a smaller capsule)."""
+
+_ITEM = re.compile(
+    r"^(?P<number>\d+)\. (?P<status>done|in progress|not answered)(?P<clipped> \(" + re.escape(CLIPPED_NOTE) + r"\))?:"
+    r"\n\n(?P<fence>`{3,})text\n(?P<text>.*?)\n(?P=fence)[ \t]*$"
+    r"(?:\n\n" + re.escape(EXPANDED_LABEL) + r"\n\n(?P<efence>`{3,})text\n(?P<expanded>.*?)\n(?P=efence)[ \t]*$)?",
+    re.MULTILINE | re.DOTALL,
+)
+_OLDER = re.compile(r"^\(?(?P<count>\d+) older request\(s\) left out here[^\n]*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One user request as a capsule quotes it."""
+
+    text: str
+    status: Status
+    clipped: bool = False
+    expanded: str | None = None
+    """What soba sent for it (a `/fix` turned into a request with the cell and its error), kept
+    only while the request is `in progress`: the work on it needs what the model was sent."""
+
+
+@dataclass(frozen=True)
+class Requests:
+    """The requests of a capsule, newest first, and how many older ones were left out."""
+
+    items: tuple[Request, ...] = ()
+    older_left_out: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.items) or self.older_left_out > 0
+
+
+NONE = Requests()
+"""No requests (an extract: soba quotes the requests in the capsule itself)."""
+
+
+def said(entry: MessageEntry) -> str:
+    """A user message as the user typed it (`/fix`), not as soba expanded it."""
+    return entry.typed if entry.typed is not None else entry.content
+
+
+def _statuses(entries: Iterable[Entry]) -> list[tuple[MessageEntry | None, Status]]:
+    """Each user message with its status, oldest first. The first item (`None`) stands for a
+    request made before these entries: whether the entries answer it before any user message."""
+    found: list[tuple[MessageEntry | None, Status]] = [(None, IN_PROGRESS)]
+    answered = False
+    for entry in entries:
+        if isinstance(entry, MessageEntry):
+            if entry.role == "user":
+                message, _ = found[-1]
+                found[-1] = (message, DONE if answered else NOT_ANSWERED)
+                found.append((entry, IN_PROGRESS))
+                answered = False
+            elif entry.role == "assistant" and entry.content.strip():
+                answered = True  # an answer, unless a tool call follows (then it was a step)
+        elif isinstance(entry, ToolCallEntry):
+            answered = False
+        elif isinstance(entry, CheckpointEntry) and entry.kind == "turn":
+            answered = True  # soba records a `turn` checkpoint when a turn completed
+    message, _ = found[-1]
+    found[-1] = (message, DONE if answered else IN_PROGRESS)
+    return found
+
+
+def _request(message: MessageEntry, status: Status) -> Request:
+    expanded = message.content if message.typed is not None and status == IN_PROGRESS else None
+    return Request(said(message), status, expanded=expanded)
+
+
+def collect(
+    summarized: Sequence[Entry],
+    kept: Sequence[Entry] = (),
+    previous: Requests | None = None,
+    current: MessageEntry | None = None,
+) -> Requests:
+    """The requests of a capsule that replaces `summarized` (followed by `kept`), newest first,
+    rolled up with `previous` (the requests of the capsule it replaces). Statuses are read over
+    both spans: a request answered in the kept tail is `done`. `current`: the request being
+    worked on (the latest user message on the path); when it lies before `summarized` and the
+    previous capsule does not list it (a capsule of another version), it is listed all the same."""
+    in_span = {id(entry) for entry in summarized}
+    statuses = _statuses([*summarized, *kept])
+    new = [_request(message, status) for message, status in statuses[1:] if id(message) in in_span]
+    previous = previous or NONE
+    older = list(previous.items)
+    in_kept = any(entry is current for entry in kept)
+    before = current is not None and id(current) not in in_span and not in_kept
+    if before and current is not None and (not older or older[0].text != said(current)):
+        older.insert(0, _request(current, IN_PROGRESS))
+    if older and older[0].status == IN_PROGRESS:
+        # The newest request of the previous capsule was still being worked on: what follows
+        # it now says whether it was answered (or left for a newer one).
+        _, status = statuses[0]
+        status = status if status != IN_PROGRESS or not new else NOT_ANSWERED
+        older[0] = replace(older[0], status=status, expanded=older[0].expanded if status == IN_PROGRESS else None)
+    return Requests((*reversed(new), *older), previous.older_left_out)
+
+
+def fenced(text: str) -> str:
+    """`text` in a ```text fence no line of it can close."""
+    longest = max((len(run) for run in re.findall(r"`{3,}", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
+
+
+def _item(number: int, request: Request) -> str:
+    clipped = f" ({CLIPPED_NOTE})" if request.clipped else ""
+    item = f"{number}. {request.status}{clipped}:\n\n{fenced(request.text)}"
+    if request.expanded is not None:
+        item += f"\n\n{EXPANDED_LABEL}\n\n{fenced(request.expanded)}"
+    return item
+
+
+def _estimate(text: str) -> int:
+    return len(text) // CHARS_PER_TOKEN_ESTIMATE + 1
+
+
+def fit(
+    requests: Requests, budget: int, count: Count | None = None, clip_chars: int = CLIP_CHARS, *, clip_all: bool = False
+) -> Requests:
+    """The requests within `budget` tokens: whole while they fit (a request `in progress`
+    always), then clipped to `clip_chars`, their head and tail, then left out (counted) once
+    not even that fits. `count` measures (an estimate without it). `clip_all` (a small
+    window): every request but the one in progress is clipped."""
+    measure = count or _estimate
+    kept: list[Request] = []
+    used = 0
+    left_out = requests.older_left_out
+    for index, request in enumerate(requests.items):
+        if request.status == IN_PROGRESS and not request.clipped and index == 0:
+            kept.append(request)
+            used += measure(_item(index + 1, request))
+            continue
+        cost = measure(_item(index + 1, request))
+        if used + cost <= budget and not clip_all:
+            kept.append(request)
+            used += cost
+            continue
+        short = replace(request, text=head_and_tail(request.text, clip_chars), clipped=True)
+        if short.text == request.text:
+            short = request
+        cost = measure(_item(index + 1, short))
+        if used + cost <= budget:
+            kept.append(short)
+            used += cost
+            continue
+        left_out += len(requests.items) - index
+        break
+    return Requests(tuple(kept), left_out)
+
+
+def render(requests: Requests) -> str:
+    """The block at the top of the Goal section ("" when there are none)."""
+    if not requests:
+        return ""
+    parts = [REQUESTS_LABEL, *(_item(number, request) for number, request in enumerate(requests.items, 1))]
+    if requests.older_left_out:
+        parts.append(f"({OLDER_NOTE.format(count=requests.older_left_out)})")
+    return "\n\n".join(parts)
+
+
+def split_goal(goal: str) -> tuple[Requests, str]:
+    """(the requests block soba wrote at the top of a Goal section, the rest of the section).
+    A goal without the block gives no requests and itself."""
+    at = goal.find(REQUESTS_LABEL)
+    if at < 0:
+        return Requests(), goal
+    end = at + len(REQUESTS_LABEL)
+    items: list[Request] = []
+    while True:
+        rest = goal[end:]
+        stripped = rest.lstrip("\n")
+        match = _ITEM.match(stripped)
+        if match is None:
+            break
+        items.append(Request(match["text"], match["status"], bool(match["clipped"]), match["expanded"]))
+        end += len(rest) - len(stripped) + match.end()
+    left_out = 0
+    rest = goal[end:]
+    stripped = rest.lstrip("\n")
+    if (older := _OLDER.match(stripped)) is not None:
+        left_out = int(older["count"])
+        end += len(rest) - len(stripped) + older.end()
+    remainder = (goal[:at] + goal[end:]).strip()
+    return Requests(tuple(items), left_out), remainder
+
+
+def with_block(goal: str, block: str) -> str:
+    """`goal` with `block` at its top, instead of any requests block it had."""
+    _, rest = split_goal(goal)
+    return "\n\n".join(part for part in (block, rest) if part)
