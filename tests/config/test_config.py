@@ -679,3 +679,137 @@ def test_agent_and_pricing_from_the_environment() -> None:
     }
     with pytest.raises(ConfigError, match="SOBA_AGENT_MAX_SESSION_COST_USD: agent.maxSessionCostUsd = Infinity"):
         env_layer({"SOBA_AGENT_MAX_SESSION_COST_USD": "Infinity"})
+
+
+# -- compaction.model: a summary model of its own (SPEC §14) ----------------------------------
+
+
+def summary_config(summary: Any, model: dict[str, Any] | None = None) -> SobaConfig:
+    return build_config([("soba.json", {"model": model or {"name": "gpt-4o"}, "compaction": {"model": summary}})])
+
+
+def test_the_summary_model_inherits_what_it_does_not_give_from_model() -> None:
+    main = {"name": "gpt-4o", "baseUrl": "http://127.0.0.1:8080/v1", "apiKeyEnv": "MAIN_KEY", "contextWindow": 64000,
+            "maxOutputTokens": 4000, "pricing": {"inputPerMTok": 2.5, "outputPerMTok": 10}}  # fmt: skip
+    summary = summary_config({"name": "gpt-4o-mini"}, main).summary_model
+    assert summary is not None
+    assert (summary.provider, summary.name, summary.base_url, summary.api_key_env) == (
+        "openai", "gpt-4o-mini", "http://127.0.0.1:8080/v1", "MAIN_KEY",
+    )  # fmt: skip
+    assert (summary.context_window, summary.max_output_tokens) == (64000, 4000)
+    assert summary.pricing is None  # model.pricing prices gpt-4o, not gpt-4o-mini
+
+    own = summary_config(
+        {"name": "gpt-4o-mini", "baseUrl": None, "apiKeyEnv": "MINI_KEY", "contextWindow": 16000,
+         "maxOutputTokens": 1000, "pricing": {"inputPerMTok": 0.15, "outputPerMTok": 0.6}}, main,
+    ).summary_model  # fmt: skip
+    assert own is not None and own.base_url is None and own.api_key_env == "MINI_KEY"  # null: the public address
+    assert (own.context_window, own.max_output_tokens) == (16000, 1000)
+    assert own.pricing is not None and own.pricing.input_per_m_tok == 0.15
+
+    same = summary_config({"name": "gpt-4o", "contextWindow": 32000}, main).summary_model
+    assert same is not None and same.pricing is not None and same.pricing.input_per_m_tok == 2.5  # the same model
+
+
+def test_a_summary_model_of_another_provider_starts_from_that_providers_defaults() -> None:
+    main = {"name": "gpt-4o", "baseUrl": "https://gateway.example/v1", "apiKeyEnv": "GATEWAY_KEY"}
+    summary = summary_config({"name": "claude-haiku-4-5", "provider": "anthropic"}, main).summary_model
+    assert summary is not None
+    # Neither the gateway's address nor its key goes to Anthropic.
+    assert (summary.provider, summary.base_url, summary.api_key_env) == ("anthropic", None, "ANTHROPIC_API_KEY")
+    assert (summary.context_window, summary.max_output_tokens) == (200000, 8000)
+    local = summary_config({"name": "SmolLM2-135M-Instruct", "provider": "local"}).summary_model
+    assert local is not None and (local.api_key_env, local.context_window, local.max_output_tokens) == ("", 8192, 512)
+
+
+def test_compaction_model_encodes_only_the_keys_given_and_round_trips(tmp_path: Path, isolated: dict[str, Any]) -> None:
+    config = summary_config({"name": "gpt-4o-mini", "baseUrl": None, "contextWindow": 16000})
+    assert config.to_json()["compaction"]["model"] == {"name": "gpt-4o-mini", "baseUrl": None, "contextWindow": 16000}
+    again = recorded_config(config.to_json(), config.explicit_keys, "soba.json")
+    assert again.summary_model == config.summary_model and again.to_json() == config.to_json()
+    assert SobaConfig().summary_model is None
+    write_json(tmp_path / "soba.json", {"compaction": {"model": {"name": "gpt-4o-mini"}}})
+    loaded = load_config(tmp_path, **{**isolated, "environ": {"OPENAI_API_KEY": "k"}})
+    assert (loaded.set_by("compaction.model") or "").endswith("soba.json")
+
+
+@pytest.mark.parametrize(
+    ("summary", "line"),
+    [
+        ({"name": "gpt-4o-mini", "contextWindow": -1}, "compaction.model.contextWindow = -1: input should be greater than 0"),
+        ({"name": "gpt-4o-mini", "maxOutputTokens": 0}, "compaction.model.maxOutputTokens = 0: input should be greater than 0"),
+        ({"contextWindow": 16000}, "compaction.model.name: required"),
+        ({"name": " "}, 'compaction.model.name = " ": must not be empty'),
+        ({"name": "x", "provider": "azure"}, "compaction.model.provider = \"azure\": input should be 'openai', 'anthropic' or 'local'"),
+        ({"name": "x", "baseUrl": "ftp://host"}, 'compaction.model.baseUrl = "ftp://host": must be an http:// or https:// URL'),
+        ({"name": "x", "pricing": {"inputPerMTok": -1, "outputPerMTok": 1}},
+         "compaction.model.pricing.inputPerMTok = -1: input should be greater than or equal to 0"),
+        ({"name": "x", "colour": "red"}, 'compaction.model.colour: unknown key (value "red"); known keys in compaction.model: name, '
+         "provider, baseUrl, apiKeyEnv, contextWindow, maxOutputTokens, pricing"),
+        ("gpt-4o-mini", 'compaction.model = "gpt-4o-mini": must be a JSON object'),
+        ({"name": "x", "contextWindow": 4000}, "compaction.model.contextWindow = 4000: the summary model's window (4,000) leaves "
+         "no room for a request after maxOutputTokens (8,000) and a safety reserve of 250"),
+        ({"name": "x", "contextWindow": 4000, "maxOutputTokens": 3900}, "compaction.model.maxOutputTokens = 3900: the summary "
+         "model's window (4,000) leaves no room for a request after maxOutputTokens (3,900) and a safety reserve of 250"),
+    ],
+)  # fmt: skip
+def test_a_bad_summary_model_is_refused_in_one_line_naming_its_key(summary: Any, line: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        summary_config(summary)
+    assert str(refused.value) == f"invalid configuration: {line} (in soba.json)"
+
+
+def test_a_key_pasted_into_the_summary_model_is_never_shown() -> None:
+    secret = "sk-proj-AbCdEf0123456789XyZaBcDeFgHiJ"
+    for summary in ({"name": "x", "apiKeyEnv": secret}, {"name": "x", "apiKey": secret}):
+        with pytest.raises(ConfigError) as refused:
+            summary_config(summary)
+        assert secret not in str(refused.value) and "compaction.model.apiKey" in str(refused.value)
+    assert "compaction.model.apiKeyEnv names" in str(refused.value)  # where a key is read from: its own variable
+
+
+def test_the_summary_model_from_the_environment() -> None:
+    layer = env_layer({
+        "SOBA_COMPACTION_MODEL": '{"name": "gpt-4o", "contextWindow": 32000}',
+        "SOBA_COMPACTION_MODEL_NAME": "gpt-4o-mini",
+        "SOBA_COMPACTION_MODEL_API_KEY_ENV": "MINI_KEY",
+        "SOBA_COMPACTION_MODEL_PRICING": '{"inputPerMTok": 0.15, "outputPerMTok": 0.6}',
+    })  # fmt: skip
+    assert layer == {"compaction": {"model": {
+        "name": "gpt-4o-mini", "contextWindow": 32000, "apiKeyEnv": "MINI_KEY",
+        "pricing": {"inputPerMTok": 0.15, "outputPerMTok": 0.6},
+    }}}  # fmt: skip  (a key's own variable wins over the object's)
+    summary = build_config([("environment", layer)]).summary_model
+    assert summary is not None and (summary.name, summary.context_window, summary.api_key_env) == ("gpt-4o-mini", 32000, "MINI_KEY")
+    # A nested key alone is valid (the name may come from a file), and checked alone.
+    assert env_layer({"SOBA_COMPACTION_MODEL_CONTEXT_WINDOW": "16000"}) == {"compaction": {"model": {"contextWindow": 16000}}}
+    with pytest.raises(ConfigError) as refused:
+        env_layer({"SOBA_COMPACTION_MODEL_CONTEXT_WINDOW": "-1"})
+    assert str(refused.value) == (
+        "invalid configuration: SOBA_COMPACTION_MODEL_CONTEXT_WINDOW: compaction.model.contextWindow = -1: "
+        "input should be greater than 0"
+    )
+    assert env_layer({"SOBA_COMPACTION_MODEL": "null"}) == {"compaction": {"model": None}}
+
+
+def test_the_embedded_model_writes_no_summary_under_another_name(tmp_path: Path, isolated: dict[str, Any]) -> None:
+    write_json(tmp_path / "soba.json", {"model": {"provider": "local"}, "compaction": {"model": {"name": "gpt-4o-mini"}}})
+    with pytest.raises(ConfigError) as refused:
+        load_config(tmp_path, **isolated)
+    message = str(refused.value)
+    assert message.startswith('invalid configuration: compaction.model.name = "gpt-4o-mini" (in ')
+    assert "the provider is 'local' (model.provider, set in " in message and "compaction.model.provider" in message
+
+    write_json(tmp_path / "soba.json", {"compaction": {"model": {"name": "x", "provider": "local", "baseUrl": "http://127.0.0.1:1/v1"}}})
+    with pytest.raises(ConfigError) as refused:
+        load_config(tmp_path, **{**isolated, "environ": {"OPENAI_API_KEY": "k"}})
+    assert 'compaction.model.baseUrl = "http://127.0.0.1:1/v1"' in str(refused.value)
+
+    # A hosted summary model beside the embedded main one: its own provider, its own key.
+    write_json(tmp_path / "soba.json", {
+        "model": {"provider": "local"},
+        "compaction": {"model": {"name": "gpt-4o-mini", "provider": "openai", "apiKeyEnv": "MINI_KEY"}},
+    })  # fmt: skip
+    config = load_config(tmp_path, **isolated)
+    assert config.model.provider == "local" and config.summary_model is not None
+    assert (config.summary_model.provider, config.summary_model.api_key_env) == ("openai", "MINI_KEY")
