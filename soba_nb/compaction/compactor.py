@@ -113,14 +113,12 @@ class CompactorSettings:
 class SummaryModels:
     """What a compaction may ask a model for: a summary (`summarizer`) and the provider's
     native compaction (`native`, when it offers one). Given to the compactor together and
-    swapped together (`Compactor.bind`): both come from one provider — or, with a summary
-    model of its own, the summarizer and its `window` come from that model, and there is
-    no native compaction."""
+    swapped together (`Compactor.bind`): both come from one provider (a summary model of its
+    own: the summarizer and its `window`, no native compaction)."""
 
     summarizer: Summarizer | None = None
     native: NativeCompactor | None = None
-    window: SummaryWindow | None = None
-    """The summarizer's own limits; None: the session's (the summarizer is its model)."""
+    window: SummaryWindow | None = None  # None: the session's limits (the summarizer is its model)
 
 
 NO_MODELS = SummaryModels()
@@ -455,12 +453,9 @@ class Compactor:
         must_be_below: int | None,
     ) -> CompactionPlan:
         t = self.thresholds
-        summary_tokens = summary_output_tokens(t.hard_limit)
-        summary_input = t.hard_limit
-        own = self.models.window
-        if own is not None:  # a summary model of its own: its window, its answer's ceiling
-            summary_tokens = min(summary_tokens, own.output_tokens)
-            summary_input = own.input_tokens
+        summary_tokens, summary_input = summary_output_tokens(t.hard_limit), t.hard_limit
+        if (own := self.models.window) is not None:  # a summary model of its own: its window, its ceiling
+            summary_tokens, summary_input = min(summary_tokens, own.output_tokens), own.input_tokens
         max_kept: int | None = None
         if trigger in (Trigger.HARD_LIMIT, Trigger.CONTEXT_OVERFLOW):
             goal = target if target is not None else t.hard_limit
