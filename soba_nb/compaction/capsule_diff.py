@@ -42,7 +42,7 @@ from soba_nb.transcript.entries import (
     ToolResultEntry,
 )
 
-QUOTE_WORDS = 6
+QUOTE_WORDS = 5
 """A request counts as quoted when this many of its words appear in order in the capsule (or
 all of them, for a shorter request of at least `MIN_MATCHED_WORDS`)."""
 MIN_MATCHED_WORDS = 3

@@ -17,7 +17,7 @@ from soba_nb.compaction.capsule import SECTION_HEADINGS
 from soba_nb.transcript.entries import CapsuleEntry
 
 FIRST_REQUEST = "load data.csv and count the refunds in it"
-SECOND_REQUEST = "write the cleaned rows to clean.csv please"
+SECOND_REQUEST = "write the cleaned rows to a new file please"
 ORIGINAL_DECISION = "Refunds are part of revenue."
 """What the model's summary got wrong (the user said the opposite): the amendment fixes it."""
 AMENDED_DECISION = "Keep refunds out of revenue: finance books them separately."
@@ -144,9 +144,11 @@ def test_the_amended_capsule_is_what_the_next_request_carries(ip, compacted, scr
     assert AMENDED_DECISION in sent and ORIGINAL_DECISION not in sent
     first = next(m["content"] for m in body["messages"] if m["role"] == "user")
     assert first.startswith("Context Capsule") and f"checkpoint {amended.checkpoint_id}" in first
-    # The kept tail still follows it, once: the capsule entries in it are not messages.
-    assert sent.count("question 5: describe the data") == 1
-    assert "question 0: describe the data" not in sent
+    # The kept tail follows it, each message once (the capsule entries in the tail are not
+    # messages); what the capsule replaced is not sent as messages.
+    later = [m["content"] for m in body["messages"][1:] if m["role"] == "user"]
+    assert later.count("question 5: describe the data") == 1
+    assert "question 0: describe the data" not in later and FIRST_REQUEST not in later
 
     ip.run_line_magic("capsule", "list")
     listing = capsys.readouterr().out
