@@ -83,10 +83,11 @@ def test_a_model_capsule_gets_our_kernel_state_with_provenance(ip, scripted):
     capsule = compact(ip)
     assert capsule.quality == "full"  # the model's capsule, not the fallback
     lines = parse_capsule(capsule.content).kernel_state.splitlines()
-    producer = call_entry(ip, "pd.DataFrame").id
-    # The agent's variables first (most recently used first), with the call that built them.
-    assert lines[0] == f"- df: DataFrame 3×2 · float64×1, {ip.user_ns['df'].dtypes.iloc[1]}×1 · built by python call {producer}"
-    assert lines[1] == f"- total: float · built by python call {producer}"
+    # The agent's variables first (most recently used first), with their columns, and that the
+    # agent built them (no entry id: the model sees none it could look for).
+    region = ip.user_ns["df"].dtypes.iloc[1]
+    assert lines[0] == f"- df: DataFrame 3×2 · columns: units float64, region {region} · built by the agent"
+    assert lines[1] == "- total: float · built by the agent"
     assert lines[2] == "- notes: str[23]"  # then the user's own, never a value
     assert "the user's own variable" not in capsule.content and "(none)" not in "\n".join(lines)
 

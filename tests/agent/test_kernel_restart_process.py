@@ -56,7 +56,7 @@ def test_a_second_kernel_hears_what_is_gone_and_rebuilds_it(folder, llm_server, 
     producer = next(e for e in transcript.entries if isinstance(e, ToolCallEntry)).id
     [capsule] = [e for e in transcript.entries if isinstance(e, CapsuleEntry)]
     kernel = parse_capsule(capsule.content).kernel_state
-    assert f"- df: DataFrame 3×1 · int64×1 · built by python call {producer}" in kernel.splitlines()
+    assert "- df: DataFrame 3×1 · columns: units int64 · built by the agent" in kernel.splitlines()
 
     # The same notebook in a new kernel process (a restart): the session resumes.
     model.script(text("I will rebuild it first."))
