@@ -31,7 +31,7 @@ from soba_nb.agent.tool_schemas import TOOL_SCHEMAS, tool_schemas_for
 from soba_nb.compaction.compactor import NO_MODELS, Compactor, CompactorSettings
 from soba_nb.compaction.flight import FlightRecorder
 from soba_nb.compaction.model_input import fixed_key, fixed_tokens
-from soba_nb.config import MAX_CONTEXT_WINDOW, SobaConfig
+from soba_nb.config import MAX_CONTEXT_WINDOW, ModelSettings, SobaConfig
 from soba_nb.images import ImageRule
 from soba_nb.layout import SessionLayout
 from soba_nb.providers import make_provider
@@ -59,6 +59,11 @@ from soba_nb.window import (
     model_key,
     recorded_server_window,
 )
+
+
+def _unpriced(model: ModelSettings | None) -> ModelSettings | None:
+    """A model as bound (a new price is not a new model)."""
+    return None if model is None else msgspec.structs.replace(model, pricing=None)
 
 
 class RewindError(ValueError):
@@ -177,6 +182,7 @@ class AgentSession:
         model_changed = msgspec.structs.replace(config.model, pricing=None) != msgspec.structs.replace(
             self.config.model, pricing=None
         )
+        summary_changed = _unpriced(config.summary_model) != _unpriced(self.config.summary_model)
         self.config = config
         self._record_config()
         if model_changed:
@@ -184,6 +190,8 @@ class AgentSession:
             # provider and model that made them (the compactor's target changes with it).
             self.unbind()
             self._server_window = None
+        elif summary_changed:  # compaction.model set, changed or removed: bound with the model
+            self.unbind()
         self.refresh_limits()
 
     def _record_config(self) -> None:

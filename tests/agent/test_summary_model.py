@@ -222,3 +222,21 @@ def test_the_main_key_is_never_sent_to_the_summary_model(ip, nb_dir, scripted, s
     assert "authorization" not in summary.headers
     assert TEST_KEY_VALUE not in json.dumps(summary.headers) + summary.raw.decode()
     assert all(r.headers["authorization"] == f"Bearer {TEST_KEY_VALUE}" for r in model_requests(scripted.server))
+
+
+def test_a_summary_model_set_during_a_session_writes_the_next_summary(ip, nb_dir, scripted, summary_server, monkeypatch):
+    """soba.json is read again at each magic: `compaction.model` added to it rebinds the
+    session's models (the turns' provider stays), and removed, the main model summarizes again."""
+    monkeypatch.setenv(SUMMARY_KEY_ENV, SUMMARY_KEY_VALUE)
+    some_turns(ip, scripted, count=4)  # the main model alone
+    configure(nb_dir, scripted.server.url, summary_server.url)
+    some_turns(ip, scripted, count=4)
+    ip.run_line_magic("compact", "")
+    assert [r.operation for r in model_requests(summary_server)] == ["compaction"]
+    assert all(r.operation == "inference" for r in model_requests(scripted.server))
+
+    write_soba_json(nb_dir, scripted.server.url)  # compaction.model removed
+    some_turns(ip, scripted, count=8)
+    ip.run_line_magic("compact", "")
+    assert len(model_requests(summary_server)) == 1
+    assert [r for r in model_requests(scripted.server) if r.operation == "compaction"]
