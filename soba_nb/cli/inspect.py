@@ -14,6 +14,7 @@ from soba_nb.cli.session import (
     uncounted_note,
 )
 from soba_nb.cli.table import EXIT_OK, print_json, subcommand
+from soba_nb.printable import printable
 from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry, entry_to_dict
 from soba_nb.transcript.store import Transcript
 
@@ -50,6 +51,8 @@ def describe(transcript: Transcript, *, count: bool = False) -> dict[str, Any]:
                 "tokensAfter": entry.tokens_after,
                 "firstKeptEntryId": entry.first_kept_entry_id,
                 "continuation": entry.continuation,
+                "amends": entry.amends,
+                "author": entry.author,
                 # Which native item it holds, never the item itself (opaque, often encrypted).
                 "native": None
                 if entry.native is None
@@ -90,6 +93,7 @@ def render_inspect(info: dict[str, Any]) -> str:
         f"  {cap['checkpointId']}  {cap['trigger']:<16}  {cap['quality']:<8}  "
         f"{cap['tokensBefore']} → {cap['tokensAfter']}  first kept {cap['firstKeptEntryId'] or '-'}"
         + (f"  native {cap['native']['provider']}/{cap['native']['model']} ({cap['native']['kind']})" if cap["native"] else "")
+        + (f"  amends {cap['amends']} by {printable(cap['author'] or 'unknown')}" if cap["amends"] else "")
         for cap in info["capsules"]
     ]
     exactness = "" if tokens["exactTokenizer"] else ", estimate for this model family"

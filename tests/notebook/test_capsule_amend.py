@@ -13,6 +13,7 @@ from llm_server import text, tool_calls
 from test_magics import some_turns, transcript
 
 from soba_nb.capsule_files.file import current_author
+from soba_nb.cli.inspect import describe, render_inspect
 from soba_nb.compaction.capsule import SECTION_HEADINGS
 from soba_nb.transcript.entries import CapsuleEntry
 
@@ -154,6 +155,10 @@ def test_the_amended_capsule_is_what_the_next_request_carries(ip, compacted, scr
     listing = capsys.readouterr().out
     assert f"{amended.checkpoint_id} · capsule (user) · " in listing
     assert f"(amends {compacted.checkpoint_id}, by {current_author()})" in listing
+    # `soba-nb inspect` lists it too.
+    info = describe(transcript(ip))
+    assert [(c["checkpointId"], c["amends"]) for c in info["capsules"]][-1] == (amended.checkpoint_id, compacted.checkpoint_id)
+    assert f"amends {compacted.checkpoint_id} by {current_author()}" in render_inspect(info)
     # The diff of the amendment checks the amended text against the same span.
     ip.run_line_magic("capsule", "diff")
     assert capsys.readouterr().out.startswith(f"{amended.checkpoint_id} replaced ")
