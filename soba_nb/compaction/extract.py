@@ -37,8 +37,10 @@ OUTCOME_CLIP_CHARS = 160
 EXCEPTION_SCAN_CHARS = 4000
 OUTPUT_LINES = 3
 """A run's key output in Verification: the first lines it printed, at most this many..."""
-OUTPUT_CLIP_CHARS = 200
-"""... and this many characters (results are the state of data work: `ok: 14`)."""
+OUTPUT_CLIP_CHARS = 140
+"""... and this many characters (results are the state of data work: `ok: 14`). Every run
+listed pays it, in every capsule and in the extract of older history a summary request
+carries (100 runs: ~3,500 tokens more at most)."""
 OUTPUT_SCAN_CHARS = 4000
 NO_OUTPUT = "(no output)"
 """The python tool's whole result text when the code printed and returned nothing."""

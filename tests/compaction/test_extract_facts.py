@@ -13,7 +13,7 @@ import pytest
 from soba_nb.agent.tools import ToolContext, run_tool
 from soba_nb.compaction.capsule import Capsule, parse_capsule, render_capsule
 from soba_nb.compaction.deterministic import build_deterministic_capsule
-from soba_nb.compaction.extract import Scan
+from soba_nb.compaction.extract import OUTPUT_CLIP_CHARS, Scan
 from soba_nb.compaction.extract_snapshots import scan_of, state_of
 from soba_nb.transcript.entries import Entry, MessageEntry, ToolCallEntry, ToolResultEntry
 
@@ -206,7 +206,7 @@ def test_python_runs_keep_what_they_printed_and_returned(tmp_path: Path) -> None
     assert "- python `x = 1` → ok" in lines
     long = next(line for line in lines if "range(50)" in line)
     output = long.split(" → ", 1)[1]
-    assert output.startswith("ok: row 0 ") and output.count("⏎") <= 2 and len(output) <= 200 + len("ok: ")
+    assert output.startswith("ok: row 0 ") and output.count("⏎") <= 2 and len(output) <= OUTPUT_CLIP_CHARS + len("ok: ")
     assert "row 3 " not in output
 
 
