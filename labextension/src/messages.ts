@@ -34,6 +34,13 @@ export interface ISnapshot {
    * empty from a kernel that sends none.
    */
   cost: string;
+  /**
+   * A compaction is near (SPEC §14): the line a turn ending now prints in the cell, as the
+   * kernel words it (`soba: context at 36,200 / 39,046 tokens (93% of the auto-compact
+   * threshold): the next request may compact first — …`), or null when none is due (auto
+   * off, below 85 % of the soft limit, or a turn is running).
+   */
+  headsUp: string | null;
 }
 
 /**
@@ -78,7 +85,8 @@ function parseSnapshot(data: Fields): ISnapshot | null {
     isString(data.source) &&
     isBool(data.auto) &&
     isLine(data.lastResult) &&
-    isLine(data.lastAttempt);
+    isLine(data.lastAttempt) &&
+    isLine(data.headsUp);
   if (!ok) {
     return null;
   }
@@ -94,7 +102,8 @@ function parseSnapshot(data: Fields): ISnapshot | null {
     degraded: data.degraded === true,
     provider: isString(data.provider) ? data.provider : '',
     session: isString(data.session) ? data.session : '',
-    cost: isString(data.cost) ? data.cost : ''
+    cost: isString(data.cost) ? data.cost : '',
+    headsUp: (data.headsUp as string | undefined) ?? null
   };
 }
 

@@ -3,7 +3,8 @@
  *
  * Shows, for the current notebook, effective tokens against hardLimit as a bar with the soft
  * threshold marked, the measurement source, auto on/off, the last compaction's result line,
- * the last attempt's (when the latest operation did not complete), and during a barrier the
+ * the last attempt's (when the latest operation did not complete), the heads-up when an
+ * automatic compaction is near (`data-soba-role="compaction-heads-up"`), and during a barrier the
  * live line the kernel sends (`Compacting context before response · NN%`, or
  * `Compacting context · NN%` for `%compact`) — the same words as in the cell.
  *
@@ -24,6 +25,8 @@ export const PANEL_ID = 'soba-budget-panel';
 export const PANEL_TITLE = 'soba budget';
 export const NO_NOTEBOOK = 'Open a notebook to see its context budget.';
 export const NO_DATA = 'Run %budget or %soba in this notebook';
+/** The public name (`data-soba-role`, SPEC §18) of the heads-up before an automatic compaction. */
+export const HEADS_UP_ROLE = 'compaction-heads-up';
 
 const PERCENT = 100;
 const SOURCE_LABELS: Record<string, string> = {
@@ -114,6 +117,13 @@ export function render(state: IBudgetState): HTMLElement[] {
     : [el('div', 'soba-Budget-empty', NO_DATA)];
   if (state.progress) {
     nodes.push(el('div', 'soba-Budget-live', state.progress.line));
+  } else if (state.snapshot?.headsUp) {
+    // SPEC §14: the line the cell printed as the turn ended, as the kernel words it; a
+    // running barrier is the compaction it announced, so it gives way to the live line.
+    const headsUp = el('div', 'soba-Budget-headsUp', state.snapshot.headsUp);
+    headsUp.dataset.sobaRole = HEADS_UP_ROLE;
+    headsUp.setAttribute('role', 'status');
+    nodes.push(headsUp);
   }
   if (state.lastResult) {
     const { line, degraded } = state.lastResult;

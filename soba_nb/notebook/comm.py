@@ -12,14 +12,18 @@ Messages (JSON objects, discriminated on "type"):
 - ``{"type": "snapshot", "effective": int, "hardLimit": int, "softLimit": int,
   "source": "provider_usage" | "estimated", "auto": bool, "lastResult": str | None,
   "lastAttempt": str | None, "degraded": bool, "provider": str, "session": str,
-  "contextWindow": int, "windowSource": str, "cost": str}`` — the budget figures of the
-  session (what ``%budget`` shows); ``lastResult`` is the last compaction's result line
+  "contextWindow": int, "windowSource": str, "cost": str, "headsUp": str | None}`` — the
+  budget figures of the session (what ``%budget`` shows); ``lastResult`` is the last compaction's result line
   (``%budget``'s "Last compaction") and ``degraded`` says whether its capsule was a fallback;
   ``cost`` is the session's cost line (SPEC §11: ``Cost: $0.0123 this session (inference
   $0.0100 · compaction $0.0023) · prices: <source>`` or ``Cost: not priced``, then the cap
   when ``agent.maxSessionCostUsd`` sets one), shown as is;
   ``lastAttempt`` is the result line of this kernel's latest operation when it did not
-  complete (``%budget``'s "Last attempt"), else None.
+  complete (``%budget``'s "Last attempt"), else None; ``headsUp`` is the line a turn ending
+  past 85 % of the soft limit with auto on prints (SPEC §14: how close, that the next request
+  may — or will — compact first, ``%compact FOCUS`` to steer it, ``%auto_compact off`` to
+  avoid it), shown as is (``data-soba-role="compaction-heads-up"``); None when none is due
+  and in the snapshots a running turn sends.
 - ``{"type": "progress", "percent": int, "trigger": str, "line": str}`` — during a
   barrier; ``line`` is the live line exactly as the cell shows it
   (``Compacting context before response · NN%``, or ``Compacting context · NN%`` for

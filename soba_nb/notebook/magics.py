@@ -233,7 +233,7 @@ class SobaMagics(Magics, Configurable):
         if self.holder.first_turn_here(agent):
             renderer.print_line(resume_line(agent.transcript, agent.session_id))
         self.refresh_monitor()  # the panel shows this session's figures from the start of its first turn
-        with self.holder.cancellable() as cancel:
+        with self.holder.cancellable() as cancel, self.sidebar.turn():  # no heads-up while it runs
             try:
                 result = run_turn(
                     agent,
@@ -255,9 +255,17 @@ class SobaMagics(Magics, Configurable):
         renderer.finish(result)
         for source, kind in self.holder.place_proposed():
             renderer.show_cell(source, kind)
-        self.refresh_monitor()
+        self._turn_end_figures(agent, renderer)
         self.last_result = result
         return result
+
+    def _turn_end_figures(self, agent: AgentSession, renderer: TurnRenderer) -> None:
+        """The figures as a turn ends, to the sidebar; and, once per turn, the heads-up line
+        when an automatic compaction is near (SPEC §14: auto on, past 85 % of the soft limit)."""
+        snapshot = snapshot_of(agent)
+        if snapshot.heads_up is not None:
+            renderer.show(snapshot.heads_up.line(), "warning")
+        self.sidebar.refresh(snapshot)
 
     def _cancel_running(self) -> None:
         if not self.holder.cancel_running():

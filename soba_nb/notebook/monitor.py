@@ -19,18 +19,22 @@ compaction (every trigger but `user`), `Compacting context · NN%` for `%compact
 result line of `result_line`. And the JupyterLab sidebar: `SidebarPublisher` sends it the
 snapshot after every magic that changes the budget, and the same barrier line and result
 line as the cell (`soba_nb.notebook.comm`), so one outcome is worded the same in the cell,
-in `%budget`'s "Last attempt" and in the sidebar.
+in `%budget`'s "Last attempt" and in the sidebar. A snapshot sent between turns also
+carries the heads-up line a turn ending past 85 % of the soft limit prints
+(`soba_nb.compaction.heads_up`), so the panel says the same as the cell.
 """
 
 from __future__ import annotations
 
 import html
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from soba_nb.agent.cost import cap_note
+from soba_nb.compaction.heads_up import HeadsUp, heads_up
 from soba_nb.compaction.native_continuation import continuation_label
 from soba_nb.compaction.outcomes import CompactionEvent, CompactionResult, Outcome
 from soba_nb.compaction.triggers import Trigger
@@ -142,6 +146,8 @@ class BudgetSnapshot:
     cost: str = ""
     """The session's cost line (SPEC §11: `Cost: $0.0123 this session (…) · prices: …` or
     `Cost: not priced`), with the cap when one is set."""
+    heads_up: HeadsUp | None = None
+    """A compaction is near (SPEC §14): what a turn ending now prints, and the sidebar shows."""
 
     @property
     def percent(self) -> float:
@@ -204,6 +210,7 @@ class BudgetSnapshot:
             "contextWindow": self.context_window,
             "windowSource": self.window_source,
             "cost": self.cost,
+            "headsUp": self.heads_up.line() if self.heads_up is not None else None,
         }
 
 
@@ -241,6 +248,12 @@ def snapshot_of(session: AgentSession) -> BudgetSnapshot:
         window_source=limits.window_source,
         paused=paused,
         cost=session.cost().line() + cap_note(session.config),
+        heads_up=heads_up(
+            effective=measurement.effective,
+            thresholds=thresholds,
+            intents=compactor.tracker.pending_intents,
+            guard=guard,
+        ),
     )
 
 
@@ -342,10 +355,26 @@ class SidebarPublisher:
         self.send: Send = send or publish
         self.snapshot: BudgetSnapshot | None = None
         self.barrier_line = BarrierLine(self._show_barrier, clock)
+        self.in_turn = False
+        """A turn is running (`turn`): its snapshots carry no heads-up."""
+
+    @contextmanager
+    def turn(self) -> Iterator[None]:
+        """While a turn runs, the figures it sends carry no heads-up: the heads-up is worded
+        for the end of a turn (SPEC §14: "the next request may compact first"), and inside
+        one the next preflight is the turn's own, with its one soft attempt perhaps spent."""
+        self.in_turn = True
+        try:
+            yield
+        finally:
+            self.in_turn = False
 
     def refresh(self, snapshot: BudgetSnapshot) -> None:
         self.snapshot = snapshot
-        self.send(snapshot.message())
+        message = snapshot.message()
+        if self.in_turn:
+            message["headsUp"] = None
+        self.send(message)
 
     def on_event(self, event: object) -> None:
         if isinstance(event, CompactionEvent):
