@@ -118,13 +118,20 @@ def make_compactor(
     summarizer: FakeSummarizer | None = None,
     timeout_ms: int = 2000,
     flight: Path | None = None,
+    user_request_tokens: int = 4000,
 ) -> Compactor:
     from soba_nb.compaction.compactor import Compactor, CompactorSettings
 
     return Compactor(
         transcript,
         TokenCounter.for_model("openai", "gpt-4o"),
-        CompactorSettings(thresholds=t or thresholds(), timeout_ms=timeout_ms, max_output_tokens=500, session_id="s"),
+        CompactorSettings(
+            thresholds=t or thresholds(),
+            timeout_ms=timeout_ms,
+            max_output_tokens=500,
+            session_id="s",
+            user_request_tokens=user_request_tokens,
+        ),
         system="You are a test agent.",
         tools=TOOLS,
         summarizer=summarizer,

@@ -26,6 +26,7 @@ from soba_nb.compaction.capsule import SECTION_HEADINGS, Capsule, render_capsule
 from soba_nb.compaction.cells_context import render_cells
 from soba_nb.compaction.deterministic import EXTRACT_ITEMS_MAX, capsule_from_scan
 from soba_nb.compaction.extract import Start, fresh_start
+from soba_nb.compaction.requests import split_goal
 from soba_nb.text import clip_middle
 from soba_nb.transcript.entries import (
     CapsuleEntry,
@@ -63,30 +64,31 @@ order, each exactly once, and no other level-2 heading:
 {headings}
 
 Rules:
-- Under "Goal and constraints", quote the latest user request whole, word for word; then
-  the overall goal and every constraint the user stated.
-- "Work done", "In progress", "Pending", "Blockers", "Next steps": short bullet lists.
-- "Decisions": each decision with its reason.
-- "Files read" and "Files modified": every path, one bullet each; leave none out.
-- "Verification": every command or code run that checked the work, with its last result
-  (exit status, ok, or the exception).
-- "Active skills": the names of the skills in effect.
-- "Kernel state": just "(filled in by soba)": soba describes the live kernel itself.
-- "Artifacts": paths of the outputs the work produced.
+- soba adds the user's requests verbatim itself, marked done or in progress: do not list
+  them. Under "Goal and constraints": the overall goal and every constraint the user stated.
+- "Work done": what was done for each request, with its outcome. "In progress": only work
+  still going on at the end of the history (none if the last request was answered).
+- Results are state: keep the figures the work produced (counts, shapes, column names,
+  thresholds, metrics) with their numbers.
+- "Pending", "Blockers", "Next steps": short bullet lists. "Decisions": each with its reason.
+- "Files read" and "Files modified": every real file path, one bullet each.
+- "Verification": each command or code run that checked the work, with its last result.
+- "Active skills": the skills in effect. "Artifacts": output files and figures.
+- "Kernel state": just "(filled in by soba)".
 - A section with nothing to say contains just "(none)".
-- Roll the previous capsule (given in full) into the new one: keep everything it records
-  that is still true; the new capsule replaces it.
-- An extract of older history, when given, was built without a model from entries that
-  did not fit here: carry its files, commands and results over.
-- Never include secrets (API keys, tokens, passwords) or the values of variables.
+- Roll the previous capsule (given in full) into the new one: keep what is still true.
+- An extract of older history, when given, was built without a model: carry its files,
+  commands and results over.
+- Never include secrets (API keys, tokens, passwords) or raw data dumps (whole tables).
 - Do not call tools. Write nothing before the first heading or after the last section.
 """
 FOCUS_INSTRUCTIONS = "\nThe user asked this compaction to focus on: {focus}\n"
 NO_PREVIOUS = "There is no previous capsule."
 PREVIOUS_TEMPLATE = "<previous_capsule>\n{text}\n</previous_capsule>"
 REQUEST_TEMPLATE = (
-    "<latest_user_request>\n{text}\n</latest_user_request>\n"
-    "(This request is older than the history shown below; quote it whole.)"
+    "<request_being_worked_on>\n{text}\n</request_being_worked_on>\n"
+    "(The user's latest request, older than the history shown below, which is work on it. "
+    "soba quotes it in the capsule itself: describe what was done for it and what remains.)"
 )
 EXTRACT_TEMPLATE = (
     "<extract_of_older_history entries=\"{count}\">\n{text}\n</extract_of_older_history>"
@@ -144,6 +146,8 @@ class SummaryPrompt(BaseModel):
 def render_entry(entry: Entry, *, tool_output_limit_chars: int) -> str:
     """One entry as a line of plain transcript; "" for entries the summarizer need not see."""
     if isinstance(entry, MessageEntry):
+        if entry.typed is not None:  # a slash command: the user's words, then soba's expansion
+            return f"[{entry.role}] {entry.typed}\n[soba sent it to the model as] {entry.content}"
         return f"[{entry.role}] {entry.content}"
     if isinstance(entry, ToolCallEntry):
         return f"[tool call {entry.name}] {clip_middle(entry.arguments, tool_output_limit_chars)}"
@@ -439,6 +443,13 @@ class _Fitter:
         return None
 
 
+def _without_requests(previous: Capsule) -> str:
+    """The previous capsule as the summarizer sees it: without the requests soba quotes (soba
+    rolls them up itself; a model shown them would copy them, in its own words)."""
+    _, goal = split_goal(previous.goal_and_constraints)
+    return render_capsule(previous.model_copy(update={"goal_and_constraints": goal})).rstrip("\n")
+
+
 def build_summary_prompt(
     entries: Sequence[Entry],
     *,
@@ -461,9 +472,7 @@ def build_summary_prompt(
     limits = tuple(
         dict.fromkeys(max(MIN_TOOL_OUTPUT_LIMIT_CHARS, tool_output_limit_chars // d) for d in HARDER_CLIP_DIVISORS)
     )
-    fitter = _Fitter(
-        entries, None if previous is None else render_capsule(previous).rstrip("\n"), count, limits, scans=scans
-    )
+    fitter = _Fitter(entries, None if previous is None else _without_requests(previous), count, limits, scans=scans)
     budget = max_input_tokens - PROMPT_FRAMING_TOKENS - count(system)
     target = budget
     for attempt in range(FIT_ATTEMPTS):

@@ -236,7 +236,8 @@ def test_a_native_window_that_does_not_pay_off_gives_way_to_the_portable_capsule
     for n in range(4):
         t.append(MessageEntry(role="user", content=f"table {n}:\n" + words(700)))
         t.append(MessageEntry(role="assistant", content="noted"))
-    result = responses_engine(t, server).compact()
+    # (The capsule quotes the requests too, within compaction.userRequestTokens: a small budget.)
+    result = responses_engine(t, server, user_request_tokens=300).compact()
 
     assert result.outcome is Outcome.COMPLETED and result.continuation == "portable"
     assert result.reason.startswith("portable: native continuation not used (the capsule would not make")

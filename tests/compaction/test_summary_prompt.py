@@ -77,8 +77,11 @@ def test_the_instructions_list_the_headings_and_the_rules() -> None:
     system = build_system_prompt(None)
     listed = [line[3:] for line in system.splitlines() if line.startswith("## ")]
     assert listed == list(SECTION_HEADINGS)
-    for rule in ("(none)", "quote the latest user request whole", "Do not call tools", "previous capsule", "secrets", "values"):
+    for rule in ("(none)", "soba adds the user's requests verbatim", "Do not call tools", "previous capsule", "secrets", "raw data dumps"):
         assert rule in system
+    # Results are state (SPEC §14): only secrets and raw dumps are banned, never the figures.
+    assert "values of variables" not in system and "keep the figures the work produced" in system
+    assert "quote the latest user request" not in system  # it is not shown: soba quotes it
     assert "focus" not in system
     assert build_system_prompt("  the SQL migration ").endswith("focus on: the SQL migration\n")
 
@@ -104,15 +107,15 @@ def test_tool_outputs_are_clipped_harder_before_any_entry_is_dropped() -> None:
 
 
 def test_the_oldest_entries_go_to_the_deterministic_extract_when_history_does_not_fit() -> None:
-    entries = session(90)  # (fewer distinct runs than the extract lists: `EXTRACT_ITEMS_MAX`)
-    prompt = build_summary_prompt(entries, previous=PREVIOUS, focus=None, max_input_tokens=6_000, count=COUNTER.count_text)
+    entries = session(90)  # (fewer distinct runs than the extract lists: `EXTRACT_ITEMS_MAX`; each run with what it printed)
+    prompt = build_summary_prompt(entries, previous=PREVIOUS, focus=None, max_input_tokens=7_500, count=COUNTER.count_text)
     dropped = prompt.dropped
     assert 0 < dropped < len(entries)
     assert "<extract_of_older_history" in prompt.user
     assert "python `df[df.seg == 0].describe()` → ok" in prompt.user  # the oldest run, via the extract
     assert "[user] request 89: analyse segment 89" in prompt.user  # the newest, rendered
     assert render_capsule(PREVIOUS).rstrip("\n") in prompt.user
-    assert size(prompt, COUNTER.count_text) <= 6_000
+    assert size(prompt, COUNTER.count_text) <= 7_500
 
 
 def test_a_dropped_latest_request_is_still_shown_whole() -> None:
@@ -123,7 +126,7 @@ def test_a_dropped_latest_request_is_still_shown_whole() -> None:
         entries.append(ToolResultEntry(call_id=f"c{index}", name="shell", content="exit status: 0\n" + "log " * 100))
     prompt = build_summary_prompt(entries, previous=None, focus=None, max_input_tokens=8_000, count=COUNTER.count_text)
     assert prompt.dropped >= 1
-    assert f"<latest_user_request>\n{request}\n</latest_user_request>" in prompt.user
+    assert f"<request_being_worked_on>\n{request}\n</request_being_worked_on>" in prompt.user
 
 
 def test_a_budget_below_the_instructions_is_refused() -> None:
