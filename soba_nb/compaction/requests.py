@@ -143,7 +143,7 @@ def collect(
     previous capsule does not list it (a capsule of another version), it is listed all the same."""
     in_span = {id(entry) for entry in summarized}
     statuses = _statuses([*summarized, *kept])
-    new = [_request(message, status) for message, status in statuses[1:] if id(message) in in_span]
+    new = [_request(m, status) for m, status in statuses[1:] if m is not None and id(m) in in_span]
     previous = previous or NONE
     older = list(previous.items)
     in_kept = any(entry is current for entry in kept)
