@@ -49,7 +49,12 @@ TURN = CheckpointEntry(kind="turn", intent=True)
 STEER_AND_AVOID = "%compact FOCUS now to steer what it keeps, or %auto_compact off to avoid it"
 
 
-def decide_at(effective: int, t: Thresholds = WORKED, intents: tuple[CheckpointEntry, ...] = (), guard: LoopGuard | None = None) -> HeadsUp | None:
+def decide_at(
+    effective: int,
+    t: Thresholds = WORKED,
+    intents: tuple[CheckpointEntry, ...] = (),
+    guard: LoopGuard | None = None,
+) -> HeadsUp | None:
     return heads_up(effective=effective, thresholds=t, intents=intents, guard=guard or LoopGuard())
 
 
