@@ -225,9 +225,10 @@ class SobaMagics(Magics, Configurable):
             return
         self.run_prompt(substitute_variables(prompt, self.holder.user_ns), approval=args.approve)
 
-    def run_prompt(self, prompt: str, *, approval: ApprovalMode | None = None) -> TurnResult:
+    def run_prompt(self, prompt: str, *, approval: ApprovalMode | None = None, typed: str | None = None) -> TurnResult:
         """One turn of the current session, rendered; safe to call from another thread.
-        `approval`: this turn's approval mode (`--approve`; default `agent.approval`)."""
+        `approval`: this turn's approval mode (`--approve`; default `agent.approval`);
+        `typed`: what the user typed, when `prompt` is soba's expansion of it (`/fix`)."""
         agent = self.get_session()
         renderer = self.holder.renderer()
         if self.holder.first_turn_here(agent):
@@ -247,6 +248,7 @@ class SobaMagics(Magics, Configurable):
                     displays=ShellDisplays(self.shell),
                     approval=approval,
                     approver=InputApprover(renderer),
+                    typed=typed,
                 )
             except KeyboardInterrupt:
                 result = TurnResult("cancelled", message="interrupted; the next %soba works")
@@ -443,7 +445,7 @@ class SobaMagics(Magics, Configurable):
         request = FIX_REQUEST.format(
             count=count, source=cell.source, fence=fence_for(cell.source), error=error, error_fence=fence_for(error), extra=extra
         )
-        self.run_prompt(request)
+        self.run_prompt(request, typed=f"/fix {line.strip()}".rstrip())
 
     def code(self, line: str) -> None:
         """`%soba /code [OUT] [--force]` — the code of the agent's successful python calls on
