@@ -132,6 +132,18 @@ TOO_LARGE = frozenset({Reason.OVER_HARD_LIMIT, Reason.NOT_BELOW_REFUSED, Reason.
 
 KEPT_LESS = Note("the continuation did not fit: less of the recent history is kept in full", Reason.FALLBACK_TOO_LARGE)
 
+REQUESTS_SHARE_OF_HARD_LIMIT = 8
+"""The requests a capsule quotes take at most this fraction (1/8) of the hard limit: in a small
+window `compaction.userRequestTokens` would crowd out the rest (the request being worked on is
+quoted whole all the same)."""
+
+
+def quoted_request_tokens(user_request_tokens: int, hard_limit: int) -> int:
+    """The tokens the quoted requests may take: `compaction.userRequestTokens`, or less in a
+    window too small for it."""
+    return min(user_request_tokens, max(hard_limit // REQUESTS_SHARE_OF_HARD_LIMIT, 0))
+
+
 def continuation_goal(plan: CompactionPlan) -> int:
     """The most the continuation may be: the hard limit, and below the refused request."""
     return plan.hard_limit if plan.must_be_below is None else min(plan.hard_limit, plan.must_be_below - 1)
@@ -203,6 +215,7 @@ def generate_capsule(
     scan = scan_for_capsule(cut.summarize, kept=cut.kept, scans=_scan_starts(ctx, cut))
     # The user's requests are soba's to quote, never the summarizer's (SPEC §14).
     requests = requests_of(cut.summarize, cut.kept, previous, cut.request)
+    request_tokens = quoted_request_tokens(ctx.user_request_tokens, plan.hard_limit)
     count = ctx.counter.count_text
 
     def fallback(items_max: int | None = None, request_chars: int | None = None) -> Capsule:
@@ -212,7 +225,7 @@ def generate_capsule(
             kept=cut.kept,
             kernel_state=ctx.kernel_state,
             requests=requests,
-            request_tokens=ctx.user_request_tokens,
+            request_tokens=request_tokens,
             count=count,
             items_max=items_max,
             request_chars=request_chars,
@@ -242,7 +255,7 @@ def generate_capsule(
         if isinstance(outcome, Capsule):
             # The kernel state is ours, never the model's: it describes the live kernel.
             capsule = with_images_named(outcome.model_copy(update={"kernel_state": deterministic.kernel_state}), scan)
-            capsule = with_requests(capsule, requests, ctx.user_request_tokens, count)
+            capsule = with_requests(capsule, requests, request_tokens, count)
             quality, note = "full", None
             model, provider = ctx.summarizer.model, ctx.summarizer.provider
         else:

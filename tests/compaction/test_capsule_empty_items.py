@@ -86,7 +86,7 @@ def test_a_previous_capsule_s_none_items_give_way_to_the_new_items() -> None:
         "- python `clean.to_csv('out/clean.csv') ⏎ print(len(clean))` → ok: 1722"
     ]
     assert capsule.artifacts.splitlines() == ["- out/clean.csv"]
-    assert capsule.in_progress.splitlines() == ["- Latest step: Saved 1722 rows to out/clean.csv."]
+    assert capsule.in_progress == ""  # the request was answered: nothing of it is in progress
     assert capsule.files_modified.splitlines() == ["- out/clean.csv"]
     # A section nothing new filled says `(none)` alone.
     sections = dict(parse_capsule(rendered).sections())

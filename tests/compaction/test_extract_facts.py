@@ -151,7 +151,7 @@ def test_narration_before_tool_calls_is_a_step_not_work_done(tmp_path: Path) -> 
     assert "- 41 refunds, kept out of revenue." in work
     for chatter in ("Looking at the amounts", "Now checking", "Let me count"):
         assert chatter not in capsule.work_done
-    assert capsule.in_progress == "- Latest step: 41 refunds, kept out of revenue."
+    assert capsule.in_progress == ""  # both requests answered: nothing is in progress
 
 
 def test_a_turn_cut_mid_step_is_in_progress_not_answered(tmp_path: Path) -> None:
@@ -163,7 +163,10 @@ def test_a_turn_cut_mid_step_is_in_progress_not_answered(tmp_path: Path) -> None
     )
     capsule = session.capsule()
     assert "Looking at the amounts" not in capsule.work_done
-    assert capsule.in_progress == "- Working on the latest user request (quoted under Goal and constraints)"
+    assert capsule.in_progress.splitlines() == [
+        "- The user request marked in progress under Goal and constraints: the work on it goes on",
+        "- Latest step: Looking at the amounts by region first.",
+    ]
 
 
 def test_a_scan_carried_through_a_snapshot_between_narration_and_call_agrees(tmp_path: Path) -> None:

@@ -337,7 +337,9 @@ def test_compact_after_a_few_turns_appends_a_capsule_and_prints_the_result(ip, n
     ip.run_line_magic("soba", "next question")
     carried = json.dumps(scripted.inference_requests()[-1].body)
     assert "Keep cleaning the dataframe." in carried  # the capsule reaches the model
-    assert "question 0" not in carried
+    assert "Answer 0." not in carried  # what the capsule replaced is not sent again…
+    # …but the user's requests are, verbatim, in the capsule, marked done (SPEC §14)
+    assert carried.count("question 0: describe the data") == 1 and "done:" in carried
 
 
 def test_slash_compact_and_a_degraded_capsule_says_fallback(ip, scripted, capsys):
