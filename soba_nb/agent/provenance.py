@@ -18,7 +18,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from soba_nb.transcript.entries import Entry, ToolCallEntry, ToolResultEntry
+from soba_nb.transcript.entries import Entry, ToolCallEntry
+from soba_nb.transcript.pairing import results_by_call
 
 PYTHON_TOOL = "python"
 
@@ -63,12 +64,12 @@ class Provenance:
 def trace(entries: Iterable[Entry]) -> Provenance:
     """The provenance of the variables built on a path (entries in path order)."""
     entries = list(entries)
-    results = {e.call_id: e for e in entries if isinstance(e, ToolResultEntry)}
+    results = results_by_call(entries)  # by order: call ids repeat across answers
     provenance = Provenance()
     for entry in entries:
         if not isinstance(entry, ToolCallEntry) or entry.name != PYTHON_TOOL:
             continue
-        result = results.get(entry.call_id)
+        result = results.get(entry.id)
         call = _python_call(entry, ok=result is not None and not result.is_error)
         if call is None:
             continue

@@ -344,7 +344,7 @@ def scan_for_capsule(
     """The scan `build_deterministic_capsule` renders (see there), to render it again with
     fewer items (`capsule_from_scan` does not change it)."""
     if scans is None:
-        scan = Scan({e.call_id: e for e in (*entries, *kept) if isinstance(e, ToolResultEntry)})
+        scan = Scan({e.call_id: e for e in kept if isinstance(e, ToolResultEntry)})  # (in the region: by order)
         scan.run(entries)
         return scan
     begun = scans(entries, len(entries))

@@ -28,6 +28,7 @@ from soba_nb.transcript.entries import (
     ToolCallEntry,
     ToolResultEntry,
 )
+from soba_nb.transcript.pairing import results_by_call
 
 ITEM_CLIP_CHARS = 200
 DECISION_SCAN_CHARS = 4000
@@ -355,11 +356,14 @@ class Scan:
     """Fields (`runs`, `files_read`, ...) a snapshot kept only the newest of."""
 
     def run(self, entries: Iterable[Entry]) -> None:
+        entries = entries if isinstance(entries, Sequence) else list(entries)
+        # By their order: a server may give every answer's first call the id `call_0`.
+        paired = results_by_call(entries)
         for entry in entries:
             if isinstance(entry, MessageEntry):
                 self._message(entry)
             elif isinstance(entry, ToolCallEntry):
-                self._call(entry)
+                self._call(entry, paired.get(entry.id) or self.results.get(entry.call_id))
             elif isinstance(entry, CheckpointEntry):
                 self._checkpoint(entry.kind, entry.note)
             elif isinstance(entry, SkillEntry):
@@ -416,11 +420,10 @@ class Scan:
         self.runs.pop(key, None)
         self.runs[key] = Run(kind, display, *outcome)
 
-    def _call(self, call: ToolCallEntry) -> None:
+    def _call(self, call: ToolCallEntry, result: ToolResultEntry | None) -> None:
         self._step_not_answer()
         self.tool_counts[call.name] = self.tool_counts.get(call.name, 0) + 1
         arguments = _arguments(call.arguments)
-        result = self.results.get(call.call_id)
         if result is not None and result.artifacts:
             for artifact in result.artifacts:
                 self.artifacts.pop(artifact.path, None)
