@@ -51,8 +51,8 @@ REQUESTS_LABEL = (
     "User requests in the part of the session this capsule replaces, newest first "
     "(verbatim, recorded by soba):"
 )
-CLIPPED_NOTE = "clipped to its head and tail; the transcript holds it whole"
-OLDER_NOTE = "{count} older request(s) left out here (see the transcript)"
+CLIPPED_NOTE = "clipped: its head and tail"
+OLDER_NOTE = "{count} older request(s) left out here; the transcript holds them"
 EXPANDED_LABEL = "which soba sent to the model as:"
 CLIP_CHARS = 300
 """An older request beyond the budget is quoted this long (its head and tail)."""

@@ -33,9 +33,8 @@ def capsule_of(transcript) -> CapsuleEntry:
 
 
 def test_long_requests_are_clipped_to_head_and_tail_before_a_request_is_refused(tmp_path):
-    """The session's first request and the earlier ones are long; the fallback capsule that
-    quotes them whole would not fit: they are clipped, head and tail, and the request being
-    worked on is carried whole."""
+    """The earlier requests are long; the fallback capsule that quotes them whole would not
+    fit: they are clipped, head and tail, and the request being worked on is carried whole."""
     t = open_transcript(tmp_path)
     for index in range(6):
         t.append(MessageEntry(role="user", content=f"START{index} " + words(300) + f" END{index}"))
@@ -46,7 +45,10 @@ def test_long_requests_are_clipped_to_head_and_tail_before_a_request_is_refused(
     assert result is not None and result.trigger == Trigger.HARD_LIMIT.value
     assert result.outcome is Outcome.COMPLETED, result.reason
     content = capsule_of(t).content
-    assert "START0" in content and "END0" in content and " … " in content  # head and tail
+    assert "START4" in content and "END4" in content and " … " in content  # head and tail (START5: the tail)
+    # In a window this small the quoted requests take at most an eighth of it: the oldest are
+    # counted when not even their head and tail fit (the transcript holds them).
+    assert "START0" in content or "older request(s) left out" in content
     assert engine.request_for_sending().tokens <= 900
     last = engine.request_for_sending().messages[-1]
     assert last.content == "Summarise what you know in one line."
