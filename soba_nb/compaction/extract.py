@@ -164,13 +164,16 @@ _CONSTRAINT = Keyed(
     re.compile(
         r"\b(?:must|never|don['’]?t|do not|only|should|shouldn['’]t|without|always|avoid"
         r"|make sure|ensure|no more than|at most|at least|has to|have to|needs? to|required?|keep\b[^.!?\n]*?"
-        r"\b(?:under|below|within|to)\b|in under)\b",
+        r"\b(?:under|below|within|to|out|apart|aside|separate(?:ly)?)\b|in under|exclud(?:e|es|ed|ing)"
+        r"|treat\b[^.!?\n]*?\bas|instead of|from now on)\b",
         re.IGNORECASE,
     ),
     ("must", "never", "don", "do not", "only", "should", "without", "always", "avoid", "make sure", "ensure",
-     "no more than", "at most", "at least", "has to", "have to", "need", "require", "keep", "in under"),
+     "no more than", "at most", "at least", "has to", "have to", "need", "require", "keep", "in under",
+     "exclud", "treat", "instead of", "from now on"),
 )
-"""A sentence of a user message that states a constraint."""
+"""A sentence of a user message that states a constraint or a decision the work must follow from
+now on ("keep refunds out of revenue", "treat Unknown as a region", "exclude test orders")."""
 _ARGUMENT_STRING = re.compile(r'"(?P<key>path|command|code|kind|note)"\s*:\s*(?P<value>"(?:[^"\\]|\\.)*")')
 
 

@@ -224,6 +224,18 @@ def test_a_slash_command_is_quoted_as_typed_and_its_template_is_no_constraint() 
     assert "which soba sent to the model as:" in working.goal_and_constraints
 
 
+def test_decisions_the_user_states_are_kept_as_constraints() -> None:
+    history = History().user(
+        "Keep refunds out of revenue, finance books them separately. Treat Unknown as a region of its own. "
+        "Exclude the test orders from now on. Plot it."
+    ).assistant("Done.")
+    goal = build(history).goal_and_constraints.split("Constraints the user stated:")[1]
+    assert "- Keep refunds out of revenue, finance books them separately." in goal
+    assert "- Treat Unknown as a region of its own." in goal
+    assert "- Exclude the test orders from now on." in goal
+    assert "Plot it" not in goal
+
+
 def test_requests_beyond_the_budget_are_clipped_then_counted() -> None:
     history = History()
     for n in range(60):
@@ -439,6 +451,7 @@ _KEYED_WORDS = [
     "can't proceed", "CAN’T PROCEED", "has not yet confirmed", "not confirmed", "are missing from",
     "because", "BECAUSE", "rather than", "switched to", "instead of", "İ", "ı", "ß", "SS", "x", " ",
     ".", "\n", "at most", "AT LEAST", "in under", "needs to", "REQUIRED", "without", "ensure",
+    "keep them out", "KEEP", "apart", "Exclude", "EXCLUDED", "treat", "Treat x as", "instead of", "From now on",
 ]
 
 
