@@ -35,6 +35,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from itertools import chain
 
 from soba_nb.text import head_and_tail
 from soba_nb.transcript.entries import CheckpointEntry, Entry, MessageEntry, ToolCallEntry
@@ -141,13 +142,13 @@ def collect(
     both spans: a request answered in the kept tail is `done`. `current`: the request being
     worked on (the latest user message on the path); when it lies before `summarized` and the
     previous capsule does not list it (a capsule of another version), it is listed all the same."""
-    in_span = {id(entry) for entry in summarized}
-    statuses = _statuses([*summarized, *kept])
-    new = [_request(m, status) for m, status in statuses[1:] if m is not None and id(m) in in_span]
+    statuses = _statuses(chain(summarized, kept))
+    in_span = sum(1 for entry in summarized if type(entry) is MessageEntry and entry.role == "user")
+    new = [_request(m, status) for m, status in statuses[1 : in_span + 1] if m is not None]
     previous = previous or NONE
     older = list(previous.items)
-    in_kept = any(entry is current for entry in kept)
-    before = current is not None and id(current) not in in_span and not in_kept
+    on_path = any(m is current for m, _ in statuses[1:])
+    before = current is not None and not on_path
     if before and current is not None and (not older or older[0].text != said(current)):
         older.insert(0, _request(current, IN_PROGRESS))
     if older and older[0].status == IN_PROGRESS:
