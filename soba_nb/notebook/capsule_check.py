@@ -39,18 +39,22 @@ SECTIONS: tuple[tuple[ItemKind, str, str], ...] = (
 AMEND_LINE = "%%capsule amend {checkpoint}\n"
 
 
+def named_or_latest(agent: AgentSession, checkpoint: str | None) -> CapsuleEntry | None:
+    """The capsule `checkpoint` names (an error when it names none), else the latest on the
+    path; None when the path has none."""
+    if checkpoint:
+        return find_capsule(agent.transcript, checkpoint)
+    capsules = agent.capsules()
+    return capsules[-1] if capsules else None
+
+
 def capsule_diff_command(holder: SessionHolder, agent: AgentSession, rest: str) -> None:
     args = parse(_diff_arguments, rest)
-    transcript = agent.transcript
-    if args.checkpoint:
-        capsule = find_capsule(transcript, args.checkpoint)
-    else:
-        capsules = agent.capsules()
-        if not capsules:
-            print("no capsules on the current path")
-            return
-        capsule = capsules[-1]
-    path = path_to(transcript, capsule)
+    capsule = named_or_latest(agent, args.checkpoint)
+    if capsule is None:
+        print("no capsules on the current path")
+        return
+    path = path_to(agent.transcript, capsule)
     print("\n".join(diff_lines(capsule_diff(path, len(path) - 1))))
 
 

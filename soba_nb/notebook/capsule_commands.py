@@ -35,13 +35,17 @@ from soba_nb.capsule_files.export import (
     CapsuleExportError,
     capsule_file_from_entry,
     export_capsule,
-    find_capsule,
 )
 from soba_nb.capsule_files.file import FILE_SUFFIX, CapsuleFileError, write_capsule_file
 from soba_nb.capsule_files.load import LoadSummary, load_capsule, signature_note, summarize_load
 from soba_nb.capsule_files.memory import MemoryCapsule, list_memory, memory_dir
 from soba_nb.notebook.arguments import error_line, parse
-from soba_nb.notebook.capsule_check import capsule_amend, capsule_diff_command, capsule_edit
+from soba_nb.notebook.capsule_check import (
+    capsule_amend,
+    capsule_diff_command,
+    capsule_edit,
+    named_or_latest,
+)
 from soba_nb.notebook.checkpoints import local_time
 from soba_nb.notebook.holder import SessionHolder
 from soba_nb.notebook.monitor import capsule_line
@@ -215,14 +219,10 @@ def _kind_and_note(entry: CheckpointEntry | CapsuleEntry, request: str) -> list[
 
 def capsule_show(holder: SessionHolder, agent: AgentSession, rest: str) -> None:
     args = parse(_show_arguments, rest)
-    if args.checkpoint:
-        capsule = find_capsule(agent.transcript, args.checkpoint)
-    else:
-        capsules = agent.capsules()
-        if not capsules:
-            print("no capsules on the current path")
-            return
-        capsule = capsules[-1]
+    capsule = named_or_latest(agent, args.checkpoint)
+    if capsule is None:
+        print("no capsules on the current path")
+        return
     amended = f" · amends {capsule.amends}, by {note_line(capsule.author or 'unknown')}" if capsule.amends else ""
     print(f"{capsule_line(capsule)} · quality {capsule.quality}{amended}")
     _show_markdown(holder, capsule.content)
