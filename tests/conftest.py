@@ -76,6 +76,18 @@ def _tokenizer_cache(_test_run_cache: Path, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(plain_counts, "_COUNTERS", {})
 
 
+@pytest.fixture(autouse=True)
+def _no_figures_left_open() -> Iterator[None]:
+    """pyplot's open figures belong to the process, not to a test's shell: one a test leaves
+    open is shown again by the next test's python call (a second image where one is expected)."""
+    yield
+    import sys
+
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:
+        pyplot.close("all")
+
+
 @pytest.fixture
 def llm_server() -> Iterator[LLMServer]:
     with LLMServer() as server:

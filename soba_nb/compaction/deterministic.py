@@ -26,6 +26,7 @@ from soba_nb.compaction.extract import (
     fresh_start,
 )
 from soba_nb.compaction.requests import (
+    CLIP_CHARS,
     DEFAULT_REQUEST_TOKENS,
     IN_PROGRESS,
     Count,
@@ -39,7 +40,7 @@ from soba_nb.compaction.requests import (
     NONE as NO_REQUESTS,
 )
 from soba_nb.compaction.requests import render as render_requests
-from soba_nb.text import first_line, head_and_tail, one_line
+from soba_nb.text import clip, first_line, head_and_tail, one_line
 from soba_nb.transcript.entries import Entry, MessageEntry, ToolResultEntry
 
 CONSTRAINTS_MAX = 20
@@ -58,6 +59,8 @@ EXTRACT_ITEMS_MAX = 100
 """The same for the extract of history too old to fit a summary request."""
 OLDER_LEFT_OUT = "… older ones are left out (see the transcript)"
 ASSIGNED_NAMES_MAX = 60
+KERNEL_LINE_GIVING_WAY_CHARS = 120
+"""A Kernel state line's length when the capsule gives way (its first columns stay)."""
 OUTPUT_EXTENSIONS = frozenset(
     {
         "png", "jpg", "jpeg", "gif", "svg", "pdf", "html", "htm", "csv", "tsv", "parquet",
@@ -153,6 +156,16 @@ def _select(pairs: list[tuple[bool, str]], newest: int) -> list[str]:
     others = [index for index, (always, _) in enumerate(pairs) if not always]
     keep = set(others[-newest:]) if newest else set()
     return [item for index, (always, item) in enumerate(pairs) if always or index in keep]
+
+
+_PRINTED = re.compile(r" → (ok|exit status -?\d+): ")
+
+
+def without_output(item: str) -> str:
+    """A run's item with its outcome alone: `python `len(df)` → ok: 1722` → `… → ok`. A failure
+    keeps its message (`KeyError: 'region'`): it says what went wrong."""
+    found = _PRINTED.search(item)
+    return item if found is None else item[: found.start()] + f" → {found[1]}"
 
 
 def run_key(item: str) -> str:
@@ -370,6 +383,7 @@ def capsule_from_scan(
     count: Count | None = None,
     items_max: int | None = None,
     request_chars: int | None = None,
+    printed: bool = True,
 ) -> Capsule:
     """`build_deterministic_capsule` from a scan already run (a scan can be extended with
     more entries and read again, so an extract that grows costs one pass in all).
@@ -381,10 +395,14 @@ def capsule_from_scan(
     and at most the usual constraints. `request_chars` (a small window): the quoted requests,
     and what earlier capsules carried, are clipped to their head and tail at this length; the
     request being worked on, when only the capsule carries it, never is.
-    `request_chars=0`: the bare capsule (`BARE_NOTE`), the last thing that gives way."""
+    `request_chars=0`: the bare capsule (`BARE_NOTE`), the last thing that gives way.
+    `printed=False`: runs are listed with their outcome alone, not what they printed (the first
+    thing a capsule too large for its window gives up)."""
     if request_chars == 0:
         return _bare(requests)
-    block = requests_block(requests, request_tokens, count, request_chars)
+    # Giving way, the requests are clipped to their head and tail first (but the one in progress).
+    giving_way = request_chars is None and not printed
+    block = requests_block(requests, request_tokens // 2 if giving_way else request_tokens, count, CLIP_CHARS if giving_way else request_chars)
     limit = LIST_ITEMS_MAX if items_max is None else max(min(items_max, LIST_ITEMS_MAX), 1)
     narrative = min(NARRATIVE_MAX_ITEMS, limit)
     # When a small window makes the capsule give way, the story of the work (what was said,
@@ -406,6 +424,10 @@ def capsule_from_scan(
     outputs += _noting_older(scan, "artifacts", limit, [bullet(shown) for _, shown in _newest(scan.artifacts, limit)])
     read = _noting_older(scan, "files_read", limit, [bullet(shown) for _, shown in _newest(scan.files_read, limit)])
     runs = _noting_older(scan, "runs", limit, [bullet(f"{r.display} → {r.outcome}") for _, r in _newest(scan.runs, limit)])
+    verified = items("verification")
+    if not printed:  # giving way: the runs stay, what they printed goes first; so do long column lists
+        runs, verified = [without_output(item) for item in runs], [without_output(item) for item in verified]
+        kernel_state = [clip(line, KERNEL_LINE_GIVING_WAY_CHARS) for line in kernel_state]
     work = [*_select(scan.work, WORK_DONE_NEW_LINES), *_tool_summary(scan)]
 
     def narrative_of(items: list[str], most: int | None = None) -> str:
@@ -424,7 +446,7 @@ def capsule_from_scan(
         next_steps=narrative_of(_merge(items("next_steps"), _next_steps(scan)), story),
         files_read=_body(_newest_listed(_merge(items("files_read"), read, _path_key), limit)),
         files_modified=_body(_newest_listed(_merge(items("files_modified"), modified, _path_key), limit)),
-        verification=_body(_newest_listed(_merge(items("verification"), runs, run_key), limit)),
+        verification=_body(_newest_listed(_merge(verified, runs, run_key), limit)),
         active_skills=_body(_merge(items("active_skills"), [bullet(f"{n} ({p})") for n, p in scan.skills.items()], _path_key)),
         kernel_state=_body(_kernel_state(scan, kernel_state, items("kernel_state"), limit)),
         artifacts=_body(_newest_listed(_merge(items("artifacts"), outputs, _path_key), limit)),

@@ -50,11 +50,12 @@ def inline(ip):
     ip.enable_gui = lambda gui=None: None
     # It registers the figure formats once per process (one kernel, one shell); each test's
     # shell is new.
-    backend_inline.configure_inline_support.current_backend = "unset"
-    ip.run_line_magic("matplotlib", "inline")
-    yield ip
     import matplotlib.pyplot as plt
 
+    backend_inline.configure_inline_support.current_backend = "unset"
+    ip.run_line_magic("matplotlib", "inline")
+    plt.close("all")  # pyplot's figures live in the process: another test's would show here too
+    yield ip
     plt.close("all")
 
 

@@ -537,3 +537,27 @@ def test_fewer_items_make_a_shorter_capsule_that_keeps_the_newest_and_the_reques
                 assert len(section.splitlines()) <= items_max + 1
     assert sizes == sorted(sizes, reverse=True) and sizes[-1] < sizes[0] // 20
     assert capsule_from_scan(scan, requests=requests) == build(history)  # rendering again leaves the scan as it was
+
+
+def test_a_capsule_that_gives_way_drops_printed_output_before_any_run() -> None:
+    from soba_nb.compaction.deterministic import KERNEL_LINE_GIVING_WAY_CHARS, capsule_from_scan, scan_for_capsule, without_output
+
+    history = History().user("count them").tool("python", "stdout:\n14\n", code="print(len(dups))")
+    history.shell("wc -l data.csv", 0, "1723 data.csv").shell("ls missing", 2, "ls: cannot access 'missing'")
+    history.tool("python", "Traceback (most recent call last):\nKeyError: 'region'", error=True, code="df['Region']")
+    scan = scan_for_capsule(history.entries)
+    wide = "clean: DataFrame 1722×40 · columns: " + ", ".join(f"column_{n} float64" for n in range(40))
+    full = capsule_from_scan(scan, kernel_state=[wide])
+    brief = capsule_from_scan(scan, kernel_state=[wide], printed=False)
+    assert "→ ok: 14" in full.verification and "exit status 0: 1723 data.csv" in full.verification
+    assert brief.verification.splitlines() == [
+        "- python `print(len(dups))` → ok",
+        "- shell `wc -l data.csv` → exit status 0",
+        "- shell `ls missing` → exit status 2",
+        "- python `df['Region']` → KeyError: 'region'",  # a failure keeps what went wrong
+    ]
+    assert wide in full.kernel_state and len(brief.kernel_state) <= KERNEL_LINE_GIVING_WAY_CHARS + 2
+    assert brief.kernel_state.startswith("- clean: DataFrame 1722×40 · columns: column_0 float64")
+    # A previous capsule's runs give way too.
+    assert without_output("- python `len(df)` → ok: 1722") == "- python `len(df)` → ok"
+    assert without_output("- python `x` → KeyError: 'a'") == "- python `x` → KeyError: 'a'"
