@@ -540,7 +540,12 @@ def test_fewer_items_make_a_shorter_capsule_that_keeps_the_newest_and_the_reques
 
 
 def test_a_capsule_that_gives_way_drops_printed_output_before_any_run() -> None:
-    from soba_nb.compaction.deterministic import KERNEL_LINE_GIVING_WAY_CHARS, capsule_from_scan, scan_for_capsule, without_output
+    from soba_nb.compaction.deterministic import (
+        KERNEL_LINE_GIVING_WAY_CHARS,
+        capsule_from_scan,
+        scan_for_capsule,
+        without_output,
+    )
 
     history = History().user("count them").tool("python", "stdout:\n14\n", code="print(len(dups))")
     history.shell("wc -l data.csv", 0, "1723 data.csv").shell("ls missing", 2, "ls: cannot access 'missing'")
