@@ -331,11 +331,16 @@ def build_deterministic_capsule(
 
 
 def requests_of(
-    entries: Sequence[Entry], kept: Sequence[Entry], previous: Capsule | None, current: MessageEntry | None
+    entries: Sequence[Entry],
+    kept: Sequence[Entry],
+    previous: Capsule | None,
+    current: MessageEntry | None,
+    from_start: bool | None = None,
 ) -> Requests:
-    """The user's requests a capsule replacing `entries` quotes, rolled up with `previous`'s."""
+    """The user's requests a capsule replacing `entries` quotes, rolled up with `previous`'s.
+    `from_start`: `entries` start the session (default: when there is no previous capsule)."""
     earlier, _ = split_goal(previous.goal_and_constraints) if previous is not None else (Requests(), "")
-    return collect(entries, kept, earlier, current)
+    return collect(entries, kept, earlier, current, from_start=previous is None if from_start is None else from_start)
 
 
 def with_images_named(capsule: Capsule, scan: Scan) -> Capsule:

@@ -214,7 +214,7 @@ def generate_capsule(
     request, quote = _request_to_quote(cut)
     scan = scan_for_capsule(cut.summarize, kept=cut.kept, scans=_scan_starts(ctx, cut))
     # The user's requests are soba's to quote, never the summarizer's (SPEC §14).
-    requests = requests_of(cut.summarize, cut.kept, previous, cut.request)
+    requests = requests_of(cut.summarize, cut.kept, previous, cut.request, from_start=cut.previous is None)
     request_tokens = quoted_request_tokens(ctx.user_request_tokens, plan.hard_limit)
     count = ctx.counter.count_text
 

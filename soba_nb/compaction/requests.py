@@ -55,6 +55,10 @@ REQUESTS_LABEL = (
 CLIPPED_NOTE = "clipped: its head and tail"
 OLDER_NOTE = "{count} older request(s) left out here; the transcript holds them"
 EXPANDED_LABEL = "which soba sent to the model as:"
+OPENING_NOTE = "the session's first request"
+OPENING_CLIP_CHARS = 600
+"""The session's first request (its goal, most often) is kept through every capsule, at least
+its head and tail this long, before newer requests fill the rest of the budget."""
 CLIP_CHARS = 300
 """An older request beyond the budget is quoted this long (its head and tail)."""
 DEFAULT_REQUEST_TOKENS = 4000
@@ -63,7 +67,7 @@ CHARS_PER_TOKEN_ESTIMATE = 3
 (fewer than most text has: the estimate errs on the side of a smaller capsule)."""
 
 _ITEM = re.compile(
-    r"^(?P<number>\d+)\. (?P<status>done|in progress|not answered)(?P<clipped> \(" + re.escape(CLIPPED_NOTE) + r"\))?:"
+    r"^(?P<number>\d+)\. (?P<status>done|in progress|not answered)(?: \((?P<notes>[^()\n]*)\))?:"
     r"\n\n(?P<fence>`{3,})text\n(?P<text>.*?)\n(?P=fence)[ \t]*$"
     r"(?:\n\n" + re.escape(EXPANDED_LABEL) + r"\n\n(?P<efence>`{3,})text\n(?P<expanded>.*?)\n(?P=efence)[ \t]*$)?",
     re.MULTILINE | re.DOTALL,
@@ -79,6 +83,8 @@ class Request:
     status: Status
     clipped: bool = False
     expanded: str | None = None
+    opening: bool = False
+    """The session's first request: kept (clipped if need be) when older ones are left out."""
     """What soba sent for it (a `/fix` turned into a request with the cell and its error), kept
     only while the request is `in progress`: the work on it needs what the model was sent."""
 
@@ -136,16 +142,21 @@ def collect(
     kept: Sequence[Entry] = (),
     previous: Requests | None = None,
     current: MessageEntry | None = None,
+    from_start: bool = False,
 ) -> Requests:
     """The requests of a capsule that replaces `summarized` (followed by `kept`), newest first,
     rolled up with `previous` (the requests of the capsule it replaces). Statuses are read over
     both spans: a request answered in the kept tail is `done`. `current`: the request being
     worked on (the latest user message on the path); when it lies before `summarized` and the
-    previous capsule does not list it (a capsule of another version), it is listed all the same."""
+    previous capsule does not list it (a capsule of another version), it is listed all the same.
+    `from_start`: `summarized` starts the session (no capsule before it): its first request is
+    the session's opening one, kept through every later capsule."""
     statuses = _statuses(chain(summarized, kept))
     in_span = sum(1 for entry in summarized if type(entry) is MessageEntry and entry.role == "user")
     new = [_request(m, status) for m, status in statuses[1 : in_span + 1] if m is not None]
     previous = previous or NONE
+    if from_start and new and not previous:  # no capsule before: the first request opened the session
+        new[0] = replace(new[0], opening=True)
     older = list(previous.items)
     on_path = any(m is current for m, _ in statuses[1:])
     before = current is not None and not on_path
@@ -168,8 +179,9 @@ def fenced(text: str) -> str:
 
 
 def _item(number: int, request: Request) -> str:
-    clipped = f" ({CLIPPED_NOTE})" if request.clipped else ""
-    item = f"{number}. {request.status}{clipped}:\n\n{fenced(request.text)}"
+    notes = [note for note, on in ((OPENING_NOTE, request.opening), (CLIPPED_NOTE, request.clipped)) if on]
+    label = f" ({'; '.join(notes)})" if notes else ""
+    item = f"{number}. {request.status}{label}:\n\n{fenced(request.text)}"
     if request.expanded is not None:
         item += f"\n\n{EXPANDED_LABEL}\n\n{fenced(request.expanded)}"
     return item
@@ -184,13 +196,23 @@ def fit(
 ) -> Requests:
     """The requests within `budget` tokens: whole while they fit (a request `in progress`
     always), then clipped to `clip_chars`, their head and tail, then left out (counted) once
-    not even that fits. `count` measures (an estimate without it). `clip_all` (a small
-    window): every request but the one in progress is clipped."""
+    not even that fits; the session's first request is kept first, clipped to
+    `OPENING_CLIP_CHARS` at most. `count` measures (an estimate without it). `clip_all` (a
+    small window): every request but the one in progress is clipped."""
     measure = count or _estimate
-    kept: list[Request] = []
+    items = list(requests.items)
+    opening: Request | None = None
     used = 0
+    whole: Request | None = None
+    if len(items) > 1 and items[-1].opening:
+        opening = whole = items.pop()
+        text = head_and_tail(opening.text, min(OPENING_CLIP_CHARS, 2 * clip_chars) if clip_all else OPENING_CLIP_CHARS)
+        if text != opening.text:
+            opening = replace(opening, text=text, clipped=True)
+        used = measure(_item(len(requests.items), opening))
+    kept: list[Request] = []
     left_out = requests.older_left_out
-    for index, request in enumerate(requests.items):
+    for index, request in enumerate(items):
         if request.status == IN_PROGRESS and not request.clipped and index == 0:
             kept.append(request)
             used += measure(_item(index + 1, request))
@@ -208,18 +230,33 @@ def fit(
             kept.append(short)
             used += cost
             continue
-        left_out += len(requests.items) - index
+        left_out += len(items) - index
         break
-    return Requests(tuple(kept), left_out)
+    # Every other request fitted: the opening one whole, if the rest of the budget holds it.
+    number = len(requests.items)
+    if (
+        whole is not None
+        and opening is not None
+        and opening is not whole
+        and not clip_all
+        and left_out == requests.older_left_out
+        and used - measure(_item(number, opening)) + measure(_item(number, whole)) <= budget
+    ):
+        opening = whole
+    return Requests((*kept, *([opening] if opening else [])), left_out)
 
 
 def render(requests: Requests) -> str:
     """The block at the top of the Goal section ("" when there are none)."""
     if not requests:
         return ""
-    parts = [REQUESTS_LABEL, *(_item(number, request) for number, request in enumerate(requests.items, 1))]
+    items = list(requests.items)
+    opening = items.pop() if len(items) > 1 and items[-1].opening else None
+    parts = [REQUESTS_LABEL, *(_item(number, request) for number, request in enumerate(items, 1))]
     if requests.older_left_out:
         parts.append(f"({OLDER_NOTE.format(count=requests.older_left_out)})")
+    if opening is not None:
+        parts.append(_item(len(items) + requests.older_left_out + 1, opening))
     return "\n\n".join(parts)
 
 
@@ -231,20 +268,20 @@ def split_goal(goal: str) -> tuple[Requests, str]:
         return Requests(), goal
     end = at + len(REQUESTS_LABEL)
     items: list[Request] = []
+    left_out = 0
     while True:
         rest = goal[end:]
         stripped = rest.lstrip("\n")
-        match = _ITEM.match(stripped)
-        if match is None:
+        if (match := _ITEM.match(stripped)) is not None:
+            notes = (match["notes"] or "").split("; ")
+            items.append(
+                Request(match["text"], match["status"], CLIPPED_NOTE in notes, match["expanded"], OPENING_NOTE in notes)
+            )
+        elif (match := _OLDER.match(stripped)) is not None and not left_out:
+            left_out = int(match["count"])
+        else:
             break
-        items.append(Request(match["text"], match["status"], bool(match["clipped"]), match["expanded"]))
         end += len(rest) - len(stripped) + match.end()
-    left_out = 0
-    rest = goal[end:]
-    stripped = rest.lstrip("\n")
-    if (older := _OLDER.match(stripped)) is not None:
-        left_out = int(older["count"])
-        end += len(rest) - len(stripped) + older.end()
     remainder = (goal[:at] + goal[end:]).strip()
     return Requests(tuple(items), left_out), remainder
 

@@ -566,3 +566,28 @@ def test_a_capsule_that_gives_way_drops_printed_output_before_any_run() -> None:
     # A previous capsule's runs give way too.
     assert without_output("- python `len(df)` → ok: 1722") == "- python `len(df)` → ok"
     assert without_output("- python `x` → KeyError: 'a'") == "- python `x` → KeyError: 'a'"
+
+
+def test_the_session_s_first_request_outlasts_the_budget_through_every_roll_up() -> None:
+    goal = "I'm preparing the Q3 churn report for the board; every seed fixed to 7. " + "Context. " * 150
+    capsule = build(History().user(goal).assistant("Noted."), request_tokens=300)
+    for n in range(12):
+        history = History().user(f"request {n}: " + "detail " * 60).assistant(f"answer {n}")
+        capsule = build(history, previous=capsule, request_tokens=300)
+    requests, _ = split_goal(capsule.goal_and_constraints)
+    assert requests.items[0].text.startswith("request 11: ")
+    first = requests.items[-1]
+    assert first.opening and first.clipped and first.text.startswith("I'm preparing the Q3 churn report for the board")
+    assert requests.older_left_out > 0
+    block = capsule.goal_and_constraints
+    assert block.index("older request(s) left out") < block.index("(the session's first request; clipped: its head and tail):")
+    assert split_goal(parse_capsule(render_capsule(capsule)).goal_and_constraints)[0] == requests
+    # With room for it, the first request is quoted whole.
+    roomy = build(History().user(goal).assistant("Noted.").user("next").assistant("ok"))
+    assert split_goal(roomy.goal_and_constraints)[0].items[-1] == replace_opening(goal)
+
+
+def replace_opening(text: str):
+    from soba_nb.compaction.requests import Request
+
+    return Request(text, "done", opening=True)

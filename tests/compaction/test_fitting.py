@@ -45,10 +45,11 @@ def test_long_requests_are_clipped_to_head_and_tail_before_a_request_is_refused(
     assert result is not None and result.trigger == Trigger.HARD_LIMIT.value
     assert result.outcome is Outcome.COMPLETED, result.reason
     content = capsule_of(t).content
-    assert "START4" in content and "END4" in content and " … " in content  # head and tail (START5: the tail)
-    # In a window this small the quoted requests take at most an eighth of it: the oldest are
-    # counted when not even their head and tail fit (the transcript holds them).
-    assert "START0" in content or "older request(s) left out" in content
+    # The session's first request stays, its head and tail; in a window this small the quoted
+    # requests take at most an eighth of it: the others are counted when not even their head and
+    # tail fit (the transcript holds them). START5 is in the kept tail.
+    assert "START0" in content and "END0" in content and " … " in content
+    assert "START4" in content or "older request(s) left out" in content
     assert engine.request_for_sending().tokens <= 900
     last = engine.request_for_sending().messages[-1]
     assert last.content == "Summarise what you know in one line."
