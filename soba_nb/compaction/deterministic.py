@@ -60,6 +60,7 @@ EXTRACT_ITEMS_MAX = 100
 OLDER_LEFT_OUT = "… older ones are left out (see the transcript)"
 ASSIGNED_NAMES_MAX = 60
 KERNEL_LINE_GIVING_WAY_CHARS = 120
+KERNEL_LINES_GIVING_WAY = 10
 """A Kernel state line's length when the capsule gives way (its first columns stay)."""
 OUTPUT_EXTENSIONS = frozenset(
     {
@@ -407,7 +408,7 @@ def capsule_from_scan(
         return _bare(requests)
     # Giving way, the requests are clipped to their head and tail first (but the one in progress).
     giving_way = request_chars is None and not printed
-    block = requests_block(requests, request_tokens // 2 if giving_way else request_tokens, count, CLIP_CHARS if giving_way else request_chars)
+    block = requests_block(requests, request_tokens // 4 if giving_way else request_tokens, count, CLIP_CHARS // 2 if giving_way else request_chars)
     limit = LIST_ITEMS_MAX if items_max is None else max(min(items_max, LIST_ITEMS_MAX), 1)
     narrative = min(NARRATIVE_MAX_ITEMS, limit)
     # When a small window makes the capsule give way, the story of the work (what was said,
@@ -432,7 +433,7 @@ def capsule_from_scan(
     verified = items("verification")
     if not printed:  # giving way: the runs stay, what they printed goes first; so do long column lists
         runs, verified = [without_output(item) for item in runs], [without_output(item) for item in verified]
-        kernel_state = [clip(line, KERNEL_LINE_GIVING_WAY_CHARS) for line in kernel_state]
+        kernel_state = [clip(line, KERNEL_LINE_GIVING_WAY_CHARS) for line in kernel_state[:KERNEL_LINES_GIVING_WAY]]
     work = [*_select(scan.work, WORK_DONE_NEW_LINES), *_tool_summary(scan)]
 
     def narrative_of(items: list[str], most: int | None = None) -> str:

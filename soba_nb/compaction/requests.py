@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from itertools import chain
 
-from soba_nb.text import head_and_tail
+from soba_nb.text import ELLIPSIS, head_and_tail
 from soba_nb.transcript.entries import CheckpointEntry, Entry, MessageEntry, ToolCallEntry
 
 Count = Callable[[str], int]
@@ -60,6 +60,7 @@ OPENING_CLIP_CHARS = 600
 """The session's first request (its goal, most often) is kept through every capsule, at least
 its head and tail this long, before newer requests fill the rest of the budget."""
 CLIP_CHARS = 300
+NEWEST_CLIP_FACTOR = 4
 """An older request beyond the budget is quoted this long (its head and tail)."""
 DEFAULT_REQUEST_TOKENS = 4000
 CHARS_PER_TOKEN_ESTIMATE = 3
@@ -137,6 +138,17 @@ def _request(message: MessageEntry, status: Status) -> Request:
     return Request(said(message), status, expanded=expanded)
 
 
+def _quotes(request: Request, text: str) -> bool:
+    """Whether `request` quotes `text`: the same, or its head and tail (`head_and_tail`)."""
+    if request.text == text:
+        return True
+    if not request.clipped or f" {ELLIPSIS} " not in request.text:
+        return False
+    head, tail = request.text.split(f" {ELLIPSIS} ", 1)
+    whole = " ".join(text.split())
+    return whole.startswith(head) and whole.endswith(tail)
+
+
 def collect(
     summarized: Sequence[Entry],
     kept: Sequence[Entry] = (),
@@ -159,9 +171,11 @@ def collect(
         new[0] = replace(new[0], opening=True)
     older = list(previous.items)
     on_path = any(m is current for m, _ in statuses[1:])
-    before = current is not None and not on_path
-    if before and current is not None and (not older or older[0].text != said(current)):
-        older.insert(0, _request(current, IN_PROGRESS))
+    if current is not None and not on_path:
+        if older and _quotes(older[0], said(current)):
+            older[0] = replace(older[0], text=said(current), clipped=False)  # the newest: whole again
+        else:
+            older.insert(0, _request(current, IN_PROGRESS))
     if older and older[0].status == IN_PROGRESS:
         # The newest request of the previous capsule was still being worked on: what follows
         # it now says whether it was answered (or left for a newer one).
@@ -194,11 +208,11 @@ def _estimate(text: str) -> int:
 def fit(
     requests: Requests, budget: int, count: Count | None = None, clip_chars: int = CLIP_CHARS, *, clip_all: bool = False
 ) -> Requests:
-    """The requests within `budget` tokens: whole while they fit (a request `in progress`
-    always), then clipped to `clip_chars`, their head and tail, then left out (counted) once
+    """The requests within `budget` tokens: whole while they fit (the newest always), then clipped to `clip_chars`, their head and tail, then left out (counted) once
     not even that fits; the session's first request is kept first, clipped to
     `OPENING_CLIP_CHARS` at most. `count` measures (an estimate without it). `clip_all` (a
-    small window): every request but the one in progress is clipped."""
+    small window): every request is clipped but the one in progress, the newest to
+    `NEWEST_CLIP_FACTOR` times the others' length."""
     measure = count or _estimate
     items = list(requests.items)
     opening: Request | None = None
@@ -213,7 +227,10 @@ def fit(
     kept: list[Request] = []
     left_out = requests.older_left_out
     for index, request in enumerate(items):
-        if request.status == IN_PROGRESS and not request.clipped and index == 0:
+        if index == 0 and not request.clipped:  # the newest is quoted whole: a follow-up needs it
+            if clip_all and request.status != IN_PROGRESS:  # (a small window: its head and tail, longer)
+                text = head_and_tail(request.text, NEWEST_CLIP_FACTOR * clip_chars)
+                request = request if text == request.text else replace(request, text=text, clipped=True)
             kept.append(request)
             used += measure(_item(index + 1, request))
             continue

@@ -591,3 +591,11 @@ def replace_opening(text: str):
     from soba_nb.compaction.requests import Request
 
     return Request(text, "done", opening=True)
+
+
+def test_the_newest_request_is_whole_even_past_the_budget() -> None:
+    newest = "Write the methods section next: " + "data sources, cleaning rules, the split, the evaluation; " * 40
+    history = History().user("first: load it").assistant("ok").user(newest).assistant("Drafted.")
+    requests, _ = split_goal(build(history, request_tokens=100).goal_and_constraints)
+    assert requests.items[0].text == newest and not requests.items[0].clipped
+    assert requests.items[-1].text == "first: load it"
