@@ -280,7 +280,9 @@ def test_a_signed_handoff_between_two_users_of_one_hub(
     assert sorted(path.name for path in bob.home.glob("*.soba")) == ["review.soba"]
     assert all(path.stat().st_uid == bob.uid for path in bob.home.rglob("*"))
     for path in (bob.home / "review.soba").glob("*.jsonl"):
-        assert "describe part 1" not in path.read_text(encoding="utf-8")  # the handoff, not her session
+        # The handoff, not her session: her answers are not there (her requests are, quoted
+        # verbatim in the capsule she handed over: SPEC §14).
+        assert LONG_ANSWER not in path.read_text(encoding="utf-8")
 
     # The keys were in the environment only.
     for name, key in keys.items():

@@ -26,6 +26,8 @@ carries the heads-up line a turn ending past 85 % of the soft limit prints
 
 from __future__ import annotations
 
+import math
+
 import html
 import time
 from collections.abc import Callable, Iterator
@@ -155,6 +157,12 @@ class BudgetSnapshot:
         return PERCENT * self.effective / max(self.hard_limit, 1)
 
     @property
+    def shown_percent(self) -> int:
+        """`percent` as shown, rounded half up like the sidebar's `Math.round` (Python's own
+        rounding takes 18.5 to 18: the cell said 18 % where the panel said 19 %)."""
+        return math.floor(self.percent + 0.5)
+
+    @property
     def soft_percent(self) -> float:
         return PERCENT * self.soft_limit / max(self.hard_limit, 1)
 
@@ -167,7 +175,7 @@ class BudgetSnapshot:
 
     def lines(self) -> list[str]:
         out = [
-            f"Budget: {self.effective:,} / {self.hard_limit:,} tokens ({self.percent:.0f}% of hardLimit)"
+            f"Budget: {self.effective:,} / {self.hard_limit:,} tokens ({self.shown_percent}% of hardLimit)"
             f" · softLimit {self.soft_limit:,} · source {self.source} · auto {'on' if self.auto else 'off'}",
         ]
         if self.last_compaction is None:

@@ -389,3 +389,13 @@ def test_the_sidebar_follows_a_turn_while_it_runs(ip, scripted):
     assert "1" in requests_seen and "2" in requests_seen  # after each answer and its call, mid-turn
     figures = [effective for _, effective in arrivals]
     assert figures == sorted(figures) and figures[-1] > figures[0]
+
+
+def test_the_cell_rounds_a_percentage_as_the_panel_does() -> None:
+    """925 of 5,000 is 18.5 %: the cell says 19 %, as the sidebar does (`Math.round`); Python's
+    own rounding had the cell say 18 % beside the panel's 19 %."""
+    from soba_nb.notebook.monitor import BudgetSnapshot
+
+    snapshot = BudgetSnapshot(effective=925, hard_limit=5000, soft_limit=4000, source="estimated", auto=True)
+    assert "925 / 5,000 tokens (19% of hardLimit)" in snapshot.lines()[0]
+    assert BudgetSnapshot(effective=905, hard_limit=5000, soft_limit=4000, source="estimated", auto=True).shown_percent == 18

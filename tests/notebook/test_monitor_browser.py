@@ -38,6 +38,7 @@ labextension (JupyterLab) or Notebook 7.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -95,6 +96,11 @@ COLUMNS = (
     "- `units`: how many were sold, an integer; bulk orders reach a few hundred;\n"
     "- `price`: the unit price in euros, two decimals; a handful look like typos.\n"
 )
+
+
+def half_up(value: float) -> int:
+    """A percentage as the cell and the panel show it (the panel's `Math.round`)."""
+    return math.floor(value + 0.5)
 
 
 def _row(n: int, *, gaps: bool = False) -> str:
@@ -361,7 +367,7 @@ def check_budget_outputs(page: Any, expected: Expected) -> int:
     shown = line.search(last.figures.text_content() or "")
     assert shown is not None
     effective = int(shown.group(1).replace(",", ""))
-    assert int(shown.group(2)) == round(100 * effective / expected.hard_limit)
+    assert int(shown.group(2)) == half_up(100 * effective / expected.hard_limit)
     assert effective < expected.soft_limit  # the notebook stays below the soft threshold
     check_bar(last, effective, expected)
 
@@ -453,7 +459,7 @@ def test_inline_monitor_and_sidebar_in_jupyterlab(
         hard, soft = f"{expected.hard_limit:,}", f"{expected.soft_limit:,}"
         expect(panel.locator(".soba-Budget-notebook")).to_have_text(NOTEBOOK)
         expect(panel.locator(".soba-Budget-figures")).to_have_text(
-            f"{effective:,} / {hard} tokens · {round(100 * effective / expected.hard_limit)}%"
+            f"{effective:,} / {hard} tokens · {half_up(100 * effective / expected.hard_limit)}%"
         )
         expect(panel.locator(".soba-Budget-legend")).to_have_text(
             f"soft threshold {soft} · hard limit {hard}"
