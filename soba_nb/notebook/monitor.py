@@ -26,9 +26,8 @@ carries the heads-up line a turn ending past 85 % of the soft limit prints
 
 from __future__ import annotations
 
-import math
-
 import html
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
