@@ -289,6 +289,17 @@ def wait_for_kernel_idle(page: Any) -> None:
     page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for()
 
 
+def dismiss_kernel_dialog(page: Any) -> None:
+    """Accept the dialog JupyterLab opens when cells were run with no kernel attached yet
+    ("Select Kernel", its default: the notebook's kernel), as a user would; it covers the page
+    and would take the next click (seen on a loaded machine, after a first Run All ran nothing)."""
+    dialog = page.locator(".jp-Dialog")
+    if dialog.count() and dialog.first.is_visible():
+        print(f"a dialog was open: {' '.join((dialog.first.text_content() or '').split())[:200]}; accepted")
+        dialog.first.locator(".jp-mod-accept").click()
+        dialog.first.wait_for(state="hidden")
+
+
 def run_all_cells(page: Any) -> None:
     """Run > Run All Cells from the menu bar (JupyterLab and Notebook 7 alike).
 
@@ -299,6 +310,7 @@ def run_all_cells(page: Any) -> None:
 
     prompt = cell(page, 0).locator(".jp-InputPrompt")
     for _attempt in range(RUN_ALL_ATTEMPTS):
+        dismiss_kernel_dialog(page)
         cell(page, 0).click()
         choose_from_menu(page, "Run", "Run All Cells")
         try:
