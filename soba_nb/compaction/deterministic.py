@@ -61,6 +61,10 @@ OLDER_LEFT_OUT = "… older ones are left out (see the transcript)"
 ASSIGNED_NAMES_MAX = 60
 KERNEL_LINE_GIVING_WAY_CHARS = 120
 KERNEL_LINES_GIVING_WAY = 10
+GIVING_WAY_REQUEST_SHARE = 4
+"""A capsule giving way quotes requests within this fraction (1/4) of their usual budget…"""
+GIVING_WAY_REQUEST_CHARS = CLIP_CHARS // 2
+"""…and older ones clipped to this length."""
 """A Kernel state line's length when the capsule gives way (its first columns stay)."""
 OUTPUT_EXTENSIONS = frozenset(
     {
@@ -389,7 +393,7 @@ def capsule_from_scan(
     count: Count | None = None,
     items_max: int | None = None,
     request_chars: int | None = None,
-    printed: bool = True,
+    giving_way: bool = False,
 ) -> Capsule:
     """`build_deterministic_capsule` from a scan already run (a scan can be extended with
     more entries and read again, so an extract that grows costs one pass in all).
@@ -402,13 +406,15 @@ def capsule_from_scan(
     and what earlier capsules carried, are clipped to their head and tail at this length; the
     request being worked on, when only the capsule carries it, never is.
     `request_chars=0`: the bare capsule (`BARE_NOTE`), the last thing that gives way.
-    `printed=False`: runs are listed with their outcome alone, not what they printed (the first
-    thing a capsule too large for its window gives up)."""
+    `giving_way` (a capsule too large for its window, rendered shorter): runs are listed with
+    their outcome alone, not what they printed; Kernel state lines are fewer and shorter; older
+    requests are quoted shorter, within a quarter of their budget — all before list items go."""
     if request_chars == 0:
         return _bare(requests)
-    # Giving way, the requests are clipped to their head and tail first (but the one in progress).
-    giving_way = request_chars is None and not printed
-    block = requests_block(requests, request_tokens // 4 if giving_way else request_tokens, count, CLIP_CHARS // 2 if giving_way else request_chars)
+    if giving_way and request_chars is None:  # older requests shorter and fewer, before any list item
+        block = requests_block(requests, request_tokens // GIVING_WAY_REQUEST_SHARE, count, GIVING_WAY_REQUEST_CHARS)
+    else:
+        block = requests_block(requests, request_tokens, count, request_chars)
     limit = LIST_ITEMS_MAX if items_max is None else max(min(items_max, LIST_ITEMS_MAX), 1)
     narrative = min(NARRATIVE_MAX_ITEMS, limit)
     # When a small window makes the capsule give way, the story of the work (what was said,
@@ -431,7 +437,7 @@ def capsule_from_scan(
     read = _noting_older(scan, "files_read", limit, [bullet(shown) for _, shown in _newest(scan.files_read, limit)])
     runs = _noting_older(scan, "runs", limit, [bullet(f"{r.display} → {r.outcome}") for _, r in _newest(scan.runs, limit)])
     verified = items("verification")
-    if not printed:  # giving way: the runs stay, what they printed goes first; so do long column lists
+    if giving_way:  # the runs stay, what they printed goes first; so do long column lists
         runs, verified = [without_output(item) for item in runs], [without_output(item) for item in verified]
         kernel_state = [clip(line, KERNEL_LINE_GIVING_WAY_CHARS) for line in kernel_state[:KERNEL_LINES_GIVING_WAY]]
     work = [*_select(scan.work, WORK_DONE_NEW_LINES), *_tool_summary(scan)]

@@ -229,7 +229,7 @@ def generate_capsule(
             count=count,
             items_max=items_max,
             request_chars=request_chars,
-            printed=items_max is None and request_chars is None,  # giving way: printed output goes first
+            giving_way=items_max is not None or request_chars is not None,
         )
 
     capsule = deterministic = fallback()

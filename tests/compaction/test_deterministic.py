@@ -553,7 +553,7 @@ def test_a_capsule_that_gives_way_drops_printed_output_before_any_run() -> None:
     scan = scan_for_capsule(history.entries)
     wide = "clean: DataFrame 1722×40 · columns: " + ", ".join(f"column_{n} float64" for n in range(40))
     full = capsule_from_scan(scan, kernel_state=[wide])
-    brief = capsule_from_scan(scan, kernel_state=[wide], printed=False)
+    brief = capsule_from_scan(scan, kernel_state=[wide], giving_way=True)
     assert "→ ok: 14" in full.verification and "exit status 0: 1723 data.csv" in full.verification
     assert brief.verification.splitlines() == [
         "- python `print(len(dups))` → ok",
