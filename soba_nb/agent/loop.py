@@ -116,6 +116,7 @@ class TurnRunner:
     def run(self, prompt: str, cells: Sequence[CellRecord] = (), typed: str | None = None) -> TurnResult:
         session = self.session
         session.ensure_summarizer()
+        session.refresh_environment()
         session.refresh_limits(ask_server=True)
         self._show_new_notes()
         listener = self.emit

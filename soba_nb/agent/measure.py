@@ -7,7 +7,7 @@ its last usage figure on. Nothing here binds a model or imports an HTTP client.
 from __future__ import annotations
 
 from soba_nb.agent.limits import session_counter, session_limits, session_usage_ceiling
-from soba_nb.agent.prompt import SYSTEM_PROMPT
+from soba_nb.agent.prompt import system_prompt
 from soba_nb.agent.tool_schemas import TOOL_SCHEMAS, tool_schemas_for
 from soba_nb.compaction.budget import BudgetTracker, Measurement
 from soba_nb.compaction.budget_state import BudgetStateFile, states_to_offer
@@ -33,11 +33,13 @@ def measure_recorded(
     counter.backfill = TokenIndex.open(
         transcript.file, counter.key, writable=False, keys_of=transcript.own_ids
     ).read_counts
+    recorded = transcript.config
+    system = system_prompt(recorded.environment if recorded is not None else None)
     tools = TOOL_SCHEMAS
     if config is not None:
         hard_limit = session_limits(config, transcript, counter=counter).hard_limit
-        tools = tool_schemas_for(hard_limit, fixed_tokens(SYSTEM_PROMPT, TOOL_SCHEMAS, counter))
-    tracker = BudgetTracker(counter, fixed_tokens(SYSTEM_PROMPT, tools, counter))
+        tools = tool_schemas_for(hard_limit, fixed_tokens(system, TOOL_SCHEMAS, counter))
+    tracker = BudgetTracker(counter, fixed_tokens(system, tools, counter))
     if config is not None:
         tracker.distrust_usage_from(session_usage_ceiling(config, transcript, counter))
     tracker.offer(*saved)

@@ -17,6 +17,7 @@ import msgspec
 
 from soba_nb.agent.binding import ModelBinding
 from soba_nb.agent.cost import CostLedger, SessionCost
+from soba_nb.agent.environment import environment_line
 from soba_nb.agent.kernel_state import kernel_state
 from soba_nb.agent.limits import (
     session_counter,
@@ -24,7 +25,7 @@ from soba_nb.agent.limits import (
     session_usage_ceiling,
     takes_images,
 )
-from soba_nb.agent.prompt import SYSTEM_PROMPT
+from soba_nb.agent.prompt import system_prompt
 from soba_nb.agent.provenance import Provenance, trace
 from soba_nb.agent.skills import load_skill
 from soba_nb.agent.tool_schemas import TOOL_SCHEMAS, tool_schemas_for
@@ -102,6 +103,8 @@ class AgentSession:
         self.session_id = layout.session_id
         self.resumed = any(not isinstance(e, SessionEntry) for e in self.transcript.entries)
         """The session has work from before this kernel process opened it (a restart)."""
+        self.environment = environment_line(notebook)
+        """The line the system prompt ends with (`soba_nb.agent.environment`, SPEC §15)."""
         self.noted_missing: frozenset[str] = frozenset()
         """Missing variables already reported to the user and the model (`rebuild.note_missing`)."""
         self._record_config()
@@ -122,7 +125,7 @@ class AgentSession:
             self.transcript,
             self.counter,
             self._compactor_settings(),
-            system=SYSTEM_PROMPT,
+            system=system_prompt(self.environment),
             tools=TOOL_SCHEMAS,
             flight=FlightRecorder(layout.flight),
             kernel_state=lambda: kernel_state(self.namespace, self.provenance()),
@@ -198,8 +201,25 @@ class AgentSession:
         """The settings every view of this session computes from, when they are new."""
         recorded = self.transcript.config
         current, explicit = self.config.to_json(), self.config.explicit_keys
-        if recorded is None or recorded.config != current or recorded.explicit != explicit:
-            self.transcript.append(ConfigEntry(config=current, explicit=explicit))
+        environment = self.environment
+        if (
+            recorded is None
+            or recorded.config != current
+            or recorded.explicit != explicit
+            or recorded.environment != environment
+        ):
+            self.transcript.append(ConfigEntry(config=current, explicit=explicit, environment=environment))
+
+    def refresh_environment(self) -> None:
+        """The environment line as of now (a turn starts: the date may have changed), recorded
+        and sent from the next request on when it differs."""
+        environment = environment_line(self.notebook)
+        if environment == self.environment:
+            return
+        self.environment = environment
+        self._record_config()
+        self.compactor.set_system(system_prompt(environment))
+        self._fit_tools()
 
     def refresh_limits(self, *, ask_server: bool = False) -> SessionLimits:
         """Recompute the limits (asking the server first, once per model, when told to)."""
@@ -213,8 +233,9 @@ class AgentSession:
 
     def _fit_tools(self) -> None:
         """Compact tool schemas for a window too small for the full ones (`tool_schemas_for`)."""
-        full = fixed_tokens(SYSTEM_PROMPT, TOOL_SCHEMAS, self.counter)
-        self.compactor.deciding_keys = (fixed_key(SYSTEM_PROMPT, TOOL_SCHEMAS),)
+        system = self.compactor.system
+        full = fixed_tokens(system, TOOL_SCHEMAS, self.counter)
+        self.compactor.deciding_keys = (fixed_key(system, TOOL_SCHEMAS),)
         self.compactor.set_tools(tool_schemas_for(self.limits.hard_limit, full))
 
     def _ask_server(self) -> None:

@@ -197,6 +197,15 @@ class Compactor:
         self._fixed_key = fixed_key(self.system, tools)
         self.tracker.set_fixed(fixed_tokens(self.system, tools, self.counter))
 
+    def set_system(self, system: str) -> None:
+        """Another system prompt from the next request on (the session's environment line
+        changed: a new day, a library upgraded and the kernel restarted)."""
+        if system == self.system:
+            return
+        self.system = system
+        self._fixed_key = fixed_key(system, self.tools)
+        self.tracker.set_fixed(fixed_tokens(system, self.tools, self.counter))
+
     def update_settings(self, settings: CompactorSettings) -> None:
         self.settings = settings
 

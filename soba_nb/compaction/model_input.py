@@ -269,13 +269,27 @@ def _key_of_fixed(system: str, schemas: list[dict[str, object]]) -> str:
     return "fixed:" + digest(json.dumps([system, schemas], sort_keys=True).encode(), 8)
 
 
+ENVIRONMENT_MARK = "\n\nEnvironment: "
+"""Where a session's own environment line starts in its system prompt (SPEC §15)."""
+
+
 def fixed_tokens(system: str, tools: Sequence[ToolSchema], counter: TokenCounter) -> int:
-    """System prompt, tool schemas and reply priming: the cost of an empty conversation."""
+    """System prompt, tool schemas and reply priming: the cost of an empty conversation.
+
+    A prompt that ends with a session's environment line (`ENVIRONMENT_MARK`) is counted as
+    the part every session shares — whose count is known ahead (`agent.fixed_counts`) — and
+    the line apart: the cut falls where the encoding's pieces do (after the blank line,
+    before a word), so the sum is the whole's count."""
     schemas = [msgspec.structs.asdict(tool) for tool in tools]
-    return counter.cached(
-        _key_of_fixed(system, schemas),
-        lambda: counter.count_message("system", system) + counter.count_tools(schemas) + TOKENS_PER_REPLY,
-    )
+
+    def compute() -> int:
+        shared, mark, own = system.partition(ENVIRONMENT_MARK)
+        if mark:
+            cut = len(shared) + 2  # the blank line stays with the shared part
+            return fixed_tokens(system[:cut], tools, counter) + counter.count_text(system[cut:])
+        return counter.count_message("system", system) + counter.count_tools(schemas) + TOKENS_PER_REPLY
+
+    return counter.cached(_key_of_fixed(system, schemas), compute)
 
 
 def _messages(context: VisibleContext, result_limit: dict[str, int]) -> list[ChatMessage]:

@@ -402,6 +402,9 @@ class ConfigEntry(_Entry, tag="config", kw_only=True, frozen=True):
     """`SobaConfig.to_json()`: camelCase sections `model` and `compaction`."""
     explicit: dict[str, str] = field(default_factory=dict)
     """Which keys a user layer set (`model.contextWindow` → the file that set it)."""
+    environment: str | None = None
+    """The environment line the system prompt ends with (SPEC §15: the notebook, Python, the
+    data libraries' versions, the date), so a view of the session counts the prompt it sent."""
 
 
 WindowSource = Literal["server", "overflow", "truncation"]
