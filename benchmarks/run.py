@@ -26,7 +26,9 @@ Then the older rows, on `periodic` sessions (a capsule every 40 turns):
 And the large inputs (benchmarks/large_input_bench.py): redaction throughput, a 50 MB
 message appended and the session resumed after it, 100 MB of shell output through the
 `shell` tool. And recording the user's cells (benchmarks/cells_bench.py, `--only cells`):
-the added cost per cell after 10,000 cells, the record's memory, a cell printing 10 MB.
+the added cost per cell after 10,000 cells, the record's memory, a cell printing 10 MB. And
+what every request carries before any work (benchmarks/prompt_bench.py, `--only prompt`): the
+system prompt and tool schemas per kind of counter, and the embedded model's window.
 
 Adding a benchmark: decorate a function `(workspace) -> list[Row]` with `@benchmark("name")`
 (here or in a module that imports this one and then calls `main()`); each `Row` is one line
@@ -54,6 +56,7 @@ try:
         cold_bench,
         compaction_bench,
         large_input_bench,
+        prompt_bench,
         resume_bench,
     )
     from benchmarks.generate import LARGE_SIZE, SIZES, compact_session, write_session
@@ -63,6 +66,7 @@ except ImportError:  # run as a script: benchmarks/ itself is on sys.path
     import cold_bench  # type: ignore[no-redef]
     import compaction_bench  # type: ignore[no-redef]
     import large_input_bench  # type: ignore[no-redef]
+    import prompt_bench  # type: ignore[no-redef]
     import resume_bench  # type: ignore[no-redef]
     from generate import LARGE_SIZE, SIZES, compact_session, write_session  # type: ignore[no-redef]
     from pi_runner import find_pi  # type: ignore[no-redef]
@@ -305,6 +309,7 @@ def preflight_benchmark(workspace: Workspace) -> list[Row]:
 
 compaction_bench.register(benchmark, Row, milliseconds, preflight_entries)
 cells_bench.register(benchmark, Row, milliseconds, megabytes)
+prompt_bench.register(benchmark, Row, milliseconds, megabytes)
 
 
 # -- the table ---------------------------------------------------------------------------------
