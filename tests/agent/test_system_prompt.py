@@ -22,7 +22,7 @@ from soba_nb.agent.loop import run_turn
 from soba_nb.agent.measure import measure_recorded
 from soba_nb.agent.prompt import SYSTEM_PROMPT, system_prompt
 from soba_nb.agent.tool_schemas import COMPACT_TOOL_SCHEMAS, TOOL_SCHEMAS
-from soba_nb.compaction.model_input import fixed_key, fixed_tokens
+from soba_nb.compaction.model_input import TOOL_OUTPUT_LIMIT_CHARS, fixed_key, fixed_tokens
 from soba_nb.config import build_config
 from soba_nb.providers.openai import OpenAIProvider
 from soba_nb.tokens import TOKENS_PER_REPLY, TokenCounter
@@ -76,11 +76,11 @@ def test_a_notebook_name_cannot_write_lines_into_the_system_prompt():
 def test_the_prompt_says_how_to_work_with_data_and_no_longer_asks_for_checkpoints():
     prompt = SYSTEM_PROMPT.replace("\n", " ")
     assert "checkpoint` tool" not in prompt and "Use the `checkpoint`" not in prompt
-    assert "derived data gets a new name" in prompt  # the user's variables stay as they are
-    assert "12,000 characters is clipped" in prompt
+    assert "Keep the user's variables as they are; derived data gets a new name" in prompt
+    assert f"tool output over {TOOL_OUTPUT_LIMIT_CHARS:,} characters is clipped" in prompt
     assert "come back to you as images" in prompt
-    assert "`add_cell`" in prompt
-    assert "never whole large frames" in prompt
+    assert "into a cell with `add_cell`" in prompt
+    assert "summaries, not whole frames" in prompt
 
 
 @pytest.mark.parametrize("model", [("openai", "gpt-4o"), ("openai", "gpt-4")])

@@ -16,9 +16,14 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from soba_nb.compaction.model_input import TOOL_OUTPUT_LIMIT_CHARS
 from soba_nb.transcript.entries import CellRecord, FileChange
 
 CellKind = Literal["code", "markdown"]
+
+CLIPPED = f" Output over {TOOL_OUTPUT_LIMIT_CHARS:,} characters is clipped."
+"""Every tool's description ends with this (SPEC §15): the model knows a long result is cut
+(model input clips it, head and tail kept; the transcript holds it whole)."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,12 @@ class ToolContext:
     session_files: frozenset[Path] = frozenset()
     """The open session's own files (transcript and side-cars, resolved): the file tools never
     write them, even where `%soba --session PATH` put them outside a `.soba` folder."""
+    transform: Callable[[str], str] | None = None
+    """The shell's input transformation (`InteractiveShell.transform_cell`): the `python` tool
+    runs what a cell runs, magics and `!command` included; None outside IPython (plain Python)."""
+    turn_deadline: float | None = None
+    """When the turn's time is up (`time.monotonic()`): the `python` tool's default limit is what
+    is left of it; None: no turn, no default limit."""
 
 
 @dataclass(frozen=True)

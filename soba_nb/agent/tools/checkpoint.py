@@ -10,17 +10,17 @@ from typing import Literal
 
 from pydantic import Field
 
-from soba_nb.agent.tools.base import ToolArguments, ToolContext, ToolError, ToolOutcome
+from soba_nb.agent.tools.base import CLIPPED, ToolArguments, ToolContext, ToolError, ToolOutcome
 
 NAME = "checkpoint"
 DESCRIPTION = (
-    "Record a checkpoint: 'milestone' when work is finished, 'plan_pivot' when you change "
-    "approach (older context may be summarised here)."
+    "Optional (soba records every turn itself): mark a finished milestone or a change of plan; "
+    "older context may be summarized there." + CLIPPED
 )
 
 
 class CheckpointArguments(ToolArguments):
-    kind: Literal["milestone", "plan_pivot"] = Field(description="'milestone' or 'plan_pivot'.")
+    kind: Literal["milestone", "plan_pivot"]
     note: str = Field(description="What was reached, or why the plan changed.")
 
 

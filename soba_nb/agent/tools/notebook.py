@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import Field
 
 from soba_nb.agent.tools.base import (
+    CLIPPED,
     CellKind,
     NotebookAccess,
     ToolArguments,
@@ -32,7 +33,7 @@ OUTPUT_TEXT_CHARS = 2000
 
 
 class ReadCellsArguments(ToolArguments):
-    first: int = Field(0, ge=0, description="First In [n] to read; 0: the last 10 cells.")
+    first: int = Field(0, ge=0, description="First In [n]; 0: the last 10 cells.")
     last: int = Field(0, ge=0, description="Last In [n]; 0: the newest.")
 
 
@@ -42,14 +43,14 @@ class ReadNotebookArguments(ToolArguments):
 
 class AddCellArguments(ToolArguments):
     source: str = Field(description="The cell's source.")
-    kind: CellKind = Field("code", description="code or markdown.")
+    kind: CellKind = "code"
 
 
 # Short on purpose: every request carries the tool schemas, and a small local model's whole
 # window may be 2,048 tokens.
-READ_CELLS_DESCRIPTION = "Read the notebook cells the user ran (source, output, error) by In [n]."
-READ_NOTEBOOK_DESCRIPTION = "Read a saved notebook: its cells in order, with outputs as text."
-ADD_CELL_DESCRIPTION = "Propose a cell for the user, put below the current one, not run (e.g. a fixed cell)."
+READ_CELLS_DESCRIPTION = "Read cells the user ran (source, output, error) by In [n]." + CLIPPED
+READ_NOTEBOOK_DESCRIPTION = "Read a saved notebook's cells in order, outputs as text." + CLIPPED
+ADD_CELL_DESCRIPTION = "Propose a cell (code or markdown) below the current one, for the user to run." + CLIPPED
 
 
 def _access(ctx: ToolContext, tool: str) -> NotebookAccess:

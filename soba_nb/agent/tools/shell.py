@@ -40,12 +40,12 @@ from typing import IO
 
 from pydantic import Field
 
-from soba_nb.agent.tools.base import ToolArguments, ToolContext, ToolOutcome
+from soba_nb.agent.tools.base import CLIPPED, ToolArguments, ToolContext, ToolOutcome
 
 NAME = "shell"
 DESCRIPTION = (
-    "Run a shell command in the project folder with a time limit; returns the exit status, "
-    "then stdout and stderr. Stdin is empty; background processes are stopped when it returns."
+    "Run a shell command in the project folder (stdin empty; background processes stopped at "
+    "the end); returns the exit status, stdout and stderr." + CLIPPED
 )
 
 DEFAULT_TIMEOUT_S = 60
