@@ -22,7 +22,8 @@ class ToolCall(Struct, gc=False):
 
 
 class ImagePart(Struct, gc=False, frozen=True):
-    """An image a tool result carries to a model that takes images (SPEC §10)."""
+    """An image a message carries to a model that takes images: one a tool call displayed
+    (SPEC §10), or one the user's own cell displayed (SPEC §15)."""
 
     path: str
     """The artifact, relative to the notebook's folder (as the transcript names it)."""
@@ -32,6 +33,9 @@ class ImagePart(Struct, gc=False, frozen=True):
     data: str | None = None
     """Base64 of the bytes as sent (resized), filled in just before the request leaves; a
     provider sends only parts that have it."""
+    label: str | None = None
+    """What names it beside the image in a request instead of the bare path: the cell that
+    displayed it (`In [11]`), for the user's images."""
 
     def data_url(self) -> str:
         return f"data:{self.mime};base64,{self.data or ''}"
@@ -58,7 +62,12 @@ class ChatMessage(Struct, gc=False):
     is_error: bool = False
     """Only on tool messages: the tool failed."""
     images: Sequence[ImagePart] = ()
-    """Only on tool messages: the images the call displayed, to send with its result."""
+    """On tool messages, the images the call displayed, to send with its result; on the user
+    message of a cells block, the images the user's cells displayed (newest last). Named
+    without bytes in model input; `agent.request_images.with_images` fills in the bytes of the
+    newest `notebook.maxImagesPerRequest` over all messages (none for a model that takes no
+    images) just before a request leaves, and a provider puts those on the wire: with the tool
+    result as its format allows, or as image parts of the user message itself."""
 
     def sent_images(self) -> list[ImagePart]:
         """The images this message carries in a request (those with their bytes filled in)."""
@@ -70,8 +79,10 @@ IMAGES_LABEL = "Images the calls above displayed, in order:"
 
 
 def image_label(part: ImagePart) -> str:
-    """How an image is named beside it in a request: its artifact and the size sent."""
-    return f"{part.path} ({part.width}×{part.height})"
+    """How an image is named beside it in a request: its artifact and the size sent (after the
+    cell that displayed it, for the user's images)."""
+    named = f"{part.path} ({part.width}×{part.height})"
+    return f"{part.label}: {named}" if part.label else named
 
 
 class ToolSchema(Struct, frozen=True):

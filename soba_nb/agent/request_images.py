@@ -1,8 +1,10 @@
-"""Which images a request carries, and their bytes (SPEC §10).
+"""Which images a request carries, and their bytes (SPEC §10, §15).
 
-Model input names every image a call displayed (its tool result lists the artifacts). Just
-before a request leaves, this decides what is sent: for a model that takes images, the newest
-`notebook.maxImagesPerRequest` of them, each read from its artifact and made no larger than
+Model input names every image a call displayed (its tool result lists the artifacts) and every
+image the user's cells displayed (the cells entry lists them). Just before a request leaves,
+this decides what is sent: for a model that takes images, the newest
+`notebook.maxImagesPerRequest` of them over both — messages from the last back, each message's
+images from its last — each read from its artifact and made no larger than
 `soba_nb.images.sent_size` (a 20-megapixel plot is resized, never sent whole); older ones, and
 every image for a model that takes none, stay what the result's text already says they are —
 one line naming the artifact and its size. An artifact that cannot be read (deleted, replaced
@@ -17,6 +19,8 @@ import io
 from collections.abc import Sequence
 from pathlib import Path
 
+import msgspec
+
 from soba_nb.images import sent_size
 from soba_nb.messages import ChatMessage, ImagePart
 from soba_nb.transcript.sidecar import read_regular
@@ -28,8 +32,8 @@ ENCODED_CACHE = 32
 
 
 def with_images(messages: Sequence[ChatMessage], *, base: Path, vision: bool, max_images: int) -> list[ChatMessage]:
-    """`messages` with each tool result's images either filled in (sent) or dropped (named in
-    its text only); nothing else changes."""
+    """`messages` with each message's images (a tool result's, a cells block's) either filled
+    in (sent) or dropped (named in its text only); nothing else changes."""
     if not any(message.images for message in messages):
         return list(messages)
     budget = max_images if vision else 0
@@ -39,18 +43,15 @@ def with_images(messages: Sequence[ChatMessage], *, base: Path, vision: bool, ma
         if not message.images:
             continue
         kept: list[ImagePart] = []
-        for part in reversed(message.images):  # the newest image of the call first
+        for part in reversed(message.images):  # the newest image of the call (or cell) first
             if budget <= 0:
                 break
             data = _encoded(str(base / part.path), part.mime)
             if data is not None:
                 width, height = sent_size(part.width, part.height)
-                kept.append(ImagePart(part.path, part.mime, width, height, data))
+                kept.append(ImagePart(part.path, part.mime, width, height, data, part.label))
                 budget -= 1
-        prepared[index] = ChatMessage(
-            message.role, message.content, message.tool_calls, message.tool_call_id, message.name,
-            message.is_error, tuple(reversed(kept)),
-        )
+        prepared[index] = msgspec.structs.replace(message, images=tuple(reversed(kept)))
     return prepared
 
 

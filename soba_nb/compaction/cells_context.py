@@ -13,9 +13,22 @@ The cells run since the previous turn go ahead of the user's request, newest las
     Traceback (most recent call last):
       ...
 
+A cell's parts are labelled apart (SPEC §15): what it printed under `printed:`, its result
+under `Out[n]:` (with the kinds of other rich output it displayed), and each image it
+displayed on a line of its own, `[displayed image/png 640×480]` — so a cell that only drew a
+plot still says so. An entry written before printed text was recorded apart has it ahead of
+the result in `output`, and renders as it always did (`Out[n]:` holding both).
+
 When they do not fit the budget, the oldest go first, but the newest error always stays
 (its traceback clipped to its last `TRACEBACK_LINES` lines): "why does the cell above fail?"
 must reach the model with the cell it is about.
+
+`notebook.contextTokens` bounds the block's *text* (the image lines included); the images
+themselves are not counted against it. A model that takes images gets them beside the block
+(model input makes each an `ImagePart`): they count in the session's budget with the entry
+(`entry_tokens`, as a tool result's images do), and a request carries at most
+`notebook.maxImagesPerRequest` of all its images, the newest — so the cells budget stays a
+budget of what the block says, whichever model reads it.
 """
 
 from __future__ import annotations
@@ -23,9 +36,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+import msgspec
+
 from soba_nb.text import clip_middle
 from soba_nb.tokens import TokenCounter
-from soba_nb.transcript.entries import CellRecord, CellsEntry
+from soba_nb.transcript.entries import Artifact, CellRecord, CellsEntry
 
 HEADING = "Notebook cells run since the last request (newest last):"
 LEFT_OUT = "({count} earlier cells left out to fit the notebook context budget)"
@@ -48,13 +63,12 @@ def clip_record(record: CellRecord) -> CellRecord:
             # The first line is `Type: message`; the traceback's last lines are the ones that matter.
             lines = [lines[0], f"[… {len(lines) - 1 - TRACEBACK_LINES} traceback lines left out …]", *lines[-TRACEBACK_LINES:]]
         error = clip_middle("\n".join(lines), ERROR_CHARS)
-    output = None if record.output is None else clip_middle(record.output, OUTPUT_CHARS)
-    return CellRecord(
-        execution_count=record.execution_count,
+    return msgspec.structs.replace(
+        record,
         source=clip_middle(record.source, SOURCE_CHARS),
-        outcome=record.outcome,
         error=error,
-        output=output,
+        output=None if record.output is None else clip_middle(record.output, OUTPUT_CHARS),
+        printed=record.printed if not record.printed else clip_middle(record.printed, OUTPUT_CHARS),
     )
 
 
@@ -68,16 +82,38 @@ def fence_for(text: str) -> str:
     return "`" * (longest + 1)
 
 
+def cell_label(record: CellRecord) -> str:
+    """`In [4]` (`In [ ]` when the kernel gave no execution count)."""
+    return f"In [{record.execution_count}]" if record.execution_count is not None else "In [ ]"
+
+
 def render_cell(record: CellRecord) -> str:
-    label = f"In [{record.execution_count}]" if record.execution_count is not None else "In [ ]"
+    label = cell_label(record)
     fence = fence_for(record.source)
     parts = [f"{label}:\n{fence}python\n{record.source}\n{fence}"]
+    if record.printed:
+        parts.append(f"{PRINTED}\n{record.printed}")
     if record.output:
         out = f"Out[{record.execution_count}]" if record.execution_count is not None else "Output"
         parts.append(f"{out}:\n{record.output}")
+    parts.extend(image_line(image) for image in record.images or ())
+    parts.extend(f"[displayed {why}]" for why in record.images_not_kept or ())
     if record.outcome == "error":
         parts.append(f"raised {record.error or 'an error'}")
     return "\n".join(parts)
+
+
+PRINTED = "printed:"
+
+
+def image_line(image: Artifact) -> str:
+    """How the block names an image a cell displayed (SPEC §15)."""
+    return f"[displayed {image.mime} {image.width}×{image.height}]"
+
+
+def cell_images(entry: CellsEntry) -> list[tuple[CellRecord, Artifact]]:
+    """The images the entry's cells displayed, in order (oldest cell first), each with its cell."""
+    return [(record, image) for record in entry.cells for image in record.images or ()]
 
 
 def render_cells(entry: CellsEntry) -> str:
@@ -130,15 +166,15 @@ def _clipped_to_fit(cell: CellRecord, omitted: int, budget_tokens: int, counter:
     `MIN_CLIP_CHARS`), or None when not even that fits."""
     error = cell.error or ""
     head, _, rest = error.partition("\n")
-    limit = max(len(cell.source), len(rest), len(cell.output or ""), len(head) // 2)
+    limit = max(len(cell.source), len(rest), len(cell.output or ""), len(cell.printed or ""), len(head) // 2)
     while limit >= MIN_CLIP_CHARS:
         limit //= 2
-        shorter = CellRecord(
-            execution_count=cell.execution_count,
+        shorter = msgspec.structs.replace(
+            cell,
             source=clip_middle(cell.source, limit),
-            outcome=cell.outcome,
             error=clip_middle(head, max(2 * limit, MIN_CLIP_CHARS)) + ("\n" + clip_middle(rest, limit) if rest else ""),
             output=None if cell.output is None else clip_middle(cell.output, limit),
+            printed=cell.printed if not cell.printed else clip_middle(cell.printed, limit),
         )
         candidate = CellsEntry(cells=[shorter], omitted=omitted)
         if counter.count_message("user", render_cells(candidate)) <= budget_tokens:

@@ -21,6 +21,7 @@ from typing import Any
 from soba_nb.text import clip, first_line, one_line
 from soba_nb.transcript.entries import (
     CapsuleEntry,
+    CellsEntry,
     CheckpointEntry,
     Entry,
     MessageEntry,
@@ -373,6 +374,16 @@ class Scan:
                 self.skills[entry.name] = entry.path
             elif isinstance(entry, CapsuleEntry):
                 self.capsule_text = entry.content
+            elif isinstance(entry, CellsEntry):
+                self._cell_images(entry)
+
+    def _cell_images(self, entry: CellsEntry) -> None:
+        """The user's plots (SPEC §15) are artifacts like the calls' own: a capsule names them."""
+        for record in entry.cells:
+            for image in record.images or ():
+                count = "" if record.execution_count is None else f" In [{record.execution_count}]"
+                self.artifacts.pop(image.path, None)
+                self.artifacts[image.path] = f"{image.path} ({image.width}×{image.height} image displayed by the user's cell{count})"
 
     def _message(self, entry: MessageEntry) -> None:
         if entry.role in ("user", "assistant"):

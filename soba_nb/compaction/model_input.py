@@ -17,7 +17,7 @@ import msgspec
 from msgspec import Struct, field
 
 from soba_nb.collector import collector_paused
-from soba_nb.compaction.cells_context import render_cells
+from soba_nb.compaction.cells_context import cell_images, cell_label, render_cells
 from soba_nb.compaction.native_continuation import NativeTarget, native_tokens, request_message
 from soba_nb.digest import digest
 from soba_nb.messages import ChatMessage, ImagePart, ToolCall, ToolSchema
@@ -111,7 +111,7 @@ def entry_tokens(entry: Entry, counter: TokenCounter) -> int:
         if isinstance(entry, CapsuleEntry):
             return counter.count_message("user", capsule_text(entry))
         if isinstance(entry, CellsEntry):
-            return counter.count_message("user", render_cells(entry))
+            return counter.count_message("user", render_cells(entry)) + cells_images_tokens(entry, counter)
         return 0
 
     return counter.cached(entry.id, compute)
@@ -131,6 +131,20 @@ def images_tokens(result: ToolResultEntry, counter: TokenCounter) -> int:
     never under)."""
     artifacts = result.artifacts
     return sum(counter.count_image(a.width, a.height) for a in artifacts) if artifacts else 0
+
+
+def cells_images_tokens(entry: CellsEntry, counter: TokenCounter) -> int:
+    """The images the user's cells displayed, counted as `images_tokens` counts a call's
+    (not against `notebook.contextTokens`: that bounds the block's text)."""
+    return sum(counter.count_image(image.width, image.height) for _, image in cell_images(entry))
+
+
+def cell_image_parts(entry: CellsEntry) -> tuple[ImagePart, ...]:
+    """The images of a cells message, oldest first, each labelled with its cell's `In [n]`."""
+    return tuple(
+        ImagePart(image.path, image.mime, image.width, image.height, label=cell_label(record))
+        for record, image in cell_images(entry)
+    )
 
 
 def clipped_tokens(result: ToolResultEntry, limit: int, counter: TokenCounter) -> int:
@@ -322,7 +336,7 @@ def _messages(context: VisibleContext, result_limit: dict[str, int]) -> list[Cha
                 append(ChatMessage(entry.role, entry.content))
         elif kind is CellsEntry:
             assert isinstance(entry, CellsEntry)
-            append(ChatMessage("user", render_cells(entry)))
+            append(ChatMessage("user", render_cells(entry), images=cell_image_parts(entry)))
         elif kind is ToolCallEntry:
             assert isinstance(entry, ToolCallEntry)
             call = ToolCall(entry.call_id, entry.name, entry.arguments)

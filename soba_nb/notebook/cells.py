@@ -14,7 +14,11 @@ Not recorded: soba's own magics (they are the conversation, not the notebook), c
 within a cell (`get_ipython().run_cell(…)`: part of the cell that ran it).
 
 A `%soba` turn takes the cells recorded since the previous turn (`CellRecorder.since_turn`),
-redacted (`RecordedCell.record`) before anything measures or clips them.
+redacted (`RecordedCell.record`) before anything measures or clips them; the printed text and
+the result (`Out[n]`) stay apart, and the holder keeps each image as an artifact
+(`SessionHolder.cells_since_turn`) that the record lists, for the cells block to name and for
+a model that takes images to see. An image the record did not keep (too large, too many, or
+dropped to bound the record) is named with the reason.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
+
+from msgspec import UNSET
 
 from soba_nb.notebook.cell_text import (
     PrintedText,
@@ -55,6 +61,7 @@ SOBA_MAGICS = re.compile(
 """A cell that uses soba's own magics is part of the conversation, not of the notebook. (No
 `\\s` before the `%`: it would cross lines, and a cell of many blank lines took quadratic time.)"""
 IMAGE_TYPES = ("image/png", "image/jpeg")
+DROPPED = f"dropped to keep the record's images under {IMAGE_BYTES_KEPT // (1024 * 1024)} MB"
 
 
 @dataclass
@@ -71,24 +78,34 @@ class RecordedCell:
     """Mime types of the rich outputs, each once, in the order first displayed."""
     images: list[tuple[str, bytes]] = field(default_factory=list)
     """(mime type, bytes) of the images displayed."""
+    not_kept: dict[str, int] = field(default_factory=dict)
+    """`mime not kept: why` → how many of the images it displayed the record did not keep
+    (too large, too many, bytes that are not base64, dropped to bound the record)."""
 
     def record(self) -> CellRecord:
         """What the model is told of the cell, redacted (then measured and clipped: a secret
-        is never cut into pieces the redaction would no longer recognise)."""
+        is never cut into pieces the redaction would no longer recognise). Its images are
+        not in it: the holder keeps them as artifacts when a turn takes the cell."""
         parts = []
-        if self.printed:
-            parts.append(self.printed.rstrip("\n"))
         if self.result is not None:
             parts.append(self.result)
-        if self.displayed:
-            parts.append("[displayed: " + ", ".join(self.displayed) + "]")
+        kinds = [kind for kind in self.displayed if kind not in IMAGE_TYPES]
+        if kinds:
+            parts.append("[displayed: " + ", ".join(kinds) + "]")
+        printed = self.printed.rstrip("\n")
         return CellRecord(
             execution_count=self.execution_count,
             source=redact(self.source),
             outcome="error" if self.error is not None else "ok",
             error=None if self.error is None else redact(self.error),
             output=redact("\n".join(parts)) if parts else None,
+            printed=redact(printed) if printed else UNSET,
+            images_not_kept=[why if n == 1 else f"{why} (×{n})" for why, n in self.not_kept.items()] or UNSET,
         )
+
+    def left_out(self, mime: str, why: str) -> None:
+        key = f"{mime} not kept: {why}"
+        self.not_kept[key] = self.not_kept.get(key, 0) + 1
 
 
 class _Tee:
@@ -253,6 +270,8 @@ class CellRecorder:
             if self._image_bytes <= IMAGE_BYTES_KEPT:
                 return
             self._image_bytes -= sum(len(raw) for _, raw in old.images)
+            for mime, _ in old.images:
+                old.left_out(mime, DROPPED)
             old.images = []
 
     # -- the hooks -----------------------------------------------------------------------
@@ -311,11 +330,24 @@ class CellRecorder:
                 cell.displayed.extend(str(key) for key in data if key != "text/plain" and key not in cell.displayed)
                 for mime in IMAGE_TYPES:
                     image = data.get(mime)
-                    if image is not None and len(cell.images) < IMAGES_PER_CELL:
-                        raw = image_bytes(image)
-                        if raw is not None and len(raw) <= IMAGE_BYTES:
-                            cell.images.append((mime, raw))
-            return original(data, *args, **kwargs)
+                    if image is None:
+                        continue
+                    raw = image_bytes(image) if len(cell.images) < IMAGES_PER_CELL else b""
+                    if len(cell.images) >= IMAGES_PER_CELL:
+                        cell.left_out(mime, f"more than {IMAGES_PER_CELL} images in one cell")
+                    elif raw is None:
+                        cell.left_out(mime, "its data is neither bytes nor base64 text")
+                    elif len(raw) > IMAGE_BYTES:
+                        cell.left_out(mime, f"larger than {IMAGE_BYTES // (1024 * 1024)} MB")
+                    else:
+                        cell.images.append((mime, raw))
+            # A terminal shell's publisher prints the display's text (`<Figure size …>`): it is
+            # the display, named above, not printed text (a kernel sends it as display data).
+            quiet, self._quiet = self._quiet, True
+            try:
+                return original(data, *args, **kwargs)
+            finally:
+                self._quiet = quiet
 
         return published
 

@@ -17,29 +17,32 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
+import msgspec
 from IPython.core.error import UsageError
+from msgspec import UNSET
 
+from soba_nb.agent.artifacts import keep_images
 from soba_nb.agent.assembly import choose_layout, open_session, reconfigure
 from soba_nb.agent.events import AgentEvent, ToolFinished, ToolStarted
 from soba_nb.agent.limits import counts_differently
 from soba_nb.agent.session import AgentSession, RewindError
 from soba_nb.agent.skills import SkillError
-from soba_nb.agent.tools.base import CellKind, NotebookAccess
+from soba_nb.agent.tools.base import CellKind, DisplayedImage, NotebookAccess
 from soba_nb.compaction.cells_context import FIRST_TURN_CELLS
 from soba_nb.config import ConfigError, load_config
 from soba_nb.layout import session_transcripts
 from soba_nb.notebook.arguments import error_line
 from soba_nb.notebook.cell_insert import announce as announce_cell
-from soba_nb.notebook.cells import CellRecorder
+from soba_nb.notebook.cells import CellRecorder, RecordedCell
 from soba_nb.notebook.location import locate
 from soba_nb.notebook.monitor import SidebarPublisher, snapshot_of
 from soba_nb.notebook.render import TurnRenderer
-from soba_nb.transcript.entries import CellRecord
+from soba_nb.transcript.entries import Artifact, CellRecord
 from soba_nb.transcript.store import TranscriptError, TranscriptLockedError, TranscriptWriteError
 
 LIVE_REFRESH_S = 0.5
@@ -143,7 +146,18 @@ class SessionHolder:
         return NotebookAccess(cells=self._cells_by_count, propose=self._propose, notebook=notebook)
 
     def _cells_by_count(self, first: int | None, last: int | None) -> list[CellRecord]:
-        return [cell.record() for cell in self.recorder.by_count(first, last)]
+        return self._records(self.recorder.by_count(first, last))
+
+    def _records(self, cells: Sequence[RecordedCell]) -> list[CellRecord]:
+        """What the model is told of `cells`: each redacted (`RecordedCell.record`), its images
+        kept as artifacts in the session folder, as the agent's own are (SPEC §15), or named
+        with the reason they were not."""
+        agent = self.agent
+        records = [cell.record() for cell in cells]
+        if agent is None:
+            return records
+        places = agent.artifact_places()
+        return [with_artifacts(record, cell, places) for record, cell in zip(records, cells, strict=True)]
 
     def _propose(self, source: str, kind: CellKind) -> str:
         self.proposed.append((source, kind))
@@ -171,7 +185,7 @@ class SessionHolder:
         this kernel, `%soba --new` included), for the model."""
         session = self.agent.session_id if self.agent is not None else None
         start, self._cells_session = session != self._cells_session, session
-        return [cell.record() for cell in self.recorder.since_turn(first=FIRST_TURN_CELLS, session_start=start)]
+        return self._records(self.recorder.since_turn(first=FIRST_TURN_CELLS, session_start=start))
 
     def _overrides(self) -> dict[str, Any]:
         return {"model": {"name": self.settings.model}} if self.settings.model else {}
@@ -247,6 +261,28 @@ class SessionHolder:
             return False
         cancel.set()
         return True
+
+
+def with_artifacts(record: CellRecord, cell: RecordedCell, places: tuple[Path, Path]) -> CellRecord:
+    """`record` listing `cell`'s images as artifacts (`keep_images`: written once, by content,
+    to `places`' folder) and naming those that could not be kept."""
+    if not cell.images:
+        return record
+    displayed = [DisplayedImage(mime, raw) for mime, raw in cell.images]
+    kept = keep_images(displayed, *places)
+    artifacts = iter(kept.artifacts)
+    images: list[Artifact] = []
+    not_kept = list(record.images_not_kept or ())
+    for image, note in zip(displayed, kept.notes, strict=True):
+        if NOT_KEPT in note:  # `[image 2: not kept: why]`
+            not_kept.append(f"{image.mime} not kept: {note.partition(NOT_KEPT)[2].removesuffix(']')}")
+        else:
+            images.append(next(artifacts))
+    return msgspec.structs.replace(record, images=images or UNSET, images_not_kept=not_kept or UNSET)
+
+
+NOT_KEPT = "not kept: "
+"""How `keep_images` names an image it could not keep, ahead of the reason."""
 
 
 def _repair_hint(error: TranscriptError) -> str:

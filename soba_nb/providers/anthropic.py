@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from soba_nb.messages import ImagePart
+from soba_nb.messages import ImagePart, image_label
 from soba_nb.providers.base import (
     ChatMessage,
     ModelRequest,
@@ -147,6 +147,10 @@ def message_blocks(message: ChatMessage) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     if message.content:
         blocks.append({"type": "text", "text": message.content})
+    if message.role == "user":
+        # The user's own plots, beside the cells block that names them (SPEC §15).
+        for part in message.sent_images():
+            blocks += [{"type": "text", "text": image_label(part)}, _image_block(part)]
     for call in message.tool_calls:
         blocks.append(
             {

@@ -89,6 +89,10 @@ def message_to_wire(message: ChatMessage) -> dict[str, Any]:
                 for call in message.tool_calls
             ],
         }
+    images = message.sent_images()
+    if message.role == "user" and images:
+        # The user's own plots, beside the cells block that names them (SPEC §15).
+        return {"role": "user", "content": [{"type": "text", "text": message.content}, *_image_parts(images)]}
     return {"role": message.role, "content": message.content}
 
 
@@ -111,11 +115,16 @@ def messages_to_wire(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
 
 
 def _images_message(parts: Sequence[ImagePart]) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [{"type": "text", "text": IMAGES_LABEL}]
+    return {"role": "user", "content": [{"type": "text", "text": IMAGES_LABEL}, *_image_parts(parts)]}
+
+
+def _image_parts(parts: Sequence[ImagePart]) -> list[dict[str, Any]]:
+    """Each image as a text part naming it and an `image_url` part holding a `data:` URL."""
+    content: list[dict[str, Any]] = []
     for part in parts:
         content.append({"type": "text", "text": image_label(part)})
         content.append({"type": "image_url", "image_url": {"url": part.data_url()}})
-    return {"role": "user", "content": content}
+    return content
 
 
 def usage_from_wire(usage: Any) -> Usage | None:

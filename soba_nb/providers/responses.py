@@ -68,6 +68,11 @@ def message_items(message: ChatMessage) -> list[dict[str, Any]]:
     if message.role == "tool":
         return [{"type": "function_call_output", "call_id": message.tool_call_id or "", "output": message.content}]
     items: list[dict[str, Any]] = []
+    images = message.sent_images()
+    if message.role == "user" and images:
+        # The user's own plots, beside the cells block that names them (SPEC §15).
+        content = [{"type": "input_text", "text": message.content}, *_image_parts(images)]
+        return [{"type": "message", "role": "user", "content": content}]
     if message.content or not message.tool_calls:
         items.append({"type": "message", "role": message.role, "content": message.content})
     items += [
@@ -103,11 +108,16 @@ def input_items(request_messages: list[ChatMessage], native: NativeContinuation 
 
 
 def _images_item(parts: list[ImagePart]) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [{"type": "input_text", "text": IMAGES_LABEL}]
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": IMAGES_LABEL}, *_image_parts(parts)]}
+
+
+def _image_parts(parts: list[ImagePart]) -> list[dict[str, Any]]:
+    """Each image as an `input_text` naming it and an `input_image` holding a `data:` URL."""
+    content: list[dict[str, Any]] = []
     for part in parts:
         content.append({"type": "input_text", "text": image_label(part)})
         content.append({"type": "input_image", "image_url": part.data_url(), "detail": "auto"})
-    return {"type": "message", "role": "user", "content": content}
+    return content
 
 
 def usage_from_wire(usage: Any) -> Usage | None:

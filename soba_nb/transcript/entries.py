@@ -226,8 +226,18 @@ class CellRecord(Struct, kw_only=True, frozen=True, rename="camel", gc=False):
     error: str | None = None
     """For an error: `Type: message`, then the traceback (clipped to its last lines)."""
     output: str | None = None
-    """What the cell showed: printed text, the repr of its result (`Out[n]`), the kinds of
-    rich output it displayed (clipped)."""
+    """The repr of its result (`Out[n]`) and the kinds of the non-image rich outputs it
+    displayed (`[displayed: text/html]`), clipped. In entries written before `printed` was
+    recorded apart, also the text it printed (ahead) and `[displayed: image/png]`."""
+    printed: str | UnsetType = UNSET
+    """What the cell printed (stdout and stderr), clipped; absent when it printed nothing, and
+    in entries written before it was recorded apart (their `output` holds it)."""
+    images: list[Artifact] | UnsetType = UNSET
+    """The images it displayed, kept as artifacts like a tool call's (SPEC §15), in order;
+    absent when none."""
+    images_not_kept: list[str] | UnsetType = UNSET
+    """`imagesNotKept`: one line per image it displayed that was not kept, naming its kind and
+    why (`image/png not kept: not a readable image (UnidentifiedImageError)`); absent when none."""
 
 
 class CellsEntry(_Entry, tag="cells", kw_only=True, frozen=True):

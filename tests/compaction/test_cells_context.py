@@ -8,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from soba_nb.compaction.cells_context import TRACEBACK_LINES, fit_cells, render_cells
+from soba_nb.images import ImageRule, image_tokens
 from soba_nb.tokens import TokenCounter
-from soba_nb.transcript.entries import CellRecord
+from soba_nb.transcript.entries import Artifact, CellRecord, CellsEntry
 
 COUNTER = TokenCounter.for_model("openai", "gpt-4o")
 
@@ -22,9 +23,12 @@ ERROR = st.builds(
     st.lists(st.text(max_size=80), max_size=120),
 )
 CELL = st.builds(
-    lambda source, error, output: CellRecord(source=source, outcome="error" if error else "ok", error=error, output=output),
+    lambda source, error, output, printed: CellRecord(
+        source=source, outcome="error" if error else "ok", error=error, output=output, printed=printed or msgspec.UNSET
+    ),
     TEXT,
     st.one_of(st.none(), ERROR),
+    st.one_of(st.none(), TEXT),
     st.one_of(st.none(), TEXT),
 )
 BUDGET = st.one_of(st.integers(0, 64), st.integers(64, 3000), st.integers(3000, 100_000))
@@ -86,3 +90,17 @@ def test_a_fence_in_a_cell_does_not_end_its_block():
     source = 'print("````")\nnotes = """```python\nx\n```"""'
     rendered = render_cells(fit_cells([CellRecord(execution_count=4, source=source)], 1000, COUNTER))
     assert f"`````python\n{source}\n`````" in rendered
+
+
+def test_printed_and_out_are_labelled_apart_and_images_named_outside_the_text_budget():
+    """The block's budget is its text: the image line counts, the image itself does not (it
+    counts in the session's budget, `entry_tokens`)."""
+    pie = Artifact(path="analysis.soba/artifacts/" + "a" * 64 + ".png", mime="image/png", sha256="a" * 64, width=640, height=480)
+    record = CellRecord(execution_count=11, source="df.plot.pie(y='sales')", output="<Axes: >", printed="fastest: West", images=[pie])
+    text = "In [11]:\n```python\ndf.plot.pie(y='sales')\n```\nprinted:\nfastest: West\nOut[11]:\n<Axes: >\n[displayed image/png 640×480]"
+    budget = COUNTER.count_message("user", render_cells(CellsEntry(cells=[record]))) + 30  # (+ the "left out" note's room)
+    assert budget < 100 < image_tokens(ImageRule.TILES, 640, 480)
+    entry = fit_cells([record], budget, COUNTER)
+    assert entry is not None and entry.cells[0].images == [pie] and render_cells(entry).endswith(text)
+    only_a_plot = CellRecord(execution_count=12, source="plt.show()", images=[pie])
+    assert render_cells(CellsEntry(cells=[only_a_plot])).endswith("```\n[displayed image/png 640×480]")
