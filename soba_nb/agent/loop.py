@@ -108,12 +108,17 @@ class TurnRunner:
         """How the `python` tool sees the images a call displays (None: it sees none)."""
         self.approvals: ApprovalGate | None = None
         """Which calls ask the user first, and how (None: none do)."""
+        self.transform: Callable[[str], str] | None = None
+        """The shell's input transformation the `python` tool runs code through (None: plain Python)."""
+        self.deadline = time.monotonic() + turn_timeout_s
+        """When the turn's time is up (set again as `run` starts): the `python` tool's default limit."""
         self._retry_ceiling: int | None = None
         """After an overflow that stated the limit: the most the retry may be on our scale."""
         self._operation_id = ""
         """The latest inference request's `X-Soba-Operation-Id` (its usage entry names it)."""
 
     def run(self, prompt: str, cells: Sequence[CellRecord] = (), typed: str | None = None) -> TurnResult:
+        self.deadline = time.monotonic() + self.turn_timeout_s
         session = self.session
         session.ensure_summarizer()
         session.refresh_environment()
@@ -385,6 +390,8 @@ class TurnRunner:
             displays=self.displays,
             keep_version=FileVault(self.session.layout.file_versions).keep,
             session_files=self.session.session_files(),
+            transform=self.transform,
+            turn_deadline=self.deadline,
         )
         transcript = self.session.transcript
         for index, call in enumerate(response.tool_calls):
@@ -476,16 +483,19 @@ def run_turn(
     approval: ApprovalMode | None = None,
     approver: Approver | None = None,
     typed: str | None = None,
+    transform: Callable[[str], str] | None = None,
 ) -> TurnResult:
     """Run one agent turn to its end. `cells`: the notebook cells run since the previous turn
     (newest last), carried ahead of the request within `notebook.contextTokens`; `notebook`:
     what the notebook tools read and where their proposed cells go; `displays`: how the
     `python` tool sees the images a call displays; `approval`: this turn's approval mode
     (default: `agent.approval`), `approver`: who is asked; `typed`: what the user typed when
-    `prompt` is soba's expansion of it (`/fix`), recorded beside it for capsules to quote."""
+    `prompt` is soba's expansion of it (`/fix`), recorded beside it for capsules to quote;
+    `transform`: the shell's input transformation, so the `python` tool takes IPython syntax."""
     runner = TurnRunner(session, on_event=on_event, cancel=cancel, max_steps=max_steps, turn_timeout_s=turn_timeout_s)
     runner.notebook = notebook
     runner.displays = displays
+    runner.transform = transform
     mode = approval or session.config.agent.approval
     runner.approvals = None if mode == "never" else ApprovalGate(mode, approver)
     return runner.run(prompt, cells, typed)

@@ -246,6 +246,7 @@ class SobaMagics(Magics, Configurable):
                     cells=self.holder.cells_since_turn(),
                     notebook=self.holder.notebook_access(),
                     displays=ShellDisplays(self.shell),
+                    transform=self.holder.shell.transform_cell,
                     approval=approval,
                     approver=InputApprover(renderer),
                     typed=typed,

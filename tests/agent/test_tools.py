@@ -40,8 +40,8 @@ def call(name: str, ctx: ToolContext, **arguments: object) -> ToolOutcome:
 # --- the contract ---------------------------------------------------------------------------
 
 EXPECTED_PARAMETERS = {
-    "python": (["code"], ["code"]),
-    "read_file": (["path"], ["path"]),
+    "python": (["code", "timeout_s"], ["code"]),
+    "read_file": (["path", "start_line", "end_line"], ["path"]),
     "write_file": (["path", "content"], ["path", "content"]),
     "edit_file": (["path", "old", "new"], ["path", "old", "new"]),
     "list_files": (["path"], []),
@@ -400,7 +400,9 @@ def test_non_object_arguments(ctx: ToolContext) -> None:
 def test_unknown_parameter(ctx: ToolContext) -> None:
     outcome = run_tool("read_file", '{"path": "a", "encoding": "latin-1"}', ctx)
     assert outcome.is_error
-    assert outcome.content == "read_file: unknown parameter 'encoding'; parameters: path"
+    assert outcome.content == (
+        "read_file: unknown parameter 'encoding'; parameters: path, start_line (optional), end_line (optional)"
+    )
 
 
 def test_missing_parameter(ctx: ToolContext) -> None:

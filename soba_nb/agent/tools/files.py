@@ -6,9 +6,20 @@ are made on the opened descriptors, so a path swapped during the call cannot esc
 (`soba_nb.agent.tools.confined`). Soba's own files (`soba_nb.own_files`: session folders,
 `.soba/`, `soba.json`, `~/.soba/`, the open session's transcript) can be read and listed but
 never written or edited. Text is UTF-8 and written byte for byte.
+
+`read_file(path, start_line, end_line)` reads the whole file, or lines `start_line` to
+`end_line` (1-based, both included; either may be left out: from the first line, to the last;
+an end past the file is its end). A line ends at `\n` (a `\r\n` file's lines keep their `\r`).
+The result starts with one line saying which lines it holds, `[lines 40–80 of 1,203]`, when a
+range was asked or when the file is longer than model input's clip (`TOOL_OUTPUT_LIMIT_CHARS`:
+the model then sees its head and tail and learns how many lines there are to ask for a range);
+a short file read whole is returned as it is. A start past the last line, or a start after the
+end, is a one-line error naming the parameter; an empty file is `(empty file)`.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from pydantic import Field
 
@@ -20,6 +31,7 @@ from soba_nb.agent.tools.base import (
 )
 from soba_nb.agent.tools.confined import Confinement
 from soba_nb.agent.vault import MAX_KEPT_BYTES
+from soba_nb.compaction.model_input import TOOL_OUTPUT_LIMIT_CHARS
 from soba_nb.transcript.entries import FileChange
 
 MAX_LISTED_ENTRIES = 200
@@ -28,8 +40,17 @@ MAX_LISTED_ENTRIES = 200
 _PATH_DESCRIPTION = "Path relative to the project folder."
 
 
+def _optional(schema: dict[str, Any]) -> None:
+    """Show an optional parameter as its type alone (null is accepted, absent is the default)."""
+    options = schema.pop("anyOf", [])
+    schema.update(next((option for option in options if option.get("type") != "null"), {}))
+    schema.pop("default", None)
+
+
 class ReadFileArguments(ToolArguments):
     path: str = Field(description=_PATH_DESCRIPTION)
+    start_line: int | None = Field(None, ge=1, description="First line (1-based).", json_schema_extra=_optional)
+    end_line: int | None = Field(None, ge=1, description="Last line (inclusive).", json_schema_extra=_optional)
 
 
 class WriteFileArguments(ToolArguments):
@@ -47,7 +68,7 @@ class ListFilesArguments(ToolArguments):
     path: str = Field(".", description=_PATH_DESCRIPTION)
 
 
-READ_FILE_DESCRIPTION = "Read a UTF-8 text file in the project folder and return its whole content."
+READ_FILE_DESCRIPTION = "Read a UTF-8 text file in the project folder, whole or from start_line to end_line."
 WRITE_FILE_DESCRIPTION = (
     "Create or overwrite a text file in the project folder with the given content."
 )
@@ -58,8 +79,23 @@ LIST_FILES_DESCRIPTION = (
 
 
 def read_file(arguments: ReadFileArguments, ctx: ToolContext) -> ToolOutcome:
+    start, end = arguments.start_line, arguments.end_line
+    if start is not None and end is not None and start > end:
+        raise ToolError(f"read_file: start_line {start} is after end_line {end}")
     text = _read_text(Confinement("read_file", arguments.path, ctx.project_root))
-    return ToolOutcome(text if text else "(empty file)")
+    if not text:
+        return ToolOutcome("(empty file)")
+    ranged = start is not None or end is not None
+    if not ranged and len(text) <= TOOL_OUTPUT_LIMIT_CHARS:
+        return ToolOutcome(text)
+    lines = _lines(text)
+    first, last = start or 1, min(end or len(lines), len(lines))
+    if first > len(lines):
+        raise ToolError(
+            f"read_file: start_line {first} is past the end of '{arguments.path}' ({_count(len(lines))})"
+        )
+    held = f"line {first:,}" if first == last else f"lines {first:,}–{last:,}"
+    return ToolOutcome(f"[{held} of {len(lines):,}]\n" + "".join(lines[first - 1 : last]))
 
 
 def write_file(arguments: WriteFileArguments, ctx: ToolContext) -> ToolOutcome:
@@ -176,12 +212,30 @@ def _reason(error: OSError) -> str:
     return error.strerror or str(error)
 
 
+def _lines(text: str) -> list[str]:
+    """The lines of `text`, each with its `\n` (the last may have none): only `\n` ends a line,
+    as editors and tracebacks count them (`str.splitlines` also splits at form feeds)."""
+    parts = text.split("\n")
+    lines = [part + "\n" for part in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
+
+
+def _count(lines: int) -> str:
+    return f"{lines:,} line" + ("" if lines == 1 else "s")
+
+
 def _line_count(text: str) -> int:
     return len(text.splitlines()) or (1 if text else 0)
 
 
 def summarize_read_file(arguments: ReadFileArguments) -> str:
-    return f"read_file {arguments.path}"
+    start, end = arguments.start_line, arguments.end_line
+    if start is None and end is None:
+        return f"read_file {arguments.path}"
+    lines = f"from line {start}" if end is None else f"lines {start or 1}–{end}"
+    return f"read_file {arguments.path} ({lines})"
 
 
 def summarize_write_file(arguments: WriteFileArguments) -> str:
