@@ -23,7 +23,7 @@ from soba_nb.agent.artifacts import keep_images
 from soba_nb.agent.cost import CostCapExceeded
 from soba_nb.agent.events import AgentEvent, Notice, TextDelta, ToolFinished, ToolStarted, Waiting
 from soba_nb.agent.rebuild import note_missing
-from soba_nb.agent.request_images import with_images
+from soba_nb.agent.request_images import unsent_image_tokens, with_images
 from soba_nb.agent.session import AgentSession
 from soba_nb.agent.tools import ToolContext, run_tool, summarize_arguments
 from soba_nb.agent.tools.base import DisplayCapture, NotebookAccess
@@ -115,6 +115,8 @@ class TurnRunner:
         self._retry_ceiling: int | None = None
         """After an overflow that stated the limit: the most the retry may be on our scale."""
         self._operation_id = ""
+        self._unsent_images = 0
+        """Tokens of the images the latest request named but did not carry (`unsent_image_tokens`)."""
         """The latest inference request's `X-Soba-Operation-Id` (its usage entry names it)."""
 
     def run(self, prompt: str, cells: Sequence[CellRecord] = (), typed: str | None = None) -> TurnResult:
@@ -170,7 +172,8 @@ class TurnRunner:
             if response is None:
                 continue  # overflow recovered: retry once with the smaller input
             self.result.steps += 1
-            self._record_answer(response, model_input.tokens, truncated=self._truncated(response, model_input))
+            sent = model_input.tokens - self._unsent_images  # what the server measured
+            self._record_answer(response, sent, truncated=self._truncated(response, model_input, sent))
             if not response.tool_calls:
                 self.result.answer = response.text
                 self.result.checkpoint_id = self.session.compactor.record_turn_complete().checkpoint_id
@@ -228,6 +231,7 @@ class TurnRunner:
             vision=session.sends_images,
             max_images=session.config.notebook.max_images_per_request,
         )
+        self._unsent_images = unsent_image_tokens(model_input.messages, messages, session.counter)
         request = ModelRequest(
             system=model_input.system,
             messages=messages,
@@ -278,11 +282,11 @@ class TurnRunner:
             self._model_time_left -= time.monotonic() - started
         return response
 
-    def _truncated(self, response: ModelResponse, model_input: ModelInput) -> bool:
+    def _truncated(self, response: ModelResponse, model_input: ModelInput, sent: int) -> bool:
         """Whether the usage figure must not measure the budget: it is no count of a request,
         or the server's counts stopped growing with what was sent — it cuts prompts silently
         at that ceiling (`usage_evidence`): warn, and learn the window it really uses."""
-        usage, sent, session = response.usage, model_input.tokens, self.session
+        usage, session = response.usage, self.session
         if usage is None:
             return False
         if not is_count(usage.input_tokens, fixed_tokens(model_input.system, (), session.counter)):

@@ -23,6 +23,7 @@ import msgspec
 
 from soba_nb.images import sent_size
 from soba_nb.messages import ChatMessage, ImagePart
+from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.sidecar import read_regular
 
 ARTIFACT_BYTES_MAX = 64 * 1024 * 1024
@@ -79,3 +80,21 @@ def _encoded(path: str, mime: str) -> str | None:
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
         return None
     return base64.b64encode(data).decode("ascii")
+
+
+def unsent_image_tokens(named: Sequence[ChatMessage], prepared: Sequence[ChatMessage], counter: TokenCounter) -> int:
+    """Tokens of the images model input names (`named`) that the request (`prepared`, from
+    `with_images`) does not carry: older than the newest `notebook.maxImagesPerRequest`, or
+    unreadable. The budget counts every image as if sent (never under); the server counts only
+    those sent, so a comparison with its usage figure (`usage_evidence`) must leave these out,
+    or plots rotating out of the request look like a server that cuts prompts."""
+
+    def tokens(messages: Sequence[ChatMessage], sent: bool) -> int:
+        return sum(
+            counter.count_image(part.width, part.height)
+            for message in messages
+            for part in message.images
+            if part.data or not sent
+        )
+
+    return max(tokens(named, sent=False) - tokens(prepared, sent=True), 0)

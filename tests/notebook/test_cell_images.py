@@ -191,12 +191,7 @@ def test_with_room_for_all_they_go_in_the_order_of_the_conversation(inline, nb_d
     inline.run_cell("plt.figure(figsize=(2, 2), dpi=30).gca().bar([1, 2], [3, 4])", store_history=True)
     scripted.script(text("All three."))
     inline.run_line_magic("soba", "compare them")
-    kept = []
-    for entry in magics(inline).agent.transcript.path():
-        if isinstance(entry, CellsEntry):
-            kept += [image for cell in entry.cells for image in cell.images or ()]
-        elif isinstance(entry, ToolResultEntry):
-            kept += entry.artifacts or []
+    kept = all_images(magics(inline).agent)
     assert len(kept) == 3
     assert [i.data for i in scripted.inference_requests()[-1].images()] == [(nb_dir / a.path).read_bytes() for a in kept]
 
@@ -305,3 +300,39 @@ def test_read_cells_names_the_users_plot(inline, nb_dir, scripted):
     [artifact] = cells_entries(inline)[0].cells[0].images
     tool_message = next(m for m in scripted.inference_requests()[-1]["messages"] if m["role"] == "tool")
     assert f"printed:\nfastest: West\nOut[1]:\n<Axes: >\n[displayed image/png {artifact.width}×{artifact.height}]" in tool_message["content"]
+
+
+def test_plots_rotating_out_of_the_request_are_no_sign_of_a_cut_prompt(inline, nb_dir, scripted):
+    """The budget counts every image as if sent; the server counts only those sent. A request's
+    own figure (`sentTokens`, compared with the server's to find a server that cuts prompts)
+    leaves the others out: plots rotating out under maxImagesPerRequest 1 are no ceiling."""
+    configure(nb_dir, scripted, notebook={"maxImagesPerRequest": 1})
+    inline.run_cell(PIE, store_history=True)
+    scripted.script(tool_calls(("python", {"code": AGENT_PLOT})), text("Redrawn."))
+    inline.run_line_magic("soba", QUESTION)
+    for size in (2, 3):
+        inline.run_cell(f"plt.figure(figsize=({size}, 2), dpi=30).gca().bar([1, 2], [3, 4])", store_history=True)
+        scripted.script(text("Better."))
+        inline.run_line_magic("soba", "and this one?")
+    agent = magics(inline).agent
+    assert "truncated prompt" not in agent.limits.window_source and not any(getattr(e, "truncated", False) for e in agent.transcript.path())
+    usages = [e for e in agent.transcript.path() if isinstance(e, UsageEntry)]
+    assert len(usages) == 4 and all(len(r.images()) == 1 for r in scripted.inference_requests())
+    # The last request named four images and carried one: its figure counts that one.
+    tokens = [agent.counter.count_image(*Image.open(nb_dir / a.path).size) for a in all_images(agent)]
+    assert len(tokens) == 4 and usages[-1].sent_tokens is not None
+    assert agent.compactor.measure().estimated - usages[-1].sent_tokens >= sum(tokens[:3])
+    scripted.script(text("Fine."))
+    inline.run_line_magic("soba", "and now?")  # (it failed: a window learned from a "cut" prompt)
+    assert scripted.inference_requests()[-1]["messages"][-1]["content"] == "and now?"
+
+
+def all_images(agent) -> list:
+    """Every image on the session's path, in order: the user's cells' and the calls'."""
+    kept = []
+    for entry in agent.transcript.path():
+        if isinstance(entry, CellsEntry):
+            kept += [image for cell in entry.cells for image in cell.images or ()]
+        elif isinstance(entry, ToolResultEntry):
+            kept += entry.artifacts or []
+    return kept
