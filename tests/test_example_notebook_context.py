@@ -57,12 +57,14 @@ def test_notebook_context_example(tmp_path, model, kernel_env):  # noqa: F811  (
     assert [o.ename for o in failing.outputs if o.output_type == "error"] == ["KeyError"]
     assert not [o for cell in cells if cell is not failing for o in cell.outputs if o.output_type == "error"]
 
-    # /fix: the failed cell's source and traceback reach the model; the fix is proposed.
+    # /fix: the failed cell's source and traceback reach the model once (in the cells block
+    # ahead of the request, which names the cell); the fix is proposed.
     fix_request = model.requests("inference")[0]
     request_text = user_messages(fix_request)[-1]
     count = failing.execution_count
-    assert f"Fix the notebook cell In [{count}]" in request_text
-    assert 'sales["revenue"].sum()' in request_text and "KeyError: 'revenue'" in request_text
+    assert f"Fix the notebook cell In [{count}] above" in request_text
+    sent = "\n".join(user_messages(fix_request))
+    assert sent.count('sales["revenue"].sum()') == 1 and sent.count("KeyError: 'revenue'") == 1
     fix = cell_text(cell_starting(notebook, "%soba /fix"))
     assert "Proposed code cell" in fix and FIXED in fix
     assert "no `revenue` column" in fix

@@ -126,21 +126,14 @@ def column_summary(value: Any, room: int = MAX_LINE_CHARS) -> str | None:
     """`order_id int64, region str, amount float64, … +5 more` for a table (pandas, polars:
     its `columns` and `dtypes`, read by duck typing); None for anything else. The first
     `MAX_COLUMNS_NAMED` columns, fewer when `room` characters cannot hold them."""
-    if not hasattr(type(value), "columns") or not hasattr(type(value), "dtypes"):
+    table = table_columns(value, MAX_COLUMNS_NAMED)
+    if table is None:
         return None
-    try:
-        columns = value.columns
-        dtypes = value.dtypes
-        total = len(columns)
-        if isinstance(dtypes, str) or total <= 0 or not hasattr(dtypes, "__iter__"):
-            return None
-        pairs = list(zip(islice(iter(columns), MAX_COLUMNS_NAMED), islice(iter(dtypes), MAX_COLUMNS_NAMED), strict=False))
-    except Exception:  # a table that will not say: its shape is enough
-        return None
+    pairs, total = table
     named: list[str] = []
     used = 0
     for column, dtype in pairs:
-        part = f"{_label(column)} {_dtype_name(dtype)}"
+        part = f"{column} {dtype}"
         rest = total - len(named) - 1
         if used + len(part) + 2 + (len(f"… +{rest} more") + 2 if rest else 0) > room and named:
             break
@@ -149,6 +142,23 @@ def column_summary(value: Any, room: int = MAX_LINE_CHARS) -> str | None:
     if total > len(named):
         named.append(f"… +{total - len(named)} more")
     return ", ".join(named)
+
+
+def table_columns(value: Any, limit: int) -> tuple[list[tuple[str, str]], int] | None:
+    """The first `limit` columns of a table (pandas, polars: its `columns` and `dtypes`, read by
+    duck typing) as (name, dtype) texts, and how many columns it has; None for anything else."""
+    if not hasattr(type(value), "columns") or not hasattr(type(value), "dtypes"):
+        return None
+    try:
+        columns = value.columns
+        dtypes = value.dtypes
+        total = len(columns)
+        if isinstance(dtypes, str) or total <= 0 or not hasattr(dtypes, "__iter__"):
+            return None
+        pairs = list(zip(islice(iter(columns), limit), islice(iter(dtypes), limit), strict=False))
+    except Exception:  # a table that will not say: its shape is enough
+        return None
+    return [(_label(column), _dtype_name(dtype)) for column, dtype in pairs], total
 
 
 def series_name(value: Any) -> str | None:

@@ -40,6 +40,7 @@ from soba_nb.transcript.entries import (
     ApprovalEntry,
     ApprovalMode,
     CellRecord,
+    CellsEntry,
     MessageEntry,
     ToolCallEntry,
     ToolResultEntry,
@@ -75,6 +76,9 @@ class TurnResult:
 
 
 EventSink = Callable[[AgentEvent], None]
+Prompt = str | Callable[[CellsEntry | None], str]
+"""A turn's request: its text, or a function of the cells block appended ahead of it (None:
+no block) — `/fix` names a failed cell the block carries and carries one it does not."""
 
 
 def _noop(_: AgentEvent) -> None:
@@ -119,7 +123,7 @@ class TurnRunner:
         """Tokens of the images the latest request named but did not carry (`unsent_image_tokens`)."""
         """The latest inference request's `X-Soba-Operation-Id` (its usage entry names it)."""
 
-    def run(self, prompt: str, cells: Sequence[CellRecord] = (), typed: str | None = None) -> TurnResult:
+    def run(self, prompt: Prompt, cells: Sequence[CellRecord] = (), typed: str | None = None) -> TurnResult:
         self.deadline = time.monotonic() + self.turn_timeout_s
         session = self.session
         session.ensure_summarizer()
@@ -134,7 +138,8 @@ class TurnRunner:
             block = fit_cells(cells, session.config.notebook.context_tokens, session.counter)
             if block is not None:
                 session.transcript.append(block)
-            session.transcript.append(MessageEntry(role="user", content=prompt, typed=typed))
+            text = prompt(block) if callable(prompt) else prompt
+            session.transcript.append(MessageEntry(role="user", content=text, typed=typed))
             return self._loop()
         except KeyboardInterrupt:
             self.cancel.set()
@@ -475,7 +480,7 @@ class TurnRunner:
 
 def run_turn(
     session: AgentSession,
-    prompt: str,
+    prompt: Prompt,
     *,
     on_event: EventSink | None = None,
     cancel: threading.Event | None = None,
@@ -489,7 +494,8 @@ def run_turn(
     typed: str | None = None,
     transform: Callable[[str], str] | None = None,
 ) -> TurnResult:
-    """Run one agent turn to its end. `cells`: the notebook cells run since the previous turn
+    """Run one agent turn to its end. `prompt`: the request, or a function of the cells block
+    appended ahead of it (`Prompt`). `cells`: the notebook cells run since the previous turn
     (newest last), carried ahead of the request within `notebook.contextTokens`; `notebook`:
     what the notebook tools read and where their proposed cells go; `displays`: how the
     `python` tool sees the images a call displays; `approval`: this turn's approval mode

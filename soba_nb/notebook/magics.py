@@ -33,12 +33,19 @@ from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
 from traitlets.config import Configurable
 
 from soba_nb.agent.code_export import CodeExportError, export_code
-from soba_nb.agent.loop import DEFAULT_MAX_STEPS, DEFAULT_TURN_TIMEOUT_S, TurnResult, run_turn
+from soba_nb.agent.fix_request import FIX_REQUEST as FIX_REQUEST  # re-exported (benchmarks)
+from soba_nb.agent.fix_request import fix_request
+from soba_nb.agent.loop import (
+    DEFAULT_MAX_STEPS,
+    DEFAULT_TURN_TIMEOUT_S,
+    Prompt,
+    TurnResult,
+    run_turn,
+)
 from soba_nb.agent.rebuild import rebuild as rebuild_variables
 from soba_nb.agent.session import AgentSession, RewindError
 from soba_nb.agent.skills import SkillError
 from soba_nb.capsule_files.memory import mirror, should_mirror
-from soba_nb.compaction.cells_context import fence_for
 from soba_nb.compaction.outcomes import Outcome
 from soba_nb.notebook import controls, input_transform, warm_up
 from soba_nb.notebook.approval_prompt import InputApprover
@@ -79,22 +86,6 @@ SLASH_COMMANDS = {
 """`%soba /NAME …` → the line magic that does the same (or this class's method: `SLASH_ONLY`)."""
 SLASH_ONLY = frozenset({"rebuild", "fix", "code"})
 """Slash commands with no magic of their own."""
-FIX_REQUEST = """\
-Fix the notebook cell In [{count}], which failed. Its source:
-
-{fence}python
-{source}
-{fence}
-
-It raised:
-
-{error_fence}
-{error}
-{error_fence}
-
-Find the cause (check your idea with the python tool if it helps, without changing the \
-user's variables), then propose the corrected cell with add_cell and say in one or two \
-sentences what was wrong.{extra}"""
 _SLASH = re.compile(r"^/(?P<name>[a-z][a-z-]*)(?:\s+(?P<rest>.*))?$", re.DOTALL)
 
 
@@ -225,10 +216,11 @@ class SobaMagics(Magics, Configurable):
             return
         self.run_prompt(substitute_variables(prompt, self.holder.user_ns), approval=args.approve)
 
-    def run_prompt(self, prompt: str, *, approval: ApprovalMode | None = None, typed: str | None = None) -> TurnResult:
+    def run_prompt(self, prompt: Prompt, *, approval: ApprovalMode | None = None, typed: str | None = None) -> TurnResult:
         """One turn of the current session, rendered; safe to call from another thread.
         `approval`: this turn's approval mode (`--approve`; default `agent.approval`);
-        `typed`: what the user typed, when `prompt` is soba's expansion of it (`/fix`)."""
+        `typed`: what the user typed, when `prompt` is soba's expansion of it (`/fix`); `prompt`
+        may be a function of the cells block appended ahead of it (`loop.Prompt`)."""
         agent = self.get_session()
         renderer = self.holder.renderer()
         if self.holder.first_turn_here(agent):
@@ -435,18 +427,14 @@ class SobaMagics(Magics, Configurable):
 
     def fix(self, line: str) -> None:
         """`%soba /fix [instructions]` — a turn about the latest cell that raised: its source and
-        traceback go to the model, which proposes the corrected cell (`add_cell`)."""
+        traceback go to the model once (in the cells block or in the request: `fix_request`),
+        with the data it names, and the model proposes the corrected cell (`add_cell`)."""
         cell = self.holder.recorder.latest_error()
         if cell is None:
             print("nothing to fix: no cell has raised since %load_ext soba_nb in this kernel")
             return
-        extra = f"\n\nAlso: {line.strip()}" if line.strip() else ""
-        count = cell.execution_count if cell.execution_count is not None else " "
-        error = cell.error or ""
-        request = FIX_REQUEST.format(
-            count=count, source=cell.source, fence=fence_for(cell.source), error=error, error_fence=fence_for(error), extra=extra
-        )
-        self.run_prompt(request, typed=f"/fix {line.strip()}".rstrip())
+        request = fix_request(cell.record(), self.holder.user_ns, line)
+        self.run_prompt(request.prompt, typed=f"/fix {line.strip()}".rstrip())
 
     def code(self, line: str) -> None:
         """`%soba /code [OUT] [--force]` — the code of the agent's successful python calls on

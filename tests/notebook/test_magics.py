@@ -525,16 +525,23 @@ def test_fix_sends_the_failing_cell_and_its_traceback_and_proposes_the_corrected
     scripted.script(tool_calls(("add_cell", {"source": corrected})), text("The key is 'amount', not 'revenue'."))
     with capture_output() as shown:
         run_cell(ip, "%soba /fix keep the function")
-    request = user_messages(scripted.inference_requests()[0])[-1]
-    assert request.startswith("Fix the notebook cell In [2], which failed.")
-    assert "revenue = total('revenue')" in request and "KeyError: 'revenue'" in request
-    assert "Traceback" in request and 'File "In [2]", line 2, in total' in request
-    assert "Also: keep the function" in request
+    first = scripted.inference_requests()[0]
+    request = user_messages(first)[-1]
+    # The cells block ahead carries the failed cell: the request names it and repeats nothing.
+    assert request.startswith("Fix the notebook cell In [2] above, which failed.")
+    assert "revenue = total('revenue')" not in request and "Also: keep the function" in request
+    sent = "\n".join(user_messages(first))
+    assert sent.count("revenue = total('revenue')") == 1 and sent.count("KeyError: 'revenue'") == 1
+    assert "Traceback" in sent and 'File "In [2]", line 2, in total' in sent
+    assert sent.index("KeyError: 'revenue'") < sent.index("Fix the notebook cell")
     assert ip.rl_next_input == corrected  # proposed below the running cell, not run
     assert "revenue" not in ip.user_ns and corrected in shown.stdout
 
 
-def test_fix_fences_a_cell_that_holds_backticks(ip, scripted):
+def test_fix_fences_a_cell_that_holds_backticks(ip, nb_dir, scripted):
+    # No cells block (contextTokens 0): the request itself carries the cell, fenced.
+    soba_json = nb_dir / "soba.json"
+    soba_json.write_text(soba_json.read_text().replace('"compaction"', '"notebook": {"contextTokens": 0}, "compaction"'))
     run_cell(ip, "fence = '````'\nraise ValueError('``` in the message')")
     scripted.script(text("Fine."))
     run_cell(ip, "%soba /fix")
