@@ -38,7 +38,7 @@ LAYERS = {
     "capsule_files": {"compaction", "layout", "paths", "redact", "tokens", "transcript", "text", "printable"},
     "agent": {
         "capsule_files", "catalogue", "compaction", "config", "images", "layout", "messages", "own_files", "providers", "resolution",
-        "text", "tokens", "transcript", "window", "redact", "paths", "collector",
+        "text", "tokens", "transcript", "window", "redact", "paths", "collector", "printable",
     },
     "demo": {"agent", "capsule_files", "compaction", "config", "layout"},
     "cli": {

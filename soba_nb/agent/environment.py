@@ -1,13 +1,16 @@
 """The environment line of the system prompt (SPEC §15): where the agent's code runs.
 
-    Environment: notebook sales.ipynb · Python 3.12.3 · pandas 3.0.0, numpy 2.3.5, matplotlib 3.10.8 · today 2026-12-06
+    Environment: notebook sales.ipynb · Python 3.12.3 · pandas 3.0, numpy 2.3, matplotlib 3.10 · today 2026-12-06
 
 A model trained on pandas 2 misreads pandas 3's `str` dtype; one told the version does not.
 The line names the notebook, the kernel's Python, the data libraries the kernel can import
-(`DATA_LIBRARIES`, in that order, only those installed) and today's date. Nothing is
-imported to learn a version: a module already imported answers with its `__version__` (what
-the kernel really runs, even after an upgrade on disk), any other one with its installed
-distribution's metadata. The libraries are looked up once per process; the date each time.
+and today's date. Libraries: the first `MAX_LIBRARIES` of `DATA_LIBRARIES` that are
+installed, in that order (the most used first), by major and minor version — what an API
+changes with; the line is part of every request, so it is bounded (the system prompt and
+the tool schemas stay under 1,300 tokens, SPEC §15). Nothing is imported to learn a version:
+a module already imported answers with its `__version__` (what the kernel really runs, even
+after an upgrade on disk), any other one with its installed distribution's metadata. The
+libraries are looked up once per process; the date each time.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import functools
 import importlib.metadata
 import importlib.util
 import platform
+import re
 import sys
 from datetime import date
 from pathlib import PurePath
@@ -26,29 +30,29 @@ DATA_LIBRARIES: tuple[tuple[str, str], ...] = (
     ("pandas", "pandas"),
     ("numpy", "numpy"),
     ("polars", "polars"),
-    ("pyarrow", "pyarrow"),
-    ("duckdb", "duckdb"),
-    ("scipy", "scipy"),
     ("sklearn", "scikit-learn"),
-    ("statsmodels", "statsmodels"),
+    ("scipy", "scipy"),
     ("matplotlib", "matplotlib"),
     ("seaborn", "seaborn"),
+    ("pyarrow", "pyarrow"),
+    ("duckdb", "duckdb"),
+    ("statsmodels", "statsmodels"),
     ("plotly", "plotly"),
     ("torch", "torch"),
 )
-"""(module, distribution) of the libraries named when the kernel can import them."""
-MAX_VERSION_CHARS = 24
-"""A version string longer than this (a local build's) is cut: it is one word of a line."""
-NAME_CHARS = 80
+"""(module, distribution) of the libraries named when the kernel can import them, most used first."""
+MAX_LIBRARIES = 8
+NAME_CHARS = 40
 """The notebook's name, on one line, control characters escaped, clipped to this length."""
 PREFIX = "Environment: "
+_MAJOR_MINOR = re.compile(r"\d+(?:\.\d+)?")
 
 
 def environment_line(notebook: str | None, today: date | None = None) -> str:
     """The line, for a session of `notebook` (a path or None) run in this process."""
     parts = [f"notebook {note_line(PurePath(notebook).name, NAME_CHARS)}" if notebook else "no notebook file"]
     parts.append(f"Python {platform.python_version()}")
-    libraries = ", ".join(f"{name} {version}" for name, version in importable_libraries())
+    libraries = ", ".join(f"{name} {version}" for name, version in importable_libraries()[:MAX_LIBRARIES])
     if libraries:
         parts.append(libraries)
     parts.append(f"today {(today or date.today()).isoformat()}")
@@ -56,15 +60,17 @@ def environment_line(notebook: str | None, today: date | None = None) -> str:
 
 
 def importable_libraries() -> tuple[tuple[str, str], ...]:
-    """(distribution, version) of each data library the kernel can import, in `DATA_LIBRARIES` order;
-    a module already imported gives its own version (what runs), even if a newer one is on disk."""
+    """(distribution, major.minor version) of each data library the kernel can import, in
+    `DATA_LIBRARIES` order; a module already imported gives its own version (what runs), even
+    if a newer one is on disk."""
     found = []
     for module, distribution in DATA_LIBRARIES:
         loaded = sys.modules.get(module)
         running = getattr(loaded, "__version__", None) if loaded is not None else None
-        version = running if isinstance(running, str) and running else _installed_version(module, distribution)
-        if version:
-            found.append((distribution, version[:MAX_VERSION_CHARS]))
+        version = running if isinstance(running, str) else _installed_version(module, distribution)
+        shown = _MAJOR_MINOR.match(version or "")
+        if shown is not None:
+            found.append((distribution, shown.group()))
     return tuple(found)
 
 

@@ -28,7 +28,7 @@ from soba_nb.agent.limits import (
 from soba_nb.agent.prompt import system_prompt
 from soba_nb.agent.provenance import Provenance, trace
 from soba_nb.agent.skills import load_skill
-from soba_nb.agent.tool_schemas import TOOL_SCHEMAS, tool_schemas_for
+from soba_nb.agent.tool_schemas import COMPACT_TOOL_SCHEMAS, TOOL_SCHEMAS, tool_schemas_for
 from soba_nb.compaction.compactor import NO_MODELS, Compactor, CompactorSettings
 from soba_nb.compaction.flight import FlightRecorder
 from soba_nb.compaction.model_input import fixed_key, fixed_tokens
@@ -218,8 +218,7 @@ class AgentSession:
             return
         self.environment = environment
         self._record_config()
-        self.compactor.set_system(system_prompt(environment))
-        self._fit_tools()
+        self._fit_tools(system_prompt(environment))
 
     def refresh_limits(self, *, ask_server: bool = False) -> SessionLimits:
         """Recompute the limits (asking the server first, once per model, when told to)."""
@@ -231,12 +230,13 @@ class AgentSession:
         self._fit_tools()
         return self.limits
 
-    def _fit_tools(self) -> None:
-        """Compact tool schemas for a window too small for the full ones (`tool_schemas_for`)."""
-        system = self.compactor.system
+    def _fit_tools(self, system: str | None = None) -> None:
+        """Compact tool schemas for a window too small for the full ones (`tool_schemas_for`),
+        with `system` as the system prompt from now on when given."""
+        system = self.compactor.system if system is None else system
         full = fixed_tokens(system, TOOL_SCHEMAS, self.counter)
         self.compactor.deciding_keys = (fixed_key(system, TOOL_SCHEMAS),)
-        self.compactor.set_tools(tool_schemas_for(self.limits.hard_limit, full))
+        self.compactor.set_tools(tool_schemas_for(self.limits.hard_limit, full), system)
 
     def _ask_server(self) -> None:
         """An OpenAI-compatible server at `baseUrl` may say its real window (llama.cpp,
@@ -275,11 +275,12 @@ class AgentSession:
         return True
 
     def plausible_window(self, context_window: int) -> bool:
-        """A server's figure can be a window: more than the system prompt and tool schemas
-        take (our count), and at most `MAX_CONTEXT_WINDOW`. A server's words are data
-        (SPEC §12): "maximum context length is 0 tokens" is no limit, and a session that
-        took it as one could never send a request again."""
-        return self.compactor.tracker.fixed < context_window <= MAX_CONTEXT_WINDOW
+        """A server's figure can be a window: more than the system prompt and the compact tool
+        schemas take (our count: the least a request can be), and at most `MAX_CONTEXT_WINDOW`.
+        A server's words are data (SPEC §12): "maximum context length is 0 tokens" is no
+        limit, and a session that took it as one could never send a request again."""
+        least = fixed_tokens(self.compactor.system, COMPACT_TOOL_SCHEMAS, self.counter)
+        return least < context_window <= MAX_CONTEXT_WINDOW
 
     def learn_window(self, context_window: int, source: WindowSource, detail: str) -> bool:
         """The model's window is smaller than we thought (an overflow error stated it, or the

@@ -153,14 +153,13 @@ class Compactor:
         self.last_result: CompactionResult | None = None
         self._leaf_after_operation: str | None = None
         self.listeners: list[Emit] = []
-        self.budget_file = BudgetStateFile(transcript.file)
-        """The tracker's state beside the transcript: a resumed session starts from it."""
+        self.budget_file = BudgetStateFile(transcript.file)  # a resumed session starts from it
         saved = states_to_offer(self.budget_file, transcript.path_view(), counter)
         self._fixed_key = fixed_key(system, self.tools)
         self.deciding_keys: tuple[str, ...] = ()
-        """Keys of counts that decided what the input carries (the full tool schemas' cost,
-        which chose compact ones for a small window): kept with the tracker's state, so a
-        session or `soba-nb budget` opened from it decides the same without a tokenizer."""
+        """Keys of counts that decided what the input carries (the full schemas' cost chose compact
+        ones for a small window): kept with the tracker's state, so a session or `soba-nb
+        budget` opened from it decides the same without a tokenizer."""
         self.tracker = BudgetTracker(counter, fixed_tokens(system, self.tools, counter))
         self.tracker.offer(*saved)
         self.snapshots: ExtractSnapshots | None = ExtractSnapshots(transcript.file)
@@ -187,24 +186,16 @@ class Compactor:
         """The provider's native compaction, when it offers one."""
         return self.models.native
 
-    def set_tools(self, tools: Sequence[ToolSchema]) -> None:
-        """Other tool schemas from the next request on (a small window gets compact ones):
-        the fixed part of every input changes, and the measurement with it."""
-        tools = tuple(tools)
-        if tools == self.tools:
+    def set_tools(self, tools: Sequence[ToolSchema], system: str | None = None) -> None:
+        """Other tool schemas (a small window gets compact ones) or another system prompt (a
+        new environment line) from the next request on: the fixed part of every input
+        changes, and the measurement with it."""
+        tools, system = tuple(tools), self.system if system is None else system
+        if (tools, system) == (self.tools, self.system):
             return
-        self.tools = tools
-        self._fixed_key = fixed_key(self.system, tools)
-        self.tracker.set_fixed(fixed_tokens(self.system, tools, self.counter))
-
-    def set_system(self, system: str) -> None:
-        """Another system prompt from the next request on (the session's environment line
-        changed: a new day, a library upgraded and the kernel restarted)."""
-        if system == self.system:
-            return
-        self.system = system
-        self._fixed_key = fixed_key(system, self.tools)
-        self.tracker.set_fixed(fixed_tokens(system, self.tools, self.counter))
+        self.tools, self.system = tools, system
+        self._fixed_key = fixed_key(system, tools)
+        self.tracker.set_fixed(fixed_tokens(system, tools, self.counter))
 
     def update_settings(self, settings: CompactorSettings) -> None:
         self.settings = settings

@@ -31,40 +31,57 @@ from soba_nb.transcript.store import Transcript
 
 PROMPT_AND_SCHEMAS_MAX = 1300
 """SPEC §15: system prompt and tool schemas together, o200k_base."""
-LONGEST_LINE = environment.PREFIX + " · ".join(
-    [
-        "notebook " + "q" * 60 + ".ipynb",
-        "Python 3.13.11",
-        ", ".join(f"{distribution} 12.34.56" for _, distribution in environment.DATA_LIBRARIES),
-        "today 2026-12-31",
-    ]
-)
-"""An environment line with every library named and a long notebook name."""
+def _longest_line() -> str:
+    """The environment line with the most libraries named, the longest names and versions, and
+    a notebook name of odd characters (many tokens) as long as it is kept."""
+    libraries = sorted((distribution for _, distribution in environment.DATA_LIBRARIES), key=len)[-environment.MAX_LIBRARIES:]
+    return environment.PREFIX + " · ".join(
+        [
+            "notebook " + "Qz7#" * (environment.NAME_CHARS // 4),
+            "Python 3.13.11",
+            ", ".join(f"{name} 2024.12" for name in libraries),
+            "today 2026-12-31",
+        ]
+    )
+
+
+LONGEST_LINE = _longest_line()
 
 
 def test_the_environment_line_names_the_notebook_python_the_libraries_and_the_date():
     line = environment_line("/home/ana/work/sales review.ipynb", today=date(2026, 12, 6))
     assert line.startswith("Environment: notebook sales review.ipynb · ")
     assert f"Python {platform.python_version()}" in line
-    assert f"pandas {version('pandas')}" in line  # a data library installed here
-    assert f"numpy {version('numpy')}" in line
+    assert f"pandas {major_minor(version('pandas'))}, " in line  # a data library installed here
+    assert f"numpy {major_minor(version('numpy'))}" in line
     assert line.endswith(" · today 2026-12-06")
     assert "\n" not in line
     assert "/home/ana" not in line  # the name, not the user's folders
+
+
+def major_minor(text: str) -> str:
+    return ".".join(text.split(".")[:2])
 
 
 def test_a_library_the_kernel_imported_is_named_by_the_version_that_runs(monkeypatch):
     running = types.ModuleType("polars")
     running.__version__ = "0.20.31"  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "polars", running)
-    assert "polars 0.20.31" in environment_line(None)
+    assert "polars 0.20, " in environment_line(None)
 
 
 def test_a_library_that_is_not_installed_is_not_named(monkeypatch):
     monkeypatch.setattr(environment, "DATA_LIBRARIES", (("no_such_module_soba", "no-such-dist"), ("numpy", "numpy")))
     line = environment_line(None, today=date(2026, 1, 2))
     assert "no_such" not in line and "no-such" not in line
-    assert line == f"Environment: no notebook file · Python {platform.python_version()} · numpy {version('numpy')} · today 2026-01-02"
+    assert line == f"Environment: no notebook file · Python {platform.python_version()} · numpy {major_minor(version('numpy'))} · today 2026-01-02"
+
+
+def test_at_most_eight_libraries_and_a_clipped_name_keep_the_line_short(monkeypatch):
+    monkeypatch.setattr(environment, "importable_libraries", lambda: tuple((f"lib{i}", "1.0") for i in range(12)))
+    line = environment_line("/x/" + "n" * 200 + ".ipynb")
+    assert "lib7 1.0 · " in line and "lib8" not in line
+    assert len(line) < 300
 
 
 def test_a_notebook_name_cannot_write_lines_into_the_system_prompt():
@@ -167,3 +184,13 @@ def test_each_request_carries_the_environment_line_and_a_new_day_records_a_new_o
     finally:
         _Day.today_is = date(2026, 12, 6)
         session.close()
+
+
+def test_every_tool_says_that_long_output_is_clipped():
+    from soba_nb.agent.tools.base import CLIPPED
+
+    assert f" Output over {TOOL_OUTPUT_LIMIT_CHARS:,} characters is clipped." == CLIPPED
+    for schema in (*TOOL_SCHEMAS, *COMPACT_TOOL_SCHEMAS):
+        assert schema.description.endswith(CLIPPED), schema.name
+    checkpoint = next(schema for schema in TOOL_SCHEMAS if schema.name == "checkpoint")
+    assert checkpoint.description.startswith("Optional (soba records every turn itself)")

@@ -71,8 +71,10 @@ def test_schemas_have_exactly_the_contract_names_and_parameters() -> None:
 def test_schema_details_the_model_relies_on() -> None:
     schemas = {schema.name: schema.parameters for schema in TOOL_SCHEMAS}
     assert schemas["checkpoint"]["properties"]["kind"]["enum"] == ["milestone", "plan_pivot"]
-    assert schemas["shell"]["properties"]["timeout_s"]["maximum"] == 600
-    assert schemas["shell"]["properties"]["timeout_s"]["default"] == 60
+    # Bounds and defaults the model reads in words (checked when a call comes: tests below).
+    assert schemas["shell"]["properties"]["timeout_s"]["description"] == "Seconds, at most 600; default 60."
+    assert "at most 3600" in schemas["python"]["properties"]["timeout_s"]["description"]
+    assert schemas["read_cells"]["properties"]["first"]["description"] == "First In [n]; 0: the last 10 cells."
     assert schemas["list_files"]["properties"]["path"]["default"] == "."
     json.dumps(schemas)  # serialisable as sent to a provider
 

@@ -104,6 +104,16 @@ class ToolOutcome:
     """The file the call wrote or edited, its versions kept (`ToolContext.keep_version`)."""
 
 
+def optional_parameter(schema: dict[str, Any]) -> None:
+    """An optional parameter's schema as its type and description alone: null is accepted and
+    absent is the default; its bounds are checked when a call comes, not spelled out (every
+    request carries the schemas)."""
+    options = schema.pop("anyOf", [])
+    schema.update(next((option for option in options if option.get("type") != "null"), {}))
+    for key in ("default", "minimum", "maximum", "exclusiveMinimum"):
+        schema.pop(key, None)
+
+
 class ToolError(Exception):
     """A problem the model can act on; its message becomes an error outcome verbatim."""
 

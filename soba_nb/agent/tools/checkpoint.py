@@ -14,8 +14,7 @@ from soba_nb.agent.tools.base import CLIPPED, ToolArguments, ToolContext, ToolEr
 
 NAME = "checkpoint"
 DESCRIPTION = (
-    "Optional (soba records every turn itself): mark a finished milestone or a change of plan; "
-    "older context may be summarized there." + CLIPPED
+    "Optional (soba records every turn itself): mark a milestone or a change of plan." + CLIPPED
 )
 
 

@@ -19,15 +19,15 @@ end, is a one-line error naming the parameter; an empty file is `(empty file)`.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import Field
 
 from soba_nb.agent.tools.base import (
+    CLIPPED,
     ToolArguments,
     ToolContext,
     ToolError,
     ToolOutcome,
+    optional_parameter,
 )
 from soba_nb.agent.tools.confined import Confinement
 from soba_nb.agent.vault import MAX_KEPT_BYTES
@@ -37,30 +37,23 @@ from soba_nb.transcript.entries import FileChange
 MAX_LISTED_ENTRIES = 200
 """`list_files` shows at most this many entries, then "… and N more"."""
 
-_PATH_DESCRIPTION = "Path relative to the project folder."
-
-
-def _optional(schema: dict[str, Any]) -> None:
-    """Show an optional parameter as its type alone (null is accepted, absent is the default)."""
-    options = schema.pop("anyOf", [])
-    schema.update(next((option for option in options if option.get("type") != "null"), {}))
-    schema.pop("default", None)
+_PATH_DESCRIPTION = "Relative to the project folder."
 
 
 class ReadFileArguments(ToolArguments):
     path: str = Field(description=_PATH_DESCRIPTION)
-    start_line: int | None = Field(None, ge=1, description="First line (1-based).", json_schema_extra=_optional)
-    end_line: int | None = Field(None, ge=1, description="Last line (inclusive).", json_schema_extra=_optional)
+    start_line: int | None = Field(None, ge=1, description="First line (1-based).", json_schema_extra=optional_parameter)
+    end_line: int | None = Field(None, ge=1, description="Last line (inclusive).", json_schema_extra=optional_parameter)
 
 
 class WriteFileArguments(ToolArguments):
-    path: str = Field(description=_PATH_DESCRIPTION + " Missing parent folders are created.")
-    content: str = Field(description="The whole new content of the file.")
+    path: str = Field(description=_PATH_DESCRIPTION + " Missing folders are created.")
+    content: str = Field(description="The whole new content.")
 
 
 class EditFileArguments(ToolArguments):
     path: str = Field(description=_PATH_DESCRIPTION)
-    old: str = Field(description="Exact text to replace, unique in the file.")
+    old: str = Field(description="Exact text, unique in the file.")
     new: str = Field(description="Replacement text.")
 
 
@@ -68,14 +61,10 @@ class ListFilesArguments(ToolArguments):
     path: str = Field(".", description=_PATH_DESCRIPTION)
 
 
-READ_FILE_DESCRIPTION = "Read a UTF-8 text file in the project folder, whole or from start_line to end_line."
-WRITE_FILE_DESCRIPTION = (
-    "Create or overwrite a text file in the project folder with the given content."
-)
-EDIT_FILE_DESCRIPTION = "Replace the one exact occurrence of `old` with `new` in a file (`old` must be unique)."
-LIST_FILES_DESCRIPTION = (
-    "List the entries of a folder in the project, sorted; folders end with '/'."
-)
+READ_FILE_DESCRIPTION = "Read a text file in the project folder, whole or lines start_line to end_line." + CLIPPED
+WRITE_FILE_DESCRIPTION = "Create or overwrite a text file in the project folder." + CLIPPED
+EDIT_FILE_DESCRIPTION = "Replace the one exact occurrence of `old` with `new` in a file." + CLIPPED
+LIST_FILES_DESCRIPTION = "List a project folder, sorted; folders end with '/'." + CLIPPED
 
 
 def read_file(arguments: ReadFileArguments, ctx: ToolContext) -> ToolOutcome:

@@ -21,6 +21,7 @@ from soba_nb.agent.tools.base import (
     ToolContext,
     ToolError,
     ToolOutcome,
+    optional_parameter,
 )
 from soba_nb.agent.tools.confined import Confinement
 from soba_nb.compaction.cells_context import render_cell
@@ -33,8 +34,8 @@ OUTPUT_TEXT_CHARS = 2000
 
 
 class ReadCellsArguments(ToolArguments):
-    first: int = Field(0, ge=0, description="First In [n]; 0: the last 10 cells.")
-    last: int = Field(0, ge=0, description="Last In [n]; 0: the newest.")
+    first: int = Field(0, ge=0, description="First In [n]; 0: the last 10 cells.", json_schema_extra=optional_parameter)
+    last: int = Field(0, ge=0, description="Last In [n]; 0: the newest.", json_schema_extra=optional_parameter)
 
 
 class ReadNotebookArguments(ToolArguments):

@@ -59,18 +59,20 @@ from typing import Any
 from pydantic import Field
 
 from soba_nb.agent.tools.base import (
+    CLIPPED,
     DisplayCapture,
     DisplayedImage,
     ToolArguments,
     ToolContext,
     ToolOutcome,
+    optional_parameter,
 )
 from soba_nb.agent.tools.time_limit import TimeLimit
 
 NAME = "python"
 DESCRIPTION = (
-    "Run Python or IPython (%magic, !cmd) in the notebook's kernel, in the user's namespace (their "
-    "variables are there; yours stay). Reports stdout, stderr, the last expression's repr and any exception."
+    "Run code in the notebook's kernel like a cell (IPython syntax works), in the user's "
+    "namespace. Reports stdout, stderr, the last expression's repr, errors and displayed images." + CLIPPED
 )
 
 MAX_RESULT_REPR_CHARS = 20_000
@@ -86,21 +88,14 @@ STOPPED = "stopped after {seconds:g} s (timeout_s)"
 _run_numbers = itertools.count(1)
 
 
-def _optional(schema: dict[str, Any]) -> None:
-    """Show an optional parameter as its type alone (null is accepted, absent is the default)."""
-    options = schema.pop("anyOf", [])
-    schema.update(next((option for option in options if option.get("type") != "null"), {}))
-    schema.pop("default", None)
-
-
 class PythonArguments(ToolArguments):
-    code: str = Field(description="Source to run; the last expression's repr is reported.")
+    code: str = Field(description="The code.")
     timeout_s: float | None = Field(
         None,
         gt=0,
         le=MAX_TIMEOUT_S,
-        description="Seconds; default: the turn's time left.",
-        json_schema_extra=_optional,
+        description=f"Seconds (at most {MAX_TIMEOUT_S}) before it is interrupted; default: the turn's time left.",
+        json_schema_extra=optional_parameter,
     )
 
 

@@ -40,7 +40,13 @@ from typing import IO
 
 from pydantic import Field
 
-from soba_nb.agent.tools.base import CLIPPED, ToolArguments, ToolContext, ToolOutcome
+from soba_nb.agent.tools.base import (
+    CLIPPED,
+    ToolArguments,
+    ToolContext,
+    ToolOutcome,
+    optional_parameter,
+)
 
 NAME = "shell"
 DESCRIPTION = (
@@ -75,7 +81,8 @@ class ShellArguments(ToolArguments):
         DEFAULT_TIMEOUT_S,
         gt=0,
         le=MAX_TIMEOUT_S,
-        description=f"Seconds, at most {MAX_TIMEOUT_S}.",
+        description=f"Seconds, at most {MAX_TIMEOUT_S}; default {DEFAULT_TIMEOUT_S}.",
+        json_schema_extra=optional_parameter,
     )
 
 
