@@ -86,6 +86,18 @@ def trace(entries: Iterable[Entry]) -> Provenance:
     return provenance
 
 
+def _parsed_as_a_cell(code: str) -> ast.Module | None:
+    """Code in IPython syntax (`files = !ls`, `%timeit …`) as the tool ran it: through
+    IPython's own input transformation (the static one: a user's own transformers are not
+    known here), then parsed; None when it is not Python even then."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        return ast.parse(TransformerManager().transform_cell(code))
+    except Exception:  # a transformer's own failure is a refusal too
+        return None
+
+
 def _python_call(entry: ToolCallEntry, *, ok: bool) -> PythonCall | None:
     try:
         arguments = json.loads(entry.arguments)
@@ -96,8 +108,10 @@ def _python_call(entry: ToolCallEntry, *, ok: bool) -> PythonCall | None:
         return None
     try:
         tree = ast.parse(code)
-    except (SyntaxError, ValueError):  # the tool refused it too: nothing was bound
-        return None
+    except (SyntaxError, ValueError):
+        tree = _parsed_as_a_cell(code)
+        if tree is None:  # the tool refused it too: nothing was bound
+            return None
     names = _Names()
     for statement in tree.body:
         names.statement(statement)

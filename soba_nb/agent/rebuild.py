@@ -138,8 +138,10 @@ def rebuild(
     session: AgentSession,
     emit: Callable[[AgentEvent], None],
     cancel: threading.Event | None = None,
+    transform: Callable[[str], str] | None = None,
 ) -> RebuildResult:
-    """Re-run the code that built the missing variables; stops at the first error."""
+    """Re-run the code that built the missing variables; stops at the first error. `transform`:
+    the shell's input transformation (calls in IPython syntax run as they first ran)."""
     missing = missing_variables(session)
     provenance = session.provenance()
     calls = plan(provenance, session.namespace, missing)
@@ -159,7 +161,7 @@ def rebuild(
             f"call{'s' if len(calls) != 1 else ''} ({', '.join(c.entry_id for c in calls)}) to rebuild {_names(missing)}",
         )
     )
-    ctx = ToolContext(project_root=session.project_root, namespace=session.namespace, cancel=cancel)
+    ctx = ToolContext(project_root=session.project_root, namespace=session.namespace, cancel=cancel, transform=transform)
     for call in calls:
         if cancel is not None and cancel.is_set():
             break

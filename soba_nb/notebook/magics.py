@@ -416,7 +416,7 @@ class SobaMagics(Magics, Configurable):
         renderer = self.holder.renderer()
         with self.holder.cancellable() as cancel, one_line_errors("%soba /rebuild"):
             try:
-                result = rebuild_variables(agent, renderer.on_event, cancel)
+                result = rebuild_variables(agent, renderer.on_event, cancel, self.holder.shell.transform_cell)
             except KeyboardInterrupt:
                 renderer.show("cancelled: interrupted; the variables rebuilt so far stay", "info")
                 return

@@ -163,6 +163,18 @@ def test_rebuild_reruns_the_producing_code_in_order_with_receipts(ip, nb_dir, sc
     assert run(shell, "/rebuild").strip() == "nothing to rebuild: every variable the session built is defined"
 
 
+def test_rebuild_reruns_a_call_written_in_ipython_syntax(ip, nb_dir, scripted):
+    """The python tool runs what a cell runs (SPEC §15): `listing = !echo …` binds a variable,
+    so a restart loses it and /rebuild runs it again through the shell's transformers."""
+    scripted.script(python("listing = !echo sales.csv\ncount = len(listing)\n"), text("Listed."))
+    run(ip, "list the data")
+    assert ip.user_ns["count"] == 1
+    shell = restart(ip, nb_dir)
+    out = run(shell, "/rebuild")
+    assert "rebuilt listing, count (1 call re-run)" in out
+    assert list(shell.user_ns["listing"]) == ["sales.csv"] and shell.user_ns["count"] == 1
+
+
 def test_rebuild_stops_at_the_first_error_and_says_what_is_missing(ip, nb_dir, scripted):
     ip.user_ns["factor"] = 3  # the user's variable: gone after a restart, and not ours to rebuild
     scripted.script(python("base = 2\n"), python("scaled = base * factor\n"), python("final = scaled + 1\n"), text("Done."))

@@ -111,3 +111,48 @@ def test_the_receipt_names_the_range():
     assert summarize_arguments("read_file", arguments) == "read_file ten.txt (lines 3–5)"
     assert summarize_arguments("read_file", '{"path": "ten.txt", "start_line": 7}') == "read_file ten.txt (from line 7)"
     assert summarize_arguments("read_file", '{"path": "ten.txt"}') == "read_file ten.txt"
+
+
+def test_the_head_of_a_data_file_larger_than_read_file_takes_whole(ctx, project):
+    """A 12 MB CSV (over the 8 MB a whole read takes): its header and first rows, and how many
+    lines it has, without reading it whole into memory."""
+    rows = 400_000
+    with (project / "big.csv").open("w", encoding="utf-8") as out:
+        out.write("region,amount,day\n")
+        for n in range(rows):
+            out.write(f"West,{n}.25,2026-01-{n % 28 + 1:02d}\n")
+    assert (project / "big.csv").stat().st_size > 8 * 1024 * 1024
+    whole = read(ctx, '{"path": "big.csv"}')
+    assert whole.is_error and "give start_line and end_line to read part of it" in whole.content
+    head = read(ctx, '{"path": "big.csv", "end_line": 3}')
+    assert head == ToolOutcome(f"[lines 1–3 of {rows + 1:,}]\nregion,amount,day\nWest,0.25,2026-01-01\nWest,1.25,2026-01-02\n")
+    tail = read(ctx, f'{{"path": "big.csv", "start_line": {rows + 1}}}')
+    assert tail.content == f"[line {rows + 1:,} of {rows + 1:,}]\nWest,{rows - 1}.25,2026-01-{(rows - 1) % 28 + 1:02d}\n"
+    too_many = read(ctx, '{"path": "big.csv", "start_line": 2}')
+    assert too_many.is_error and "ask for fewer lines" in too_many.content and "\n" not in too_many.content
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64])
+@pytest.mark.parametrize(
+    "text",
+    ["", "\n", "a", "a\n", "a\nb", "a\nb\n", "\n\n\nx", "one\r\ntwo\r\n", "é\n€\n😀 no newline", "x" * 50 + "\n" + "y" * 9],
+)
+def test_any_chunking_reads_the_lines_a_whole_split_finds(tmp_path, monkeypatch, chunk, text):
+    import os
+
+    import soba_nb.agent.tools.line_range as line_range
+
+    monkeypatch.setattr(line_range, "CHUNK_BYTES", chunk)
+    data = text.encode("utf-8")
+    path = tmp_path / "f.txt"
+    path.write_bytes(data)
+    expected = [part + b"\n" for part in data.split(b"\n")[:-1]] + ([data.split(b"\n")[-1]] if not data.endswith(b"\n") and data else [])
+    for first in range(1, len(expected) + 2):
+        for last in [None, *range(first, len(expected) + 2)]:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                lines, total = line_range.read_range(fd, first, last, 1 << 20)
+            finally:
+                os.close(fd)
+            assert total == len(expected)
+            assert lines == expected[first - 1 : last]

@@ -2,10 +2,12 @@
 
 The names and parameters are a public contract:
 
-    python(code)                  read_file(path)            write_file(path, content)
-    edit_file(path, old, new)     list_files(path=".")       shell(command, timeout_s=60)
-    checkpoint(kind, note)        read_cells(first, last)    read_notebook(path)
-    add_cell(source, kind)
+    python(code, timeout_s)       read_file(path, start_line, end_line)
+    write_file(path, content)     edit_file(path, old, new)  list_files(path=".")
+    shell(command, timeout_s=60)  checkpoint(kind, note)     read_cells(first, last)
+    read_notebook(path)           add_cell(source, kind)
+
+Every description ends by saying that output over model input's limit is clipped (SPEC §15).
 
 `run_tool(name, arguments, ctx)` takes the raw JSON argument text from the model and never
 raises (except `KeyboardInterrupt`): malformed arguments, an unknown tool, a failing tool and

@@ -121,20 +121,26 @@ class Confinement:
 
     def read_bytes(self, limit: int = MAX_READ_BYTES) -> bytes:
         """The whole content of a regular file inside the project (at most `limit` bytes)."""
+        with self.reading() as (fd, size):
+            if size > limit:
+                raise ToolError(
+                    f"{self.tool}: '{self.shown}' is {size:,} bytes, more than read_file takes whole "
+                    f"({limit:,}); give start_line and end_line to read part of it"
+                )
+            return _read_at_most(fd, size)
+
+    @contextmanager
+    def reading(self) -> Iterator[tuple[int, int]]:
+        """(descriptor, size) of a regular file inside the project, open for reading in the block."""
         if not self.parts:
             raise ToolError(f"{self.tool}: '{self.shown}' is a folder; use list_files")
         with self.folder(self.parts[:-1]) as parent:
             fd = os.open(self.parts[-1], READ_FLAGS, dir_fd=parent)
-        self._check(fd)
+        self._check(fd)  # (closes it when it refuses)
         try:
             info = os.fstat(fd)
             self._regular(info.st_mode)
-            if info.st_size > limit:
-                raise ToolError(
-                    f"{self.tool}: '{self.shown}' is {info.st_size:,} bytes, more than read_file takes "
-                    f"({limit:,}); read part of it with the python or shell tool"
-                )
-            return _read_at_most(fd, info.st_size)
+            yield fd, info.st_size
         finally:
             os.close(fd)
 

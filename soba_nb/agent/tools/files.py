@@ -14,7 +14,9 @@ The result starts with one line saying which lines it holds, `[lines 40–80 of 
 range was asked or when the file is longer than model input's clip (`TOOL_OUTPUT_LIMIT_CHARS`:
 the model then sees its head and tail and learns how many lines there are to ask for a range);
 a short file read whole is returned as it is. A start past the last line, or a start after the
-end, is a one-line error naming the parameter; an empty file is `(empty file)`.
+end, is a one-line error naming the parameter; an empty file is `(empty file)`. A file is read
+whole up to 8 MB; a range is read in chunks from a file of any size (the header of a 2 GB CSV,
+`soba_nb.agent.tools.line_range`), its lines at most 8 MB.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from soba_nb.agent.tools.base import (
     ToolOutcome,
     optional_parameter,
 )
-from soba_nb.agent.tools.confined import Confinement
+from soba_nb.agent.tools.confined import MAX_READ_BYTES, Confinement
+from soba_nb.agent.tools.line_range import RangeTooLarge, read_range
 from soba_nb.agent.vault import MAX_KEPT_BYTES
 from soba_nb.compaction.model_input import TOOL_OUTPUT_LIMIT_CHARS
 from soba_nb.transcript.entries import FileChange
@@ -71,20 +74,47 @@ def read_file(arguments: ReadFileArguments, ctx: ToolContext) -> ToolOutcome:
     start, end = arguments.start_line, arguments.end_line
     if start is not None and end is not None and start > end:
         raise ToolError(f"read_file: start_line {start} is after end_line {end}")
-    text = _read_text(Confinement("read_file", arguments.path, ctx.project_root))
-    if not text:
+    place = Confinement("read_file", arguments.path, ctx.project_root)
+    if start is None and end is None:
+        text = _read_text(place)
+        if len(text) <= TOOL_OUTPUT_LIMIT_CHARS:
+            return ToolOutcome(text or "(empty file)")
+        lines = _lines(text)
+        return _held(lines, 1, len(lines))
+    first = start or 1
+    chosen, total = _read_lines(place, first, end)
+    if total == 0:
         return ToolOutcome("(empty file)")
-    ranged = start is not None or end is not None
-    if not ranged and len(text) <= TOOL_OUTPUT_LIMIT_CHARS:
-        return ToolOutcome(text)
-    lines = _lines(text)
-    first, last = start or 1, min(end or len(lines), len(lines))
-    if first > len(lines):
-        raise ToolError(
-            f"read_file: start_line {first} is past the end of '{arguments.path}' ({_count(len(lines))})"
-        )
+    if first > total:
+        raise ToolError(f"read_file: start_line {first} is past the end of '{arguments.path}' ({_count(total)})")
+    try:
+        text = b"".join(chosen).decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ToolError(f"read_file: lines {first:,}–{first + len(chosen) - 1:,} of '{arguments.path}' are not UTF-8 text "
+                        f"(invalid byte at offset {error.start} of the range)") from error
+    return _held(_lines(text), first, total)
+
+
+def _held(lines: list[str], first: int, total: int) -> ToolOutcome:
+    """`lines`, the file's from line `first` on (of `total`), after the line saying which they are."""
+    last = first + len(lines) - 1
     held = f"line {first:,}" if first == last else f"lines {first:,}–{last:,}"
-    return ToolOutcome(f"[{held} of {len(lines):,}]\n" + "".join(lines[first - 1 : last]))
+    return ToolOutcome(f"[{held} of {total:,}]\n" + "".join(lines))
+
+
+def _read_lines(place: Confinement, first: int, last: int | None) -> tuple[list[bytes], int]:
+    """Lines `first`..`last` of the file and its line count, read in chunks (a file of any size)."""
+    try:
+        with place.reading() as (fd, _):
+            return read_range(fd, first, last, MAX_READ_BYTES)
+    except RangeTooLarge as error:
+        raise ToolError(f"read_file: {error} (read_file's limit); ask for fewer lines") from None
+    except (FileNotFoundError, NotADirectoryError):
+        raise ToolError(f"read_file: no such file '{place.shown}'") from None
+    except IsADirectoryError:
+        raise ToolError(f"read_file: '{place.shown}' is a folder; use list_files") from None
+    except OSError as error:
+        raise ToolError(f"read_file: cannot read '{place.shown}': {_reason(error)}") from error
 
 
 def write_file(arguments: WriteFileArguments, ctx: ToolContext) -> ToolOutcome:
