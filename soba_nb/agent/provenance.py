@@ -93,7 +93,7 @@ def _parsed_as_a_cell(code: str) -> ast.Module | None:
     try:
         from IPython.core.inputtransformer2 import TransformerManager
 
-        return ast.parse(TransformerManager().transform_cell(code))
+        return ast.parse(TransformerManager().transform_cell(code))  # type: ignore[no-untyped-call]
     except Exception:  # a transformer's own failure is a refusal too
         return None
 
@@ -106,12 +106,13 @@ def _python_call(entry: ToolCallEntry, *, ok: bool) -> PythonCall | None:
     code = arguments.get("code") if isinstance(arguments, dict) else None
     if not isinstance(code, str):
         return None
+    tree: ast.Module | None
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError):
         tree = _parsed_as_a_cell(code)
-        if tree is None:  # the tool refused it too: nothing was bound
-            return None
+    if tree is None:  # the tool refused it too: nothing was bound
+        return None
     names = _Names()
     for statement in tree.body:
         names.statement(statement)
