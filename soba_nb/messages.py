@@ -79,10 +79,13 @@ IMAGES_LABEL = "Images the calls above displayed, in order:"
 
 
 def image_label(part: ImagePart) -> str:
-    """How an image is named beside it in a request: its artifact and the size sent (after the
-    cell that displayed it, for the user's images)."""
-    named = f"{part.path} ({part.width}×{part.height})"
-    return f"{part.label}: {named}" if part.label else named
+    """How an image is named beside it in a request: the cell that displayed it, for the user's
+    images (the cells block names it the same way; its artifact's 64-hex path would cost the
+    model 40 tokens and tell it nothing), else its artifact, as the call's result names it;
+    and the size sent."""
+    if part.label:
+        return f"{part.label}: displayed {part.mime} ({part.width}×{part.height})"
+    return f"{part.path} ({part.width}×{part.height})"
 
 
 class ToolSchema(Struct, frozen=True):

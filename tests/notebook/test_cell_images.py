@@ -141,7 +141,7 @@ def test_the_users_pie_chart_is_named_and_sent_with_printed_and_out_apart(inline
     # The image follows the block that names it, labelled with its cell.
     parts = user_content(request)
     at = next(i for i, (kind, _) in enumerate(parts) if kind == "image")
-    assert parts[at - 1] == ("text", f"In [1]: {artifact.path} ({width}×{height})")
+    assert parts[at - 1] == ("text", f"In [1]: displayed image/png ({width}×{height})")
     assert "[displayed image/png" in str(parts[at - 2][1])
 
 

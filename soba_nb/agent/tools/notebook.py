@@ -138,7 +138,8 @@ def add_cell(arguments: AddCellArguments, ctx: ToolContext) -> ToolOutcome:
     if not arguments.source.strip():
         raise ToolError("add_cell: the source is empty")
     where = access.propose(arguments.source, arguments.kind)
-    return ToolOutcome(f"proposed a {arguments.kind} cell ({len(arguments.source.splitlines())} lines), not run: {where}")
+    lines = len(arguments.source.splitlines())
+    return ToolOutcome(f"proposed a {arguments.kind} cell ({lines} line{'' if lines == 1 else 's'}), not run: {where}")
 
 
 def summarize_read_cells(arguments: ReadCellsArguments) -> str:
