@@ -21,6 +21,9 @@ whole up to 8 MB; a range is read in chunks from a file of any size (the header 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from pydantic import Field
 
 from soba_nb.agent.tools.base import (
@@ -105,16 +108,10 @@ def _held(lines: list[str], first: int, total: int) -> ToolOutcome:
 def _read_lines(place: Confinement, first: int, last: int | None) -> tuple[list[bytes], int]:
     """Lines `first`..`last` of the file and its line count, read in chunks (a file of any size)."""
     try:
-        with place.reading() as (fd, _):
+        with _reading(place), place.reading() as (fd, _):
             return read_range(fd, first, last, MAX_READ_BYTES)
     except RangeTooLarge as error:
         raise ToolError(f"read_file: {error} (read_file's limit); ask for fewer lines") from None
-    except (FileNotFoundError, NotADirectoryError):
-        raise ToolError(f"read_file: no such file '{place.shown}'") from None
-    except IsADirectoryError:
-        raise ToolError(f"read_file: '{place.shown}' is a folder; use list_files") from None
-    except OSError as error:
-        raise ToolError(f"read_file: cannot read '{place.shown}': {_reason(error)}") from error
 
 
 def write_file(arguments: WriteFileArguments, ctx: ToolContext) -> ToolOutcome:
@@ -168,16 +165,23 @@ def list_files(arguments: ListFilesArguments, ctx: ToolContext) -> ToolOutcome:
     return ToolOutcome("\n".join(shown))
 
 
+@contextmanager
+def _reading(place: Confinement) -> Iterator[None]:
+    """A file that cannot be read, as one line naming it and why."""
+    try:
+        yield
+    except (FileNotFoundError, NotADirectoryError):
+        raise ToolError(f"{place.tool}: no such file '{place.shown}'") from None
+    except IsADirectoryError:
+        raise ToolError(f"{place.tool}: '{place.shown}' is a folder; use list_files") from None
+    except OSError as error:
+        raise ToolError(f"{place.tool}: cannot read '{place.shown}': {_reason(error)}") from error
+
+
 def _read_text(place: Confinement) -> str:
     tool, shown = place.tool, place.shown
-    try:
+    with _reading(place):
         data = place.read_bytes()
-    except (FileNotFoundError, NotADirectoryError):
-        raise ToolError(f"{tool}: no such file '{shown}'") from None
-    except IsADirectoryError:
-        raise ToolError(f"{tool}: '{shown}' is a folder; use list_files") from None
-    except OSError as error:
-        raise ToolError(f"{tool}: cannot read '{shown}': {_reason(error)}") from error
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
