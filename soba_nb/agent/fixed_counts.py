@@ -17,19 +17,15 @@ import json
 import sys
 from pathlib import Path
 
-from soba_nb.agent.prompt import SYSTEM_PROMPT
+from soba_nb.agent.prompt import SHARED_PROMPT
 from soba_nb.agent.tool_schemas import COMPACT_TOOL_SCHEMAS, TOOL_SCHEMAS
-from soba_nb.compaction.model_input import ENVIRONMENT_MARK, fixed_key, fixed_tokens
+from soba_nb.compaction.model_input import fixed_key, fixed_tokens
 from soba_nb.tokens import TokenCounter
 
 COUNTS_FILE = Path(__file__).with_name("fixed_counts.json")
 
 MODELS = (("openai", "gpt-4o"), ("openai", "gpt-4"), ("anthropic", "claude"))
 """One model of each kind of counter: o200k_base, cl100k_base, o200k_base times the fallback factor."""
-
-SHARED_PROMPTS = (SYSTEM_PROMPT, SYSTEM_PROMPT + ENVIRONMENT_MARK[:2])
-"""The prompt alone, and the part every session's prompt shares ahead of its environment line
-(`model_input.fixed_tokens` counts that line apart)."""
 
 _KNOWN: dict[str, dict[str, int]] | None = None
 
@@ -60,7 +56,7 @@ def counted() -> dict[str, dict[str, int]]:
         counter = TokenCounter.for_model(provider, model)
         counts[kind(counter)] = {
             fixed_key(system, tools): fixed_tokens(system, tools, counter)
-            for system in SHARED_PROMPTS
+            for system in (SHARED_PROMPT,)
             for tools in (TOOL_SCHEMAS, COMPACT_TOOL_SCHEMAS, ())
         }
     return counts

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from soba_nb.agent.prompt import SYSTEM_PROMPT
+from soba_nb.agent.prompt import SHARED_PROMPT
 from soba_nb.agent.tool_schemas import COMPACT_TOOL_SCHEMAS
 from soba_nb.catalogue import lookup
 from soba_nb.catalogue import takes_images as catalogue_takes_images
@@ -87,7 +87,7 @@ def recorded_windows(windows: Sequence[WindowEntry], counter: TokenCounter) -> l
     kept = [entry for entry in windows if entry.context_window <= MAX_CONTEXT_WINDOW]
     if not kept:
         return kept
-    floor = fixed_tokens(SYSTEM_PROMPT, COMPACT_TOOL_SCHEMAS, counter)
+    floor = fixed_tokens(SHARED_PROMPT, COMPACT_TOOL_SCHEMAS, counter)  # known ahead: nothing counted
     return [entry for entry in kept if entry.context_window > floor]
 
 

@@ -23,6 +23,11 @@ not whole frames: tool output over {TOOL_OUTPUT_LIMIT_CHARS:,} characters is cli
 """
 
 
+SHARED_PROMPT = SYSTEM_PROMPT + "\n\n"
+"""What every session's prompt starts with, ahead of its environment line: `fixed_tokens`
+counts the line apart, the rest's count is known ahead (`agent.fixed_counts`)."""
+
+
 def system_prompt(environment: str | None) -> str:
     """The session's system prompt: `SYSTEM_PROMPT`, then its environment line (when known)."""
-    return f"{SYSTEM_PROMPT}\n\n{environment}" if environment else SYSTEM_PROMPT
+    return SHARED_PROMPT + environment if environment else SYSTEM_PROMPT

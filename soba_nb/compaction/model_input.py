@@ -20,7 +20,7 @@ from soba_nb.collector import collector_paused
 from soba_nb.compaction.cells_context import cell_images, cell_label, render_cells
 from soba_nb.compaction.native_continuation import NativeTarget, native_tokens, request_message
 from soba_nb.digest import digest
-from soba_nb.messages import ChatMessage, ImagePart, ToolCall, ToolSchema
+from soba_nb.messages import IMAGES_LABEL, ChatMessage, ImagePart, ToolCall, ToolSchema, image_label
 from soba_nb.text import clip_middle as clip_text_middle
 from soba_nb.tokens import TOKENS_PER_REPLY, TokenCounter
 from soba_nb.transcript.entries import (
@@ -130,13 +130,26 @@ def images_tokens(result: ToolResultEntry, counter: TokenCounter) -> int:
     `notebook.maxImagesPerRequest` really are, so a path with more images is over-counted,
     never under)."""
     artifacts = result.artifacts
-    return sum(counter.count_image(a.width, a.height) for a in artifacts) if artifacts else 0
+    if not artifacts:
+        return 0
+    parts = [ImagePart(a.path, a.mime, a.width, a.height) for a in artifacts]
+    return _sent_images_tokens(parts, counter, IMAGES_LABEL)
 
 
 def cells_images_tokens(entry: CellsEntry, counter: TokenCounter) -> int:
     """The images the user's cells displayed, counted as `images_tokens` counts a call's
     (not against `notebook.contextTokens`: that bounds the block's text)."""
-    return sum(counter.count_image(image.width, image.height) for _, image in cell_images(entry))
+    return _sent_images_tokens(cell_image_parts(entry), counter)
+
+
+def _sent_images_tokens(parts: Sequence[ImagePart], counter: TokenCounter, heading: str = "") -> int:
+    """The images as the model counts them and the text that names them beside them in a
+    request (`image_label`, and the heading of a message of their own); 0 for a model that
+    takes none (they are the result's or the block's line of text, already counted)."""
+    images = sum(counter.count_image(part.width, part.height) for part in parts)
+    if images == 0:
+        return 0
+    return images + counter.count_text(heading) + sum(counter.count_text(image_label(part)) for part in parts)
 
 
 def cell_image_parts(entry: CellsEntry) -> tuple[ImagePart, ...]:

@@ -10,7 +10,7 @@ import pytest
 
 from soba_nb.agent import fixed_counts
 from soba_nb.agent.limits import session_counter
-from soba_nb.agent.prompt import SYSTEM_PROMPT
+from soba_nb.agent.prompt import SHARED_PROMPT, SYSTEM_PROMPT
 from soba_nb.agent.tool_schemas import TOOL_SCHEMAS
 from soba_nb.compaction.model_input import fixed_key, fixed_tokens
 from soba_nb.config import build_config
@@ -28,7 +28,8 @@ def test_a_session_counter_knows_the_cost_without_counting(provider: str, model:
     config = build_config([("test", {"model": {"provider": provider, "name": model}})])
     forbid_tokenizer()
     counter = session_counter(config)
-    assert fixed_tokens(SYSTEM_PROMPT, TOOL_SCHEMAS, counter) in expected[fixed_counts.kind(counter)].values()
+    # What every session's prompt shares ahead of its environment line (counted apart, SPEC §15).
+    assert fixed_tokens(SHARED_PROMPT, TOOL_SCHEMAS, counter) in expected[fixed_counts.kind(counter)].values()
 
 
 def test_another_prompt_is_counted(forbid_tokenizer) -> None:
@@ -49,7 +50,7 @@ def test_a_broken_file_means_counting(monkeypatch: pytest.MonkeyPatch, tmp_path)
     monkeypatch.setattr(fixed_counts, "_KNOWN", None)
     config = build_config([("test", {"model": {"provider": "openai", "name": "gpt-4o"}})])
     counter = session_counter(config)
-    assert counter.peek(fixed_key(SYSTEM_PROMPT, TOOL_SCHEMAS)) is None  # nothing known: counted
+    assert counter.peek(fixed_key(SHARED_PROMPT, TOOL_SCHEMAS)) is None  # nothing known: counted
     assert fixed_tokens(SYSTEM_PROMPT, TOOL_SCHEMAS, counter) == fixed_tokens(
         SYSTEM_PROMPT, TOOL_SCHEMAS, TokenCounter.for_model("openai", "gpt-4o")
     )

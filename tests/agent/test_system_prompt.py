@@ -17,10 +17,9 @@ from llm_server import LLMServer, text
 import soba_nb.agent.environment as environment
 from soba_nb.agent.assembly import choose_layout, open_session
 from soba_nb.agent.environment import environment_line
-from soba_nb.agent.fixed_counts import SHARED_PROMPTS
 from soba_nb.agent.loop import run_turn
 from soba_nb.agent.measure import measure_recorded
-from soba_nb.agent.prompt import SYSTEM_PROMPT, system_prompt
+from soba_nb.agent.prompt import SHARED_PROMPT, SYSTEM_PROMPT, system_prompt
 from soba_nb.agent.tool_schemas import COMPACT_TOOL_SCHEMAS, TOOL_SCHEMAS
 from soba_nb.compaction.model_input import TOOL_OUTPUT_LIMIT_CHARS, fixed_key, fixed_tokens
 from soba_nb.config import build_config
@@ -123,7 +122,7 @@ def test_the_shared_part_is_known_ahead_so_a_session_prompt_counts_only_its_line
     from soba_nb.agent.fixed_counts import prime
 
     prime(counter)
-    assert counter.peek(fixed_key(SHARED_PROMPTS[1], TOOL_SCHEMAS)) is not None
+    assert counter.peek(fixed_key(SHARED_PROMPT, TOOL_SCHEMAS)) is not None
     counted: list[str] = []
     original = counter.count_text
     monkeypatch.setattr(counter, "count_text", lambda text: counted.append(text) or original(text))

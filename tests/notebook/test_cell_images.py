@@ -197,8 +197,9 @@ def test_with_room_for_all_they_go_in_the_order_of_the_conversation(inline, nb_d
 
 
 def test_the_budget_counts_the_users_image(inline, nb_dir, scripted):
-    """The same cell and question cost the image's tokens more for a model that takes images:
-    in the entry's count, in the request's count (`sentTokens`) and in the session's estimate."""
+    """The same cell and question cost the image's tokens more for a model that takes images —
+    the image and the line naming it beside it (`In [1]: displayed image/png (W×H)`, text the
+    request carries too) — in the request's count (`sentTokens`) and in the session's estimate."""
     inline.run_cell(PIE, store_history=True)
     figures = {}
     for vision in (True, False):
@@ -215,8 +216,9 @@ def test_the_budget_counts_the_users_image(inline, nb_dir, scripted):
     assert tokens == 255  # one 512-pixel tile
     counter = magics(inline).agent.counter
     assert entry_tokens(figures[False][0], counter) == counter.count_message("user", render_cells(entry))
-    assert figures[True][1] - figures[False][1] == tokens
-    assert figures[True][2] - figures[False][2] == tokens
+    named = counter.count_text(f"In [1]: displayed image/png ({artifact.width}×{artifact.height})")
+    assert figures[True][1] - figures[False][1] == tokens + named
+    assert figures[True][2] - figures[False][2] == tokens + named
 
 
 def test_an_old_cells_line_with_only_output_reads_and_renders_as_before():

@@ -111,7 +111,9 @@ def test_a_transcript_copied_alone_after_percent_soba_turns_opens_without_its_to
     assert cold["source"] == warm["source"] == "provider_usage"
     assert (cold["effectiveTokens"], cold["estimatedTokens"]) == (warm["effectiveTokens"], warm["estimatedTokens"])
     assert cold["effectiveTokens"] == expected.effective
-    reopened = open_session(session.config, SessionLayout(copy), project_root=copy.parent.parent)
+    # The same notebook on the same day: the same system prompt, environment line and all (another
+    # notebook's name, or tomorrow's date, is a line of its own: it alone is counted).
+    reopened = open_session(session.config, SessionLayout(copy), project_root=copy.parent.parent, notebook=session.notebook)
     try:
         assert reopened.compactor.measure() == expected and reopened.compactor.tracker.restores == 1
     finally:

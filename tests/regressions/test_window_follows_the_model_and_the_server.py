@@ -169,10 +169,11 @@ def test_a_compacted_retry_still_over_the_stated_limit_is_not_sent(ip, nb_dir, l
     # The server counts 1.3× what we do, reports no usage (so nothing calibrates us before
     # its error), and really has 4,500; the summary comes back longer than asked for (but
     # within what a stream may run to: twice its maxOutputTokens, or it is cut and rejected)
-    # and the kept tail is as large as the recovery allows. (500 words: with the requests soba
-        # quotes beside it, the model capsule still fits our count of the hard limit.)
+    # and the kept tail is as large as the recovery allows. (650 words: with the requests soba
+    # quotes beside it, the model capsule still fits our count of the hard limit; 650 since the
+    # system prompt carries its environment line, SPEC §15.)
     model = DisagreeingModel(llm_server, factor=1.3, window=4500)
-    model.summary = text(good_summary(words(500)))
+    model.summary = text(good_summary(words(650)))
     ip.run_line_magic("auto_compact", "off")
     for index in range(20):
         model.script(text(f"Answer {index}. {LONG_ANSWER}", usage=False))
