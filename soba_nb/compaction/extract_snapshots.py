@@ -77,7 +77,10 @@ def trim(scan: Scan) -> None:
     found (distinct runs, files, names, constraints), not how many entries it read."""
     if len(scan.user_messages) > REQUESTS_KEPT + 1:
         del scan.user_messages[1 : len(scan.user_messages) - REQUESTS_KEPT]
-    scan.work[:] = _newest_unflagged(scan.work, WORK_DONE_NEW_LINES)
+    # One more than a capsule shows: the newest item may be the narration of a step that a tool
+    # call after the snapshot takes back (`Scan._step_not_answer`), and the one before it then
+    # shows, as it does in a scan of the whole region.
+    scan.work[:] = _newest_unflagged(scan.work, WORK_DONE_NEW_LINES + 1)
     scan.decisions[:] = _newest_unflagged(scan.decisions, DECISIONS_NEW_MAX)
     scan.constraints[:] = _last_by_key(scan.constraints, item_key)
     scan.stated_blockers[:] = _last_by_key(scan.stated_blockers, run_key)

@@ -123,6 +123,29 @@ def test_a_trimmed_snapshot_scanned_on_gives_the_extract_of_a_whole_scan(entries
         assert got == capsule_from_scan(whole_scan, previous=previous, items_max=items_max)
 
 
+def test_a_step_taken_back_after_a_snapshot_leaves_the_work_a_whole_scan_shows() -> None:
+    """The newest Work done item at a snapshot can be a step's narration that the next tool
+    call takes back; the item before it must still be there (hypothesis found a 133-entry
+    session where the trimmed scan said "… and 3 more" and the whole one "… and 4 more")."""
+    answers = [MessageEntry(role="assistant", content=f"Answer number {n}.") for n in range(deterministic.WORK_DONE_NEW_LINES + 3)]
+    entries: list[Entry] = [MessageEntry(role="user", content="Go on."), *answers]
+    after = [
+        ToolCallEntry(call_id="c1", name="python", arguments='{"code": "df = load()"}'),
+        ToolResultEntry(call_id="c1", name="python", content="ok"),
+    ]
+    scan = fresh_start(entries).scan
+    scan.run(entries)
+    trim(scan)
+    decoded = extract_snapshots._decode(extract_snapshots._encode(Snapshot("r", None, len(entries), "x", [], state_of(scan))))
+    scan = scan_of(decoded.scan, {**scan.results, "c1": after[1]})
+    scan.run(after)
+    whole = fresh_start([*entries, *after]).scan
+    whole.run([*entries, *after])
+    got, expected = capsule_from_scan(scan), capsule_from_scan(whole)
+    assert got.work_done == expected.work_done
+    assert "Answer number 2." in got.work_done and f"Answer number {len(answers) - 1}." not in got.work_done
+
+
 def test_every_field_of_a_scan_but_its_results_is_in_a_snapshot() -> None:
     fields = set(vars(Scan({})))
     assert fields - {"results"} == set(extract_snapshots.ScanState.__struct_fields__)
