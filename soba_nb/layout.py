@@ -136,10 +136,12 @@ class SessionLayout(Struct, frozen=True):
         return self.transcript.with_name(self.transcript.name.removesuffix(TRANSCRIPT_SUFFIX) + REPAIRED_SUFFIX)
 
     def files(self) -> frozenset[Path]:
-        """The files this session writes, resolved (the agent's file tools never write them)."""
+        """The files this session writes and the folders of its stores (`files/`, `artifacts/`),
+        resolved (the agent's file tools never write them, nor anything in those folders)."""
         transcript = Path(os.path.realpath(self.transcript))
         resolved = SessionLayout(transcript)
-        return frozenset({transcript, resolved.tokens, resolved.budget, resolved.extract, resolved.flight})
+        stores = (Path(os.path.realpath(self.file_versions)), Path(os.path.realpath(self.artifacts)))
+        return frozenset({transcript, resolved.tokens, resolved.budget, resolved.extract, resolved.flight, *stores})
 
     @classmethod
     def new(cls, folder: Path) -> SessionLayout:

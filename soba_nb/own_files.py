@@ -12,7 +12,8 @@ the rule to the real path of what they opened, so a link to one of them is refus
 - any `soba.json` (the project configuration);
 - `~/.soba/` (the user configuration);
 - the files of the session that is open, wherever `%soba --session PATH` put them (its
-  transcript and the side-cars beside it), given by the session.
+  transcript, the side-cars beside it, its flight records and the folder's `files/` and
+  `artifacts/` stores, and everything in them), given by the session.
 
 Reading them stays allowed. `python` and `shell` can do anything the user can: that is what
 approval is for.
@@ -38,9 +39,10 @@ def soba_file_rule(path: Path, root: Path, session_files: Collection[Path] = ())
 
     `root` is the project folder (resolved): only components below it are looked at, so a
     project that itself lies in a folder named like a session folder is still usable.
-    `session_files` are the open session's files (resolved)."""
-    if path in session_files:
-        return "the open session's transcript and its side-cars"
+    `session_files` are the open session's files and store folders (resolved): a path is
+    refused when it is one of them or lies in one."""
+    if any(path.is_relative_to(own) for own in session_files):
+        return "the open session's transcript, its side-cars and its files/ and artifacts/ stores"
     user = _user_folder()
     if user is not None and path.is_relative_to(user):
         return "the user configuration ~/.soba/"
