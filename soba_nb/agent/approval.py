@@ -3,7 +3,9 @@
 `agent.approval` (or `%soba --approve MODE` for one turn) says which calls are asked about:
 `never` (none), `edits` (`shell`, `write_file`, `edit_file`), `all` (those and `python`).
 Asking means showing the call as the user would judge it — the code, the command, or the file
-with a diff of the change — and reading one answer: `y` runs it, `n` does not (the model gets
+with a diff of the change, whole (nothing clipped: the part left out could be the part that
+does harm) and with every control character escaped (an ESC sequence or a carriage return
+could otherwise erase a line on a terminal before it is read) — and reading one answer: `y` runs it, `n` does not (the model gets
 the error result `declined by the user` and goes on), `a` runs it and every later call of the
 turn. Where no answer can be read (nbconvert, a frontend without stdin, end of input) the call
 is declined and the cell says why and how to change the mode. Each answer is an `approval`
@@ -22,7 +24,7 @@ from typing import Any, Protocol
 
 from soba_nb.agent.tools.base import ToolError
 from soba_nb.agent.tools.confined import Confinement
-from soba_nb.text import clip_middle
+from soba_nb.printable import printable
 from soba_nb.transcript.entries import ApprovalDecision, ApprovalMode
 
 EDIT_TOOLS = frozenset({"shell", "write_file", "edit_file"})
@@ -36,9 +38,6 @@ ASKS = 3
 """An answer that is none of these is asked for again, at most this many times in all."""
 DECLINED = "declined by the user"
 NO_INPUT = "declined: the call needs the user's approval and no answer could be read here"
-DIFF_LINES = 80
-SHOWN_CHARS = 4000
-"""What a call shows is clipped to about this many characters (its head and tail)."""
 
 
 class NoInput(Exception):
@@ -83,27 +82,32 @@ class ApprovalGate:
 
 
 def describe_call(tool: str, arguments: str, project_root: Any) -> str:
-    """The call as the user judges it: python's code, the shell command, or the file and a
-    diff of what the call would change."""
+    """The call as the user judges it, whole: python's code, the shell command, or the file and
+    a diff of what the call would change; control characters escaped (`printable`), newlines
+    and tabs kept. Plain text: a renderer shows it escaped for its medium, never as markup."""
+    return printable(_described(tool, arguments, project_root), lines=True)
+
+
+def _described(tool: str, arguments: str, project_root: Any) -> str:
     try:
         given = json.loads(arguments, strict=False)
     except (ValueError, RecursionError):
         given = None
     if not isinstance(given, dict):
-        return f"{tool} with arguments that are not a JSON object: {clip_middle(arguments, SHOWN_CHARS)}"
+        return f"{tool} with arguments that are not a JSON object: {arguments}"
     if tool == "python":
-        return f"python:\n{clip_middle(str(given.get('code', '')), SHOWN_CHARS)}"
+        return f"python:\n{given.get('code', '')}"
     if tool == "shell":
-        timeout = given.get("timeout_s", 60)
-        return f"shell (time limit {timeout} s):\n$ {clip_middle(str(given.get('command', '')), SHOWN_CHARS)}"
+        timeout = printable(str(given.get("timeout_s", 60)))
+        return f"shell (time limit {timeout} s):\n$ {given.get('command', '')}"
     if tool in ("write_file", "edit_file"):
         return _file_change(tool, given, project_root)
-    return f"{tool} {clip_middle(json.dumps(given, ensure_ascii=False), SHOWN_CHARS)}"
+    return f"{tool} {json.dumps(given, ensure_ascii=False)}"
 
 
 def _file_change(tool: str, given: dict[str, Any], project_root: Any) -> str:
-    path = str(given.get("path", ""))
-    current = _current_text(tool, path, project_root)
+    path = printable(str(given.get("path", "")))  # on its line: a newline in it cannot forge one
+    current = _current_text(tool, str(given.get("path", "")), project_root)
     if tool == "write_file":
         new = str(given.get("content", ""))
         heading = f"write_file {path} ({'new file' if current is None else 'replaces the file'})"
@@ -113,14 +117,17 @@ def _file_change(tool: str, given: dict[str, Any], project_root: Any) -> str:
             return f"edit_file {path} (the edit will fail: 'old' is not found exactly once)\n- {old}\n+ {replacement}"
         new = current.replace(old, replacement, 1)
         heading = f"edit_file {path}"
-    diff = list(
-        difflib.unified_diff(
-            (current or "").splitlines(), new.splitlines(), "a/" + path, "b/" + path, lineterm="", n=2
-        )
+    diff = difflib.unified_diff(
+        _lines(current or ""), _lines(new), "a/" + path, "b/" + path, lineterm="", n=2
     )
-    if len(diff) > DIFF_LINES:
-        diff = [*diff[:DIFF_LINES], f"… {len(diff) - DIFF_LINES} more diff lines"]
-    return heading + "\n" + clip_middle("\n".join(diff) or "(no change)", SHOWN_CHARS * 2)
+    return heading + "\n" + ("\n".join(diff) or "(no change)")
+
+
+def _lines(text: str) -> list[str]:
+    """Lines split at newlines only: a carriage return or form feed stays in its line, shown
+    escaped, not turned into a line break the file does not have."""
+    lines = text.split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
 
 
 def _current_text(tool: str, path: str, project_root: Any) -> str | None:

@@ -31,6 +31,7 @@ from soba_nb.notebook.monitor import (
     SidebarPublisher,
     Throttle,
 )
+from soba_nb.printable import printable
 
 MS_PER_S = 1000
 STATUS_UPDATES_PER_S = 2
@@ -91,6 +92,26 @@ def notice_view(text: str, level: str) -> HtmlView:
 
 def line_view(text: str) -> HtmlView:
     return HtmlView(f"<div><code>{html.escape(text)}</code></div>", text)
+
+
+APPROVAL_HEADING = "Approval needed before this call runs:"
+APPROVAL_SCROLL_LINES = 30
+"""A call longer than this many lines says so above its block, which scrolls (max-height)."""
+
+
+def approval_view(shown: str) -> HtmlView:
+    """The call as escaped text in a `<pre>` — never Markdown around it, whose fences and
+    comments the call's own text could close or open — whole, in a block that scrolls."""
+    count = shown.count("\n") + 1
+    note = f"{count} lines, shown whole: scroll the block to read them all." if count > APPROVAL_SCROLL_LINES else ""
+    markup = (
+        f"<div class=\"soba-approval\"><b>{html.escape(APPROVAL_HEADING)}</b>"
+        + (f"<div>{html.escape(note)}</div>" if note else "")
+        + '<pre style="max-height:30em;overflow:auto;white-space:pre">'
+        + html.escape(shown)
+        + "</pre></div>"
+    )
+    return HtmlView(markup, "\n".join(filter(None, (APPROVAL_HEADING, note, shown))))
 
 
 Display = Callable[..., Any]
@@ -278,15 +299,13 @@ class TurnRenderer:
             self.print_line(f"{heading}\n{source}")
 
     def show_call(self, shown: str) -> None:
-        """A call waiting for the user's approval: what it would run or change."""
-        heading = "Approval needed before this call runs:"
+        """A call waiting for the user's approval: what it would run or change, whole."""
+        shown = printable(shown, lines=True)
         if self.rich:
             self._end_answer()
-            fence = "````" if "```" in shown else "```"
-            language = "diff" if "\n--- a/" in shown else "text"
-            self.display(TextView(f"**{heading}**\n\n{fence}{language}\n{shown}\n{fence}"))
+            self.display(approval_view(shown))
         else:
-            self.print_line(f"{heading}\n{shown}")
+            self.print_line(f"{APPROVAL_HEADING}\n{shown}")
 
     # -- end -------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ not allow stdin). The server's request log shows what the model was told."""
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import os
@@ -145,3 +146,51 @@ def test_a_real_kernel_asks_on_the_stdin_channel(tmp_path):
     assert written == "# Notes\nnew line\n"
     assert reply["content"]["status"] == "ok" and not (project / "notes.md").exists()
     assert "declined write_file: this frontend does not answer input()" in "".join(shown)
+
+
+@pytest.mark.timeout(180)
+def test_a_real_kernel_shows_the_injected_code_escaped_before_stdin_answers(tmp_path):
+    """Issue 40: code that closes a Markdown fence and opens an HTML comment, and erases a
+    terminal line, is shown whole and escaped in the display the kernel sends on iopub —
+    before the stdin request — and declined there, it does not run."""
+    from jupyter_client.manager import start_new_kernel
+
+    hidden = 'open("PWNED1.txt", "w")'
+    code = f'print("plot the sales data")\n_ = """\n````\n<!--\n"""\n{hidden}  # \x1b[2K\r\n'
+    project = tmp_path / "project"
+    project.mkdir()
+    with LLMServer() as server:
+        write_soba_json(project, server.url)
+        set_approval(project, "all")
+        server.script(tool_calls(("python", {"code": code})), text("Not run."))
+        env = {**os.environ, TEST_KEY_ENV: TEST_KEY_VALUE, "HOME": str(tmp_path)}
+        env = {k: v for k, v in env.items() if not k.startswith("SOBA_") and k != "JPY_SESSION_NAME"}
+        manager, client = start_new_kernel(kernel_name="python3", cwd=str(project), env=env)
+        displayed: list[dict] = []
+        seen_at_the_question: list[int] = []
+
+        def answer(message):
+            seen_at_the_question.append(len(displayed))
+            client.input("n")
+
+        def output(message):
+            if message["msg_type"] in ("display_data", "update_display_data", "stream"):
+                displayed.append(message["content"])
+
+        try:
+            client.execute_interactive("%load_ext soba_nb", timeout=60)
+            reply = client.execute_interactive(
+                "%soba plot the sales data", timeout=120, allow_stdin=True, stdin_hook=answer, output_hook=output
+            )
+        finally:
+            client.stop_channels()
+            manager.shutdown_kernel(now=True)
+    assert reply["content"]["status"] == "ok" and seen_at_the_question
+    before = displayed[: seen_at_the_question[0]]
+    [question] = [c["data"] for c in before if "Approval needed" in c.get("data", {}).get("text/plain", "")]
+    escaped_line = html.escape(hidden) + "  # \\x1b[2K\\x0d"
+    assert escaped_line in question["text/html"] and "<pre" in question["text/html"]
+    assert "&lt;!--" in question["text/html"] and "<!--" not in question["text/html"]
+    assert "text/markdown" not in question  # nothing rendered as Markdown around the code
+    assert hidden + "  # \\x1b[2K\\x0d" in question["text/plain"] and "\x1b" not in question["text/plain"]
+    assert not (project / "PWNED1.txt").exists()
