@@ -8,14 +8,20 @@ them; what is kept on disk is redacted.
 
 `redact(text)` replaces with `[redacted]`:
 - the values of environment variables whose names contain KEY, TOKEN, SECRET or PASSWORD
-  (values shorter than `MIN_ENV_VALUE_CHARS` are left alone: `TOKENIZERS_PARALLELISM=false`
-  must not erase every "false");
+  (values shorter than `MIN_SECRET_VALUE_CHARS` and common words are left alone:
+  `TOKENIZERS_PARALLELISM=false` must not erase every "false", nor `KEY_ROLE=assistant` every
+  "assistant");
 - API-key shapes: OpenAI `sk-…` (`sk-proj-…`, `sk-svcacct-…`), Anthropic `sk-ant-…`, GitHub
   `ghp_…`/`gho_…`/`github_pat_…`, AWS access key ids `AKIA…`/`ASIA…`, Slack `xox?-…`,
   Google `AIza…`, Hugging Face `hf_…`, JWTs, PEM private-key blocks;
 - credentials in context: `Bearer <token>` (8+ token characters, digits or not),
   `Authorization: <scheme> <credential>`,
   `api_key=…`, `"apiKey": "…"`, `password: …`, `https://user:password@host`.
+
+Transcript entries are redacted with `redact_entry_data`: their content only (text of messages,
+tool arguments and results, cell sources and outputs, configuration values), never the fields
+soba defines (entry types, roles, ids, checkpoint ids, tool names, and the paths of the files the
+agent changed: the rewind store is keyed by the real path, SPEC §16).
 
 Shapes are matched on word boundaries and key bodies must contain a digit, so ordinary words,
 slugs, entry ids, checkpoint ids (`ck_1a2b3c4d`) and sha256 hashes survive. Redaction is
@@ -36,6 +42,8 @@ from urllib.parse import quote
 
 REDACTED = "[redacted]"
 MIN_ENV_VALUE_CHARS = 6
+MIN_SECRET_VALUE_CHARS = 8
+"""An environment variable's value shorter than this is never a secret to redact (SPEC §16)."""
 SECRET_NAME_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 """An environment variable whose name contains one of these holds a secret."""
 
@@ -173,8 +181,19 @@ def _secret_env_values(environ: Mapping[str, str]) -> tuple[str, ...]:
         pairs = ((name, os.environ.get(name, "")) for name in _ENV_SECRET_NAMES.names())
     else:
         pairs = ((name, value) for name, value in environ.items() if _is_secret_env_name(name))
-    values = frozenset(value for _name, value in pairs if len(value.strip()) >= MIN_ENV_VALUE_CHARS)
+    values = frozenset(value for _name, value in pairs if could_be_secret(value))
     return _written_forms(values)
+
+
+def could_be_secret(value: str) -> bool:
+    """A value long enough to be a secret and not a common word: a word of letters in one
+    case (`config`, `session`, `Assistant`, `PRODUCTION`) is a setting, not a credential,
+    and redacting it would erase that word everywhere (SPEC §16)."""
+    value = value.strip()
+    if len(value) < MIN_SECRET_VALUE_CHARS:
+        return False
+    word = value.isascii() and value.isalpha() and (value.islower() or value.isupper() or value[1:].islower())
+    return not word
 
 
 def _escapes(value: str) -> Iterator[str]:
@@ -342,6 +361,61 @@ def redact_data(value: Any, environ: Mapping[str, str] = os.environ) -> Any:
     if isinstance(value, tuple):
         return tuple(redact_data(item, environ) for item in value)
     return value
+
+
+STRUCTURE_FIELDS = frozenset(
+    {
+        "type", "id", "parentId", "timestamp", "followsTornLine", "version", "created", "role", "callId", "name",
+        "isError", "durationMs", "decision", "mode", "path", "before", "after", "sha256", "previous", "action",
+        "targetId", "mime", "width", "height", "executionCount", "outcome", "operationId", "checkpointId",
+        "firstKeptEntryId", "rollsUp", "amends", "trigger", "quality", "kind", "intent", "key", "consumed",
+        "provider", "model", "operation", "source", "continuation", "estimated", "truncated",
+    }
+)
+"""Fields of transcript entries (and of the records in them) that soba defines: never redacted.
+`source` is a capsule's or window's origin word; a cell's source is content (`_CELL_CONTENT`)."""
+_RECORD_LISTS = frozenset({"files", "artifacts", "images"})
+"""Lists of soba's own records (file changes, restored files, artifacts, images)."""
+_CELL_CONTENT = frozenset({"source", "error", "output", "printed", "imagesNotKept"})
+
+
+def redact_entry_data(data: dict[str, Any], environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
+    """A transcript entry (`entry_to_dict`) with its content redacted and soba's own fields
+    as they are (SPEC §16): a secret-looking value never turns an entry type, a role or the
+    path of a changed file into `[redacted]`."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "cells" and isinstance(value, list):
+            out[key] = [_redact_cell(cell, environ) for cell in value]
+        elif key in _RECORD_LISTS and isinstance(value, list):
+            out[key] = [_redact_record(item, environ) for item in value]
+        elif key == "native":  # its provider, model and kind are soba's; its payload is content
+            out[key] = _redact_record(value, environ)
+        elif key in STRUCTURE_FIELDS:
+            out[key] = value
+        else:
+            out[key] = redact_data(value, environ)
+    return out
+
+
+def _redact_record(record: Any, environ: Mapping[str, str]) -> Any:
+    if not isinstance(record, dict):
+        return redact_data(record, environ)
+    return {key: value if key in STRUCTURE_FIELDS else redact_data(value, environ) for key, value in record.items()}
+
+
+def _redact_cell(cell: Any, environ: Mapping[str, str]) -> Any:
+    if not isinstance(cell, dict):
+        return redact_data(cell, environ)
+    out: dict[str, Any] = {}
+    for key, value in cell.items():
+        if key == "images" and isinstance(value, list):
+            out[key] = [_redact_record(item, environ) for item in value]
+        elif key in STRUCTURE_FIELDS and key not in _CELL_CONTENT:
+            out[key] = value
+        else:
+            out[key] = redact_data(value, environ)
+    return out
 
 
 FILE_NAME_MARK = "redacted"

@@ -100,6 +100,14 @@ class AgentSession:
         pooled connections do not outlive it."""
         header = SessionEntry(notebook=notebook, model=f"{config.model.provider}/{config.model.name}")
         self.transcript = Transcript.open(layout.transcript, create_header=header)
+        try:
+            self._set_up(config, layout, notebook)
+        except BaseException:
+            self.transcript.close()  # a failed open keeps no lock (SPEC §16)
+            raise
+
+    def _set_up(self, config: SobaConfig, layout: SessionLayout, notebook: str | None) -> None:
+        """Everything the session needs after its transcript is open."""
         self.session_id = layout.session_id
         self.resumed = any(not isinstance(e, SessionEntry) for e in self.transcript.entries)
         """The session has work from before this kernel process opened it (a restart)."""

@@ -20,7 +20,7 @@ from pathlib import Path
 import msgspec
 
 from soba_nb.layout import SessionLayout
-from soba_nb.redact import redact_data
+from soba_nb.redact import redact_entry_data
 from soba_nb.transcript.entries import (
     Entry,
     LeafEntry,
@@ -96,7 +96,7 @@ def _kept_lines(raw: bytes, report: RepairReport) -> list[bytes]:
             continue
         kept[entry.id] = entry
         last_kept = (entry.id, number)
-        data = redact_data(entry_to_dict(entry))
+        data = redact_entry_data(entry_to_dict(entry))
         data.pop(TORN_MARKER, None)
         out.append(entry_to_json(entry_from_dict(data)).encode("utf-8", "replace"))
     report.kept = len(out)

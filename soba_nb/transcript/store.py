@@ -42,7 +42,7 @@ from typing import cast
 import msgspec
 
 from soba_nb.collector import collector_paused
-from soba_nb.redact import redact_data
+from soba_nb.redact import redact_entry_data
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     CheckpointEntry,
@@ -381,7 +381,7 @@ class Transcript:
         while entry.id in self._by_id or entry.id in self._burned:
             entry = replace(entry, id=new_entry_id())
         # The one place every entry passes on its way to disk: no secret gets written.
-        data = redact_data(entry_to_dict(entry))
+        data = redact_entry_data(entry_to_dict(entry))
         line = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
         # Lone surrogates (e.g. undecodable file names in a tool output) have no UTF-8 form:
         # they are written as "?".
