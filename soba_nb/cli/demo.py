@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +37,16 @@ def demo_command(args: argparse.Namespace) -> int:
 def doctor_command(args: argparse.Namespace) -> int:
     from soba_nb.catalogue import lookup
     from soba_nb.cli.sidebar import sidebar_state
-    from soba_nb.config import ConfigError, load_config
+    from soba_nb.config import ConfigError, ConfigLockedWarning, load_config
     from soba_nb.providers.discovery import discover_window
     from soba_nb.resolution import embedded_model_installed
     from soba_nb.window import resolve_limits
 
     folder = args.folder or Path.cwd()
     try:
-        config = load_config(folder)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConfigLockedWarning)  # listed below, on stdout
+            config = load_config(folder)
     except ConfigError as error:
         raise CommandError(f"{PROG} doctor: {error}") from None
     model = config.model
@@ -71,6 +74,7 @@ def doctor_command(args: argparse.Namespace) -> int:
     lines += ["why        " + step if index == 0 else "           " + step for index, step in enumerate(config.provider_steps)]
     lines.append(f"config     {_config_files(folder)}")
     lines += _setting_lines(config.to_json(), config.explicit_keys)
+    lines += _locked_lines(config)
     lines.append(f"capsules   {_capsule_signing()}")
     print("\n".join(lines))
     return EXIT_OK
@@ -121,6 +125,16 @@ def _setting_lines(values: dict[str, Any], explicit: dict[str, str]) -> list[str
     lines = lines or ["(none: every setting has its default)"]
     lines.append("every other setting: its default")
     return ["set        " + line if index == 0 else "           " + line for index, line in enumerate(lines)]
+
+
+def _locked_lines(config: Any) -> list[str]:
+    """`locked     model.baseUrl · /etc/soba/config.json`, one per key the admin locked (SPEC
+    §16), then one `ignored` line per setting of a later layer that tried to change one."""
+    from soba_nb.printable import printable
+
+    locked = [f"{key} · {printable(source)}" for key, source in config.locked.items()] or ["(none)"]
+    lines = ["locked     " + line if index == 0 else "           " + line for index, line in enumerate(locked)]
+    return lines + [f"ignored    {printable(note)}" for note in config.lock_notes]
 
 
 def _config_files(folder: Path) -> str:

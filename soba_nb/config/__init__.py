@@ -33,6 +33,8 @@ from soba_nb.config.errors import Refused
 from soba_nb.config.files import MAX_CONFIG_BYTES as MAX_CONFIG_BYTES  # re-exported
 from soba_nb.config.files import MAX_CONFIG_DEPTH, depth, read_config_file
 from soba_nb.config.files import find_project_config as find_project_config  # re-exported
+from soba_nb.config.locks import ConfigLockedWarning as ConfigLockedWarning  # re-exported
+from soba_nb.config.locks import drop_locked, refuse_locked, show_once, take_locks
 from soba_nb.config.profiles import EMBEDDED_MODEL_NAME as EMBEDDED_MODEL_NAME  # re-exported
 from soba_nb.config.profiles import PROVIDER_PROFILES as PROVIDER_PROFILES  # re-exported
 from soba_nb.config.settings import MAX_CONTEXT_WINDOW as MAX_CONTEXT_WINDOW  # re-exported
@@ -316,10 +318,14 @@ def load_config(
     file a setting came from. A missing system or user file is no layer; anything else
     standing there (a folder, a FIFO, bad JSON) is refused in one line."""
     environ = os.environ if environ is None else environ
+    system_layers: list[tuple[str, Mapping[str, Any]]] = []
     layers: list[tuple[str, Mapping[str, Any]]] = []
     system_path = system_config_path(environ) if system_config is None else system_config
+    system_name = shown(system_path if system_path is not None else SYSTEM_CONFIG_PATH)
+    locked: tuple[str, ...] = ()
     if system_path is not None and os.path.lexists(system_path):
-        layers.append((shown(system_path), read_config_file(system_path)))
+        system, locked = take_locks(system_name, read_config_file(system_path))
+        system_layers.append((system_name, system))
     user_path = (user_config or USER_CONFIG_PATH).expanduser()
     if os.path.lexists(user_path):  # a folder or FIFO there is refused, not skipped
         layers.append((shown(user_path), read_config_file(user_path)))
@@ -329,12 +335,35 @@ def load_config(
     layers.append(("environment", env_layer(environ)))
     if overrides:
         layers.append(("arguments", overrides))
+    for name, layer in layers:
+        refuse_locked(name, layer, system_name)
+    layers, ignored = _apply_locks(layers, locked, system_name)
+    layers = system_layers + layers
     resolution = resolve_provider(layers, environ)
     if resolution.layer:
         layers.insert(0, (RESOLUTION_LAYER, resolution.layer))
     config = build_config(layers).record_origin(provider_source=resolution.explanation, provider_steps=resolution.steps)
+    config.record_locks({key: system_name for key in locked}, tuple(ignored))
     _embedded_runs_one_model(config)
+    show_once(ignored)
     return config
+
+
+def _apply_locks(
+    layers: list[tuple[str, Mapping[str, Any]]], locked: Sequence[str], system: str
+) -> tuple[list[tuple[str, Mapping[str, Any]]], list[str]]:
+    """The layers above the system one without what they set of a locked key (deprecated
+    names first renamed, so an old name cannot slip past a lock), and one line per key each
+    tried to set."""
+    if not locked:
+        return layers, []
+    kept: list[tuple[str, Mapping[str, Any]]] = []
+    ignored: list[str] = []
+    for name, layer in layers:
+        layer, lines = drop_locked(name, _apply_aliases(layer, name), locked, system)
+        kept.append((name, layer))
+        ignored += lines
+    return kept, ignored
 
 
 def _embedded_runs_one_model(config: SobaConfig) -> None:

@@ -291,6 +291,8 @@ class SobaConfig(Section, dict=True):
         self._provider_source = "defaults"
         self._provider_steps: tuple[str, ...] = ()
         self._explicit: dict[str, str] = {}
+        self._locked: dict[str, str] = {}
+        self._lock_notes: tuple[str, ...] = ()
         hard = self.hard_limit
         if hard <= 0:
             raise ValueError(
@@ -339,6 +341,22 @@ class SobaConfig(Section, dict=True):
         if provider_steps is not None:
             self._provider_steps = provider_steps
         return self
+
+    def record_locks(self, locked: dict[str, str], notes: tuple[str, ...]) -> SobaConfig:
+        """Note the keys the admin locked (key → the system file) and the one line for each
+        setting of a later layer that was ignored for it (SPEC §16); returns self."""
+        self._locked, self._lock_notes = dict(locked), notes
+        return self
+
+    @property
+    def locked(self) -> dict[str, str]:
+        """Each key the admin locked (`"model.baseUrl"`), and the file that locked it."""
+        return dict(self._locked)
+
+    @property
+    def lock_notes(self) -> tuple[str, ...]:
+        """One line per setting a later layer tried to give a locked key (ignored)."""
+        return self._lock_notes
 
     @property
     def provider_source(self) -> str:

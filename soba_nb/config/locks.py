@@ -1,0 +1,135 @@
+"""Settings an admin locks (SPEC §16): the system layer's `"locked": ["model.baseUrl", …]`.
+
+A later layer (the user's file, a project's `soba.json`, `SOBA_*` variables, magic arguments)
+that sets a locked key is ignored for that key, with one line naming the layer and the key;
+`locked` anywhere but the system layer is refused. Only soba's own settings are locked: a
+user's code in their own kernel can still do anything (docs/teams.md)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from soba_nb.config.errors import ConfigError
+from soba_nb.config.settings import Section, SobaConfig, fields_of
+from soba_nb.printable import printable
+
+LOCKED_KEY = "locked"
+"""The system layer's list of dotted camelCase keys no later layer may set."""
+
+
+class ConfigLockedWarning(UserWarning):
+    """A later layer set a key the admin locked; that setting was ignored. Shown by default."""
+
+
+warnings.filterwarnings("default", category=ConfigLockedWarning)
+
+
+_SHOWN: set[str] = set()
+"""The lines already shown in this process: each once, though `%soba` re-reads the layers."""
+
+
+def _struct_of(annotation: Any) -> type[Section] | None:
+    """The section a key holds (`compaction.model`, `model.pricing`), or None for a value."""
+    for candidate in getattr(annotation, "__args__", (annotation,)):
+        if isinstance(candidate, type) and issubclass(candidate, Section):
+            return candidate
+    return None
+
+
+def _is_setting(dotted: str) -> bool:
+    """`model.baseUrl`, `compaction.model` and `compaction.model.baseUrl` are settings."""
+    cls: type[Section] | None = SobaConfig
+    parts = dotted.split(".")
+    for part in parts:
+        if cls is None:
+            return False
+        info = fields_of(cls).get(part)
+        if info is None:
+            return False
+        cls = _struct_of(info.type)
+    return len(parts) >= 2
+
+
+def take_locks(source: str, layer: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The system layer without `locked`, and the keys it locks; one-line `ConfigError` naming
+    `source` for anything but a list of real dotted keys."""
+    rest = dict(layer)
+    if LOCKED_KEY not in rest:
+        return rest, ()
+    entries = rest.pop(LOCKED_KEY)
+    if not isinstance(entries, list):
+        raise ConfigError(
+            f"{printable(source)}: locked = {_shown(entries)}: must be a list of dotted keys such as \"model.baseUrl\""
+        )
+    locked: list[str] = []
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, str) or not _is_setting(entry):
+            raise ConfigError(
+                f"{printable(source)}: locked[{index}] = {_shown(entry)}: not a setting "
+                "(dotted camelCase keys such as \"model.baseUrl\" or \"model.apiKeyEnv\")"
+            )
+        if entry not in locked:
+            locked.append(entry)
+    return rest, tuple(locked)
+
+
+def refuse_locked(source: str, layer: Mapping[str, Any], system: str) -> None:
+    """`locked` in a layer other than the system layer is refused in one line."""
+    if LOCKED_KEY in layer:
+        raise ConfigError(
+            f"{printable(source)}: locked: only the admin's system file ({printable(system)}) may lock settings"
+        )
+
+
+def drop_locked(
+    source: str, layer: Mapping[str, Any], locked: Sequence[str], system: str
+) -> tuple[dict[str, Any], list[str]]:
+    """`layer` without what it sets of a locked key, and one line per key it tried to set.
+
+    Setting a key's parent to null (`"compaction": {"model": null}` under a lock on
+    `compaction.model.baseUrl`) changes the locked key too, and is dropped."""
+    out = _copy(layer)
+    lines: list[str] = []
+    for dotted in locked:
+        parts = dotted.split(".")
+        place: Any = out
+        for depth, part in enumerate(parts):
+            if not isinstance(place, dict) or part not in place:
+                break
+            if not isinstance(place[part], Mapping) and depth < len(parts) - 1 and place[part] is not None:
+                break  # no object where one belongs: refused as ever, naming the layer
+            if depth == len(parts) - 1 or place[part] is None:
+                del place[part]
+                key = ".".join(parts[: depth + 1])
+                what = f"{key} is locked" if key == dotted else f"{key} would change {dotted}, locked"
+                lines.append(f"{printable(source)}: {what} by the admin in {printable(system)}; this setting is ignored")
+                break
+            place = place[part]
+    return out, lines
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _copy(inner) for key, inner in value.items()}
+    return value
+
+
+def show_once(lines: Sequence[str]) -> None:
+    """Each line as a `ConfigLockedWarning`, once in this process (where the deprecation
+    warnings of the configuration are shown: the notebook's output, a command's stderr)."""
+    for line in lines:
+        if line not in _SHOWN:
+            _SHOWN.add(line)
+            warnings.warn(line, ConfigLockedWarning, stacklevel=3)
+
+
+def _shown(value: Any) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return printable(text if len(text) <= 60 else text[:57] + "...")
+
