@@ -337,7 +337,7 @@ def load_config(
         layers.append(("arguments", overrides))
     for name, layer in layers:
         refuse_locked(name, layer, system_name)
-    layers, ignored = _apply_locks(layers, locked, system_name)
+    layers, ignored = _apply_locks(layers, locked, system_name, _env_names(environ))
     layers = system_layers + layers
     resolution = resolve_provider(layers, environ)
     if resolution.layer:
@@ -349,8 +349,20 @@ def load_config(
     return config
 
 
+def _env_names(environ: Mapping[str, str]) -> dict[str, str]:
+    """`model.baseUrl` → `SOBA_BASE_URL`: the variables set, by the key each sets (several
+    joined: `SOBA_BASE_URL, SOBA_MODEL_BASE_URL`), so a line can name the variable."""
+    names: dict[str, list[str]] = {}
+    for var, path in _ENV_KEYS.items():
+        if var in environ:
+            *parents, key = path
+            dotted = ".".join([*parents, DEPRECATED_ALIASES.get(key, key)])
+            names.setdefault(dotted, []).append(var)
+    return {dotted: ", ".join(sorted(found)) for dotted, found in names.items()}
+
+
 def _apply_locks(
-    layers: list[tuple[str, Mapping[str, Any]]], locked: Sequence[str], system: str
+    layers: list[tuple[str, Mapping[str, Any]]], locked: Sequence[str], system: str, env_names: Mapping[str, str]
 ) -> tuple[list[tuple[str, Mapping[str, Any]]], list[str]]:
     """The layers above the system one without what they set of a locked key (deprecated
     names first renamed, so an old name cannot slip past a lock), and one line per key each
@@ -360,7 +372,8 @@ def _apply_locks(
     kept: list[tuple[str, Mapping[str, Any]]] = []
     ignored: list[str] = []
     for name, layer in layers:
-        layer, lines = drop_locked(name, _apply_aliases(layer, name), locked, system)
+        named = env_names if name == "environment" else None
+        layer, lines = drop_locked(name, _apply_aliases(layer, name), locked, system, named)
         kept.append((name, layer))
         ignored += lines
     return kept, ignored

@@ -85,12 +85,18 @@ def refuse_locked(source: str, layer: Mapping[str, Any], system: str) -> None:
 
 
 def drop_locked(
-    source: str, layer: Mapping[str, Any], locked: Sequence[str], system: str
+    source: str,
+    layer: Mapping[str, Any],
+    locked: Sequence[str],
+    system: str,
+    named: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """`layer` without what it sets of a locked key, and one line per key it tried to set.
 
     Setting a key's parent to null (`"compaction": {"model": null}` under a lock on
-    `compaction.model.baseUrl`) changes the locked key too, and is dropped."""
+    `compaction.model.baseUrl`) changes the locked key too, and is dropped. `named` gives a
+    dropped key's own source when the layer has one per key (`SOBA_BASE_URL` for
+    `model.baseUrl` in the environment)."""
     out = _copy(layer)
     lines: list[str] = []
     for dotted in locked:
@@ -105,7 +111,9 @@ def drop_locked(
                 del place[part]
                 key = ".".join(parts[: depth + 1])
                 what = f"{key} is locked" if key == dotted else f"{key} would change {dotted}, locked"
-                lines.append(f"{printable(source)}: {what} by the admin in {printable(system)}; this setting is ignored")
+                inside = [name for dotted, name in (named or {}).items() if f"{dotted}.".startswith(f"{key}.")]
+                where = ", ".join(inside) or source
+                lines.append(f"{printable(where)}: {what} by the admin in {printable(system)}; this setting is ignored")
                 break
             place = place[part]
     return out, lines

@@ -81,10 +81,17 @@ def test_every_later_layer_is_held_to_the_locks(tmp_path: Path) -> None:
     lines = lock_lines(record)
     assert [line.split(": ")[0] for line in lines] == [
         str(tmp_path / "home" / ".soba" / "config.json"),
-        "environment",
-        "environment",
+        "SOBA_BASE_URL",
+        "SOBA_MODEL_API_KEY_ENV",
         "arguments",
     ]
+    # A variable of a key inside a locked object is named too.
+    system = {**ADMIN, "locked": ["compaction.model"]}
+    with warnings.catch_warnings(record=True) as inner:
+        warnings.simplefilter("always")
+        nested = load(tmp_path, system=system, environ={"SOBA_COMPACTION_MODEL_NAME": "theirs"})
+    assert nested.compaction.model is None
+    assert lock_lines(inner)[0].startswith("SOBA_COMPACTION_MODEL_NAME: compaction.model is locked by the admin")
     assert [line.split(": ")[1].split(" ")[0] for line in lines] == [
         "model.baseUrl",
         "model.baseUrl",
