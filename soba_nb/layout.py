@@ -77,7 +77,8 @@ def new_session_id() -> str:
 
 def session_transcripts(folder: Path) -> list[Path]:
     """Session transcripts in a folder, oldest first (flight records excluded). A link is no
-    transcript of ours (one planted there must not be resumed, nor written through)."""
+    transcript of ours (one planted there must not be resumed, nor written through); nor is an
+    empty file (a header never written: it is never adopted, `transcript.opening`)."""
     if not folder.is_dir():
         return []
     found = []
@@ -86,7 +87,7 @@ def session_transcripts(folder: Path) -> list[Path]:
             info = path.lstat()
         except OSError:
             continue
-        if path.name != FLIGHT_FILE and not path.name.endswith(REPAIRED_SUFFIX) and stat.S_ISREG(info.st_mode):
+        if path.name != FLIGHT_FILE and not path.name.endswith(REPAIRED_SUFFIX) and stat.S_ISREG(info.st_mode) and info.st_size:
             found.append((info.st_mtime, path.name, path))
     return [path for _, _, path in sorted(found)]
 

@@ -14,6 +14,7 @@ What the preflight would measure of a transcript opened read-only is `soba_nb.ag
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,17 +23,51 @@ from soba_nb.agent.limits import session_counter
 from soba_nb.agent.session import AgentSession
 from soba_nb.compaction.budget_state import has_saved_state, tail_is_plain
 from soba_nb.config import SobaConfig
-from soba_nb.layout import SessionLayout
+from soba_nb.layout import FLIGHT_FILE, REPAIRED_SUFFIX, TRANSCRIPT_SUFFIX, SessionLayout
+from soba_nb.paths import shown
+from soba_nb.printable import printable
 from soba_nb.providers.base import Provider
 
 
-def choose_layout(folder: Path, *, session_file: Path | None = None, new: bool = False) -> SessionLayout:
+def choose_layout(
+    folder: Path, *, session_file: Path | None = None, new: bool = False, notify: Callable[[str], None] = print
+) -> SessionLayout:
     """The transcript to use: `session_file` when given (`%soba --session PATH`), else the
-    latest in `folder` unless `new`, else a new one there."""
+    latest in `folder` unless `new`, else a new one there. A transcript passed over because it
+    is a link (never resumed, never written through: `layout.session_transcripts`) is named
+    to `notify` in one line, with the session used instead."""
     if session_file is not None:
         return SessionLayout(session_file)
     latest = None if new else SessionLayout.latest(folder)
-    return latest if latest is not None else SessionLayout.new(folder)
+    chosen = latest if latest is not None else SessionLayout.new(folder)
+    if not new:
+        skipped = _links_passed_over(folder, latest)
+        if skipped:
+            more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
+            what = "resumed session" if latest is not None else "new session"
+            notify(
+                f"{printable(shown(skipped[-1]))}{more}: a link, so not resumed (soba never writes a transcript "
+                f"through a link); {what} {chosen.session_id} ({printable(shown(chosen.transcript))})"
+            )
+    return chosen
+
+
+def _links_passed_over(folder: Path, latest: SessionLayout | None) -> list[Path]:
+    """The links in `folder` named like transcripts that are newer than `latest` (all of them
+    when there is none), oldest first."""
+    if not folder.is_dir():
+        return []
+    since = latest.transcript.lstat().st_mtime if latest is not None else None
+    found = []
+    for path in folder.glob(f"*{TRANSCRIPT_SUFFIX}"):
+        try:
+            info = path.lstat()
+        except OSError:
+            continue
+        ours = path.name != FLIGHT_FILE and not path.name.endswith(REPAIRED_SUFFIX)
+        if ours and stat.S_ISLNK(info.st_mode) and (since is None or info.st_mtime >= since):
+            found.append((info.st_mtime, path.name, path))
+    return [path for _, _, path in sorted(found)]
 
 
 def open_session(

@@ -32,7 +32,7 @@ from soba_nb.capsule_files.file import (
 )
 from soba_nb.capsule_files.signing import SIGNED, UNSIGNED, CapsuleKeyError, capsule_key
 from soba_nb.compaction.capsule import CapsuleFormatError, parse_capsule
-from soba_nb.layout import MEMORY_FOLDER, PROJECT_CONFIG_NAME
+from soba_nb.layout import MEMORY_FOLDER, PROJECT_CONFIG_NAME, PROJECT_FOLDER
 from soba_nb.transcript.entries import CapsuleEntry
 
 PROJECT_MARKERS = (PROJECT_CONFIG_NAME, ".git")
@@ -82,8 +82,12 @@ def mirror(
     Callers decide with `should_mirror` first. The file is never written over another one:
     when the name is taken by another writer's capsule, the next free name
     (`<checkpoint>-2.capsule.md`, …) is used. Only this session's own file of the same
-    checkpoint, by the same author, is replaced (the same capsule mirrored again).
+    checkpoint, by the same author, is replaced (the same capsule mirrored again). A `.soba/`
+    or `.soba/memory/` that is a link is refused, never written through.
     """
+    for folder in (Path(project_root) / PROJECT_FOLDER, memory_dir(project_root)):
+        if folder.is_symlink():  # the capsule would go wherever the link points
+            raise CapsuleFileError(folder, "is a link; project memory is written only into a real folder, never through a link")
     cf = capsule_file_from_entry(entry, notebook=notebook, session_id=session_id, environ=environ)
     target = memory_dir(project_root) / f"{entry.checkpoint_id}{FILE_SUFFIX}"
     try:

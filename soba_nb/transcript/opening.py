@@ -1,6 +1,7 @@
-"""Opening a transcript for writing in a hostile place (SPEC §12): never through a link, only a
-soba transcript (its first line a `session` entry) or a new one at a `.jsonl` path, and the
-identity of the file opened, so a transcript deleted or replaced under the writer is noticed.
+"""Opening a transcript for writing in a hostile place (SPEC §12): never through a link (the
+transcript's own name, or the session folder it lies in), only a soba transcript (its first
+line a `session` entry) or a new one made here at a `.jsonl` path, and the identity of the
+file opened, so a transcript deleted or replaced under the writer is noticed.
 """
 
 from __future__ import annotations
@@ -40,9 +41,20 @@ def identity(info: os.stat_result) -> tuple[int, int]:
     return info.st_dev, info.st_ino
 
 
+_made_here: set[tuple[int, int]] = set()
+"""Files `open_for_writing` made (`O_EXCL`) and `check_header` has not yet seen: only these may
+be empty (their header comes next)."""
+
+
 def open_for_writing(path: Path) -> int:
     """The transcript's descriptor: an existing file (never through a link), or a new one made
-    here (`O_EXCL`: never through a link either) at a path ending in `.jsonl`."""
+    here (`O_EXCL`: never through a link either) at a path ending in `.jsonl`; never in a
+    session folder that is itself a link (the transcript and the side-cars beside it would go
+    wherever the link points)."""
+    if path.parent.is_symlink():
+        raise TranscriptError(
+            f"{path.parent}: the session folder is a link; soba writes its sessions only into a real folder, never through a link"
+        )
     for _ in range(2):
         try:
             return os.open(path, _OPEN_FLAGS)
@@ -55,21 +67,30 @@ def open_for_writing(path: Path) -> int:
         if path.suffix != TRANSCRIPT_SUFFIX:
             raise TranscriptError(f"{path}: a new session transcript must end in {TRANSCRIPT_SUFFIX}")
         try:
-            return os.open(path, _OPEN_FLAGS | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+            fd = os.open(path, _OPEN_FLAGS | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
         except FileExistsError:
             continue  # made in between: open it as an existing file
+        _made_here.add(identity(os.fstat(fd)))
+        return fd
     raise TranscriptError(f"{path}: kept changing while it was opened")
 
 
 def check_header(path: Path, fd: int) -> None:
     """Refuse, untouched, a file that is not a soba transcript: its first line must be a
     `session` entry, after at most the torn starts of headers that crashes cut short (a file
-    may hold only those). An empty file is a new session, if its name says transcript."""
+    may hold only those). An empty file is a new session only when `open_for_writing` just
+    made it: an empty file found there is someone else's, never adopted."""
+    made_here = identity(os.fstat(fd))
     head = os.pread(fd, HEADER_PROBE_BYTES, 0)
     if not head:
-        if path.suffix != TRANSCRIPT_SUFFIX:
-            raise TranscriptError(f"{path}: not a soba transcript (an empty file whose name does not end in {TRANSCRIPT_SUFFIX}); left untouched")
-        return
+        if made_here in _made_here:
+            _made_here.discard(made_here)
+            return
+        raise TranscriptError(
+            f"{path}: not a soba transcript (an empty file); left untouched. "
+            f"A new session needs a path that does not exist yet, ending in {TRANSCRIPT_SUFFIX}"
+        )
+    _made_here.discard(made_here)
     lines = head.split(b"\n")
     cut = lines.pop() if len(head) == HEADER_PROBE_BYTES else None  # the probe may end mid-line
     for line in lines:
