@@ -8,6 +8,11 @@ collapses to the result line (the JupyterLab sidebar, when given, gets the same 
 Every object displayed carries `text/plain` with the same content (plain-text parity), so
 nbconvert-to-text and logs read the same thing.
 
+Plain text stays plain (SPEC §16): what a server, the model or a file put in an answer, a
+receipt, a notice or an error line is shown with its control characters escaped
+(`soba_nb.printable`: `\\x1b[2J`, never a cleared terminal), newlines and tabs kept, in every
+`text/plain` and every printed line.
+
 Plain (terminal IPython, a bare `InteractiveShell`): the same information printed as text
 lines — the answer as it streams, one line per receipt, the compaction result line,
 notices and errors.
@@ -56,10 +61,10 @@ class TextView:
         self.text = text
 
     def __repr__(self) -> str:
-        return self.text
+        return printable(self.text, lines=True)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        return {"text/markdown": self.text, "text/plain": self.text}
+        return {"text/markdown": self.text, "text/plain": printable(self.text, lines=True)}
 
 
 class HtmlView:
@@ -67,7 +72,7 @@ class HtmlView:
 
     def __init__(self, html_text: str, plain: str):
         self.html = html_text
-        self.plain = plain
+        self.plain = printable(plain, lines=True)
 
     def __repr__(self) -> str:
         return self.plain
@@ -78,7 +83,8 @@ class HtmlView:
 
 def receipt_view(name: str, summary: str, status: str, duration_ms: int | None, preview: str) -> HtmlView:
     """A collapsed receipt: the summary line, the output's first lines inside."""
-    line = receipt_text(name, summary, status, duration_ms)
+    line = printable(receipt_text(name, summary, status, duration_ms))
+    preview = printable(preview, lines=True)
     body = f"<pre>{html.escape(preview)}</pre>" if preview else ""
     markup = f'<details class="soba-receipt"><summary><code>{html.escape(line)}</code></summary>{body}</details>'
     plain = f"[{line}]" + (("\n" + preview) if preview else "")
@@ -87,10 +93,12 @@ def receipt_view(name: str, summary: str, status: str, duration_ms: int | None, 
 
 def notice_view(text: str, level: str) -> HtmlView:
     color = NOTICE_COLORS.get(level, NOTICE_COLORS["info"])
+    text = printable(text, lines=True)
     return HtmlView(f'<div style="color:{color}">{html.escape(text)}</div>', text)
 
 
 def line_view(text: str) -> HtmlView:
+    text = printable(text)
     return HtmlView(f"<div><code>{html.escape(text)}</code></div>", text)
 
 
@@ -166,11 +174,11 @@ class TurnRenderer:
         out.flush()
 
     def print_line(self, text: str) -> None:
-        """A whole line (after ending a streamed answer line)."""
+        """A whole line (after ending a streamed answer line), control characters escaped."""
         if self._line_open:
             self._write("\n")
             self._line_open = False
-        self._write(text + "\n")
+        self._write(printable(text, lines=True) + "\n")
 
     # -- events ----------------------------------------------------------------------
 
@@ -199,7 +207,7 @@ class TurnRenderer:
     def _text(self, text: str) -> None:
         self.answer += text
         if not self.rich:
-            self._write(text)
+            self._write(printable(text, lines=True))
             self._line_open = not self.answer.endswith("\n")
             return
         if self._answer_handle is None:
