@@ -137,12 +137,14 @@ class SessionLayout(Struct, frozen=True):
         return self.transcript.with_name(self.transcript.name.removesuffix(TRANSCRIPT_SUFFIX) + REPAIRED_SUFFIX)
 
     def files(self) -> frozenset[Path]:
-        """The files this session writes and the folders of its stores (`files/`, `artifacts/`),
-        resolved (the agent's file tools never write them, nor anything in those folders)."""
+        """The files this session writes, its folder and the folders of its stores (`files/`,
+        `artifacts/`), resolved (the agent's file tools never write them, nor anything in
+        those folders: `soba_nb.own_files`)."""
         transcript = Path(os.path.realpath(self.transcript))
         resolved = SessionLayout(transcript)
         stores = (Path(os.path.realpath(self.file_versions)), Path(os.path.realpath(self.artifacts)))
-        return frozenset({transcript, resolved.tokens, resolved.budget, resolved.extract, resolved.flight, *stores})
+        own = (transcript, transcript.parent, resolved.tokens, resolved.budget, resolved.extract, resolved.flight)
+        return frozenset({*own, *stores})
 
     @classmethod
     def new(cls, folder: Path) -> SessionLayout:

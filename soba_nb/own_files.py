@@ -11,9 +11,11 @@ the rule to the real path of what they opened, so a link to one of them is refus
   path with a component ending in `.soba`;
 - any `soba.json` (the project configuration);
 - `~/.soba/` (the user configuration);
-- the files of the session that is open, wherever `%soba --session PATH` put them (its
-  transcript, the side-cars beside it, its flight records and the folder's `files/` and
-  `artifacts/` stores, and everything in them), given by the session.
+- the session that is open, wherever `%soba --session PATH` put it: its folder and the
+  `files/` and `artifacts/` stores there, with everything in them, given by the session; a
+  folder that holds the project itself (`--session mine.jsonl` in the project, or in a
+  parent of it) guards only the session's own files in it (its transcript, the side-cars
+  beside it and the flight records).
 
 Reading them stays allowed. `python` and `shell` can do anything the user can: that is what
 approval is for.
@@ -39,10 +41,10 @@ def soba_file_rule(path: Path, root: Path, session_files: Collection[Path] = ())
 
     `root` is the project folder (resolved): only components below it are looked at, so a
     project that itself lies in a folder named like a session folder is still usable.
-    `session_files` are the open session's files and store folders (resolved): a path is
-    refused when it is one of them or lies in one."""
-    if any(path.is_relative_to(own) for own in session_files):
-        return "the open session's transcript, its side-cars and its files/ and artifacts/ stores"
+    `session_files` are the open session's files and folders (resolved): a path is refused
+    when it is one of them or lies in one, unless that folder holds the project."""
+    if any(path == own or (path.is_relative_to(own) and not root.is_relative_to(own)) for own in session_files):
+        return "the open session's folder, its transcript, side-cars and files/ and artifacts/ stores"
     user = _user_folder()
     if user is not None and path.is_relative_to(user):
         return "the user configuration ~/.soba/"

@@ -37,7 +37,8 @@ def test_the_stores_of_a_session_elsewhere_are_refused_to_the_file_tools(ip, nb_
         ("write_file", {"path": "logs/artifacts/abc.png", "content": "x"}),
         ("edit_file", {"path": f"logs/files/{kept.name}", "old": "version", "new": "forged"}),
         ("write_file", {"path": ".soba/memory/evil.capsule.md", "content": "x"}),
-        ("write_file", {"path": "logs/notes.txt", "content": "the agent's own work is fine"}),
+        ("write_file", {"path": "logs/notes.txt", "content": "x"}),
+        ("write_file", {"path": "notes.txt", "content": "the agent's own work is fine"}),
     ]
     scripted.script(tool_calls(*calls), text("Done."))
     ip.run_line_magic("soba", "tidy up logs/")
@@ -45,11 +46,29 @@ def test_the_stores_of_a_session_elsewhere_are_refused_to_the_file_tools(ip, nb_
     assert not (nb_dir / "logs" / "artifacts").exists()
     assert kept.read_text() == "version\n"
     assert not (nb_dir / ".soba").exists()
-    assert (nb_dir / "logs" / "notes.txt").read_text() == "the agent's own work is fine"
+    assert not (nb_dir / "logs" / "notes.txt").exists()
+    assert (nb_dir / "notes.txt").read_text() == "the agent's own work is fine"
     outcomes = [e for e in agent_of(ip).transcript.path() if isinstance(e, ToolResultEntry)][-len(calls):]
     for outcome in outcomes[:-1]:
         assert outcome.is_error and "is one of soba's own files" in outcome.content, outcome.content
     assert not outcomes[-1].is_error
+
+
+def test_a_session_in_the_project_folder_guards_its_own_files_and_stores_only(ip, nb_dir, scripted):
+    scripted.script(text("Started."))
+    ip.run_line_magic("soba", "--session mine.jsonl --new hello")
+    calls = [
+        ("write_file", {"path": "files/abc", "content": "x"}),
+        ("write_file", {"path": "artifacts/abc.png", "content": "x"}),
+        ("write_file", {"path": "mine.tokens", "content": "x"}),
+        ("write_file", {"path": "notes.txt", "content": "the agent's own work is fine"}),
+    ]
+    scripted.script(tool_calls(*calls), text("Done."))
+    ip.run_line_magic("soba", "write notes")
+    assert not (nb_dir / "files" / "abc").exists() and not (nb_dir / "artifacts" / "abc.png").exists()
+    assert (nb_dir / "notes.txt").read_text() == "the agent's own work is fine"
+    outcomes = [e for e in agent_of(ip).transcript.path() if isinstance(e, ToolResultEntry)][-len(calls):]
+    assert [o.is_error for o in outcomes] == [True, True, True, False], [o.content for o in outcomes]
 
 
 def test_a_session_folder_that_is_a_link_is_refused_never_written_through(ip, nb_dir, scripted, tmp_path):
