@@ -304,7 +304,8 @@ def _as_markdown_cell(source: str) -> str:
 
 def _session_path(text: str) -> Path:
     """`%soba --session PATH` as an absolute path, its folder resolved but not the file itself
-    (a link there is refused when opened, never followed); a name too long for the file
+    (a link there is refused when opened, never followed; a folder that is itself a link is
+    refused); a name too long for the file
     system is one line of error (it ended in a raw `OSError [Errno 36]`)."""
     path = Path.cwd() / Path(text).expanduser()
     try:
@@ -317,6 +318,10 @@ def _session_path(text: str) -> Path:
                 f"%soba --session: a name in the path is {len(os.fsencode(part)):,} bytes long; "
                 f"the file system takes at most {longest}"
             )
+    if path.parent.is_symlink():  # resolved, it would be written through (SPEC §16)
+        raise UsageError(
+            f"%soba --session: {path.parent}: the session folder is a link; soba writes its sessions only into a real folder, never through a link"
+        )
     try:
         return path.parent.resolve() / path.name
     except OSError as exc:

@@ -81,6 +81,10 @@ def test_a_session_folder_that_is_a_link_is_refused_never_written_through(ip, nb
     assert "analysis.soba: the session folder is a link" in message and "\n" not in message
     with pytest.raises(UsageError, match="analysis.soba: the session folder is a link"):
         ip.run_line_magic("soba", "--new hello")
+    (nb_dir / "logs").symlink_to(outside)
+    with pytest.raises(UsageError) as named:
+        ip.run_line_magic("soba", "--session logs/mine.jsonl --new hello")
+    assert "logs: the session folder is a link" in str(named.value) and "\n" not in str(named.value)
     assert os.listdir(outside) == []
     assert not [r for r in scripted.server.requests if r.operation == "inference"]
 
