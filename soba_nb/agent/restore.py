@@ -9,11 +9,21 @@ left in it; `apply_restore` puts each file back — a file the agent created is 
 someone else changed it since (its bytes are not what the agent last wrote), which is left
 alone and listed, unless forced. A restore is itself a change (`restore` entry), so a later
 rewind over it knows what it did.
+
+A restore is atomic (SPEC §16): each file is written to a temporary file beside it (created
+with `O_EXCL`, never through a link, in the folder the confinement checked), fsynced and
+renamed into place. When that fails (a full disk) the temporary file is removed, the file is
+exactly as it was, and the reason is one line; the same command succeeds once there is space.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
+import os
+import secrets
+import stat
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,12 +130,62 @@ def apply_restore(
                 place.remove()
                 done.append(RestoredFile(path=plan.path, action="deleted", sha256=None, previous=previous))
             else:
-                place.write_bytes(vault.read(plan.wanted))
+                replace_atomically(place, vault.read(plan.wanted))
                 done.append(RestoredFile(path=plan.path, action="restored", sha256=plan.wanted, previous=previous))
         except (ToolError, VaultError, OSError) as error:
             done.append(RestoredFile(path=plan.path, action="failed", sha256=previous, previous=previous))
-            reasons[plan.path] = str(error).removeprefix(f"{RESTORE}: ")
+            reasons[plan.path] = _reason(error)
     return RestoreEntry(target_id=target_id, files=done), reasons
+
+
+TEMPORARY_NAME_CHARS = 180
+"""Of the file's own name, in its temporary file's name (a name has at most 255 bytes)."""
+
+
+def replace_atomically(place: Confinement, data: bytes) -> None:
+    """`place` holds `data` afterwards, or is exactly as it was: written to a temporary file
+    beside it, fsynced, renamed into place (its mode kept). Raises `ToolError` or `OSError`."""
+    if not place.parts:
+        raise ToolError(f"{RESTORE}: '{place.shown}' is a folder")
+    name = place.parts[-1]
+    place.refuse_own_files()
+    with place.folder(place.parts[:-1], create=True) as parent:
+        place.refuse_own_files(Path(os.readlink(f"/proc/self/fd/{parent}")) / name)
+        mode = 0o644
+        with contextlib.suppress(FileNotFoundError):
+            info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            if not stat.S_ISREG(info.st_mode):
+                raise ToolError(f"{RESTORE}: '{place.shown}' is not a regular file (a link, folder or device)")
+            mode = stat.S_IMODE(info.st_mode)
+        temporary = f".{name[:TEMPORARY_NAME_CHARS]}.{secrets.token_hex(4)}.soba-restore"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(temporary, flags, 0o600, dir_fd=parent)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fchmod(fd, mode)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary, dir_fd=parent)
+            raise
+        with contextlib.suppress(OSError):  # the rename itself made durable
+            os.fsync(parent)
+
+
+def _reason(error: BaseException) -> str:
+    """One line: why a file was not restored, and that it is as it was."""
+    if isinstance(error, ToolError | VaultError) or not isinstance(error, OSError):
+        return str(error).removeprefix(f"{RESTORE}: ")
+    why = error.strerror or str(error)
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        why = "no space left on the disk"
+    return f"{why}; the file is as it was (the same command restores it once that is fixed)"
 
 
 def path_to(entries_by_id: Callable[[str], Entry | None], entry_id: str | None) -> list[Entry]:
