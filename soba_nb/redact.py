@@ -44,6 +44,8 @@ REDACTED = "[redacted]"
 MIN_ENV_VALUE_CHARS = 6
 MIN_SECRET_VALUE_CHARS = 8
 """An environment variable's value shorter than this is never a secret to redact (SPEC §16)."""
+WORD_CHARS_MAX = 13
+"""A run of letters up to this long can be a common word (`authorization`); longer, a passphrase."""
 SECRET_NAME_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 """An environment variable whose name contains one of these holds a secret."""
 
@@ -187,12 +189,18 @@ def _secret_env_values(environ: Mapping[str, str]) -> tuple[str, ...]:
 
 def could_be_secret(value: str) -> bool:
     """A value long enough to be a secret and not a common word: a word of letters in one
-    case (`config`, `session`, `Assistant`, `PRODUCTION`) is a setting, not a credential,
-    and redacting it would erase that word everywhere (SPEC §16)."""
+    case, as long as words are (`config`, `session`, `Assistant`, `PRODUCTION`), is a setting,
+    not a credential, and redacting it would erase that word everywhere (SPEC §16); a longer
+    run of letters (`correcthorsebatterystaple`) is a passphrase and stays a secret."""
     value = value.strip()
     if len(value) < MIN_SECRET_VALUE_CHARS:
         return False
-    word = value.isascii() and value.isalpha() and (value.islower() or value.isupper() or value[1:].islower())
+    word = (
+        len(value) <= WORD_CHARS_MAX
+        and value.isascii()
+        and value.isalpha()
+        and (value.islower() or value.isupper() or value[1:].islower())
+    )
     return not word
 
 

@@ -175,8 +175,8 @@ def test_short_values_and_non_secret_names_are_kept() -> None:
 
 def test_eight_characters_make_a_secret_environment_value() -> None:
     """SPEC §16: a value shorter than 8 characters, or a common word, is never a secret."""
-    environ = {"DB_PASSWORD": "q7w8e9r0", "API_KEY": "q7w8e9r", "KEY_ROLE": "assistant"}
-    assert redact("q7w8e9r0 q7w8e9r assistant", environ) == f"{REDACTED} q7w8e9r assistant"
+    environ = {"DB_PASSWORD": "q7w8e9r0", "API_KEY": "q7w8e9r", "KEY_ROLE": "assistant", "WIFI_PASSWORD": "correcthorsebatterystaple"}
+    assert redact("q7w8e9r0 q7w8e9r assistant correcthorsebatterystaple", environ) == f"{REDACTED} q7w8e9r assistant {REDACTED}"
 
 
 @pytest.mark.parametrize(
