@@ -13,6 +13,12 @@ same model (provider, baseUrl and name). Every branch of the file counts: a rewi
 give back what a request cost. A request cut short (cancelled, failed) reports no usage and
 is not counted; nor is one whose summary arrived after the compaction's deadline.
 
+A request whose server sent no usage figures (one that ignores `stream_options.include_usage`)
+is recorded with soba's own counts — the request's counted input, the answer's text and tool
+call arguments counted with the session's counter — as a `usage` entry marked `estimated`. Those are
+priced like any other (so the cap holds without usage figures), and the cost line says how many
+requests were estimated.
+
 The arithmetic is decimal: prices are decimal numbers (a JSON float through its shortest
 repr, so 2.5 is exactly 2.5), token counts integers, and
 cost = (uncached input × inputPerMTok + cached input × cachedInputPerMTok + output ×
@@ -181,6 +187,8 @@ class _Tokens(Struct):
     cached: int = 0
     output: int = 0
     requests: int = 0
+    estimated: int = 0
+    """Requests among them priced from soba's own counts (`UsageEntry.estimated`)."""
 
     def add(self, entry: UsageEntry) -> None:
         cached = entry.cached_input_tokens if isinstance(entry.cached_input_tokens, int) else 0
@@ -189,6 +197,7 @@ class _Tokens(Struct):
         self.cached += cached
         self.output += entry.output_tokens
         self.requests += 1
+        self.estimated += entry.estimated is True
 
     def priced(self, prices: Prices) -> Decimal:
         return prices.cost(self.uncached + self.cached, self.cached, self.output)
@@ -208,6 +217,8 @@ class SessionCost(Struct, frozen=True):
     """The summary model of its own (`compaction.model`), when there is one: its name."""
     summary_prices: Prices | None = None
     """Its prices (None: not priced, or no summary model of its own)."""
+    estimated_requests: int = 0
+    """Priced requests whose server sent no usage: priced from soba's own counts."""
 
     @property
     def total(self) -> Decimal:
@@ -225,7 +236,7 @@ class SessionCost(Struct, frozen=True):
             return "Cost: not priced"
         source = self.prices.source if self.prices is not None else "none for the current model"
         text = (
-            f"Cost: {usd(self.total)} this session (inference {usd(self.inference)} · "
+            f"Cost: {usd(self.total)}{self.estimate_note()} this session (inference {usd(self.inference)} · "
             f"compaction {usd(self.compaction)}) · prices: {source}"
         )
         if self.summary_model is not None:
@@ -235,6 +246,14 @@ class SessionCost(Struct, frozen=True):
             plural = "s" if self.unpriced_requests != 1 else ""
             text += f" · {self.unpriced_requests} request{plural} not priced"
         return text
+
+    def estimate_note(self) -> str:
+        """` (estimated: the server sent no usage for 3 requests)` after a figure that includes
+        soba's own counts; empty when every priced request had the server's figures."""
+        count = self.estimated_requests
+        if not count:
+            return ""
+        return f" (estimated: the server sent no usage for {count} request{'s' if count != 1 else ''})"
 
     def to_json(self) -> dict[str, Any]:
         """For `soba-nb budget --json` (dollars as exact decimal strings)."""
@@ -249,6 +268,7 @@ class SessionCost(Struct, frozen=True):
             "summaryPrices": None if self.summary_prices is None else self.summary_prices.source,
             "pricedRequests": self.priced_requests,
             "unpricedRequests": self.unpriced_requests,
+            "estimatedRequests": self.estimated_requests,
         }
 
 
@@ -340,21 +360,23 @@ class CostLedger(Struct):
         if summary is not None:
             known[identity(summary)] = own_prices
         totals = dict.fromkeys(OPERATIONS, Decimal(0))
-        priced, unpriced = 0, 0
+        priced, unpriced, estimated = 0, 0, 0
         for (recorded, operation), tokens in self._priced.items():
             totals[operation] += tokens.priced(recorded)
             priced += tokens.requests
+            estimated += tokens.estimated
         for (who, operation), tokens in self._pending.items():
             # Recorded before any `config` entry: priced as the model it would go to now.
             now = operation_prices(config, operation) if who is None else known.get(who)
             if now is not None:
                 totals[operation] += tokens.priced(now)
                 priced += tokens.requests
+                estimated += tokens.estimated
             else:
                 unpriced += tokens.requests
         return SessionCost(
             totals["inference"], totals["compaction"], priced, unpriced, prices,
-            None if summary is None else summary.name, own_prices,
+            None if summary is None else summary.name, own_prices, estimated,
         )  # fmt: skip
 
     def check(

@@ -20,14 +20,14 @@ from msgspec import UNSET
 
 from soba_nb.agent.approval import DECLINED, NO_INPUT, ApprovalGate, Approver, describe_call
 from soba_nb.agent.artifacts import keep_images
-from soba_nb.agent.cost import CostCapExceeded
+from soba_nb.agent.cost import EMBEDDED_PROVIDER, CostCapExceeded
 from soba_nb.agent.events import AgentEvent, Notice, TextDelta, ToolFinished, ToolStarted, Waiting
 from soba_nb.agent.rebuild import note_missing
 from soba_nb.agent.request_images import unsent_image_tokens, with_images
 from soba_nb.agent.session import AgentSession
 from soba_nb.agent.tools import ToolContext, run_tool, summarize_arguments
 from soba_nb.agent.tools.base import DisplayCapture, NotebookAccess
-from soba_nb.agent.usage_evidence import Figure, ceiling, is_count
+from soba_nb.agent.usage_evidence import Figure, ceiling, estimated_usage, is_count, received_tokens
 from soba_nb.agent.vault import FileVault
 from soba_nb.compaction.cells_context import fit_cells
 from soba_nb.compaction.compactor import HardLimitExceeded
@@ -344,7 +344,10 @@ class TurnRunner:
         ratio = max(1.0, exc.requested / refused_tokens) if exc.requested and refused_tokens > 0 else 1.0
         if ratio > MAX_COUNT_RATIO:
             ratio = 1.0  # not a count of this request: sized on our own count
-        if exc.limit is not None and not session.plausible_window(exc.limit):
+        # A limit that is no window (0, negative, below the system prompt): the server's words are
+        # data, never a window nor the ground for a diagnosis of what fits (SPEC §12, §16).
+        absurd = exc.absurd_limit or (exc.limit is not None and not session.plausible_window(exc.limit))
+        if exc.limit is not None and absurd:
             self.emit(
                 Notice(
                     f"the server stated a limit of {exc.limit:,} tokens, less than the system prompt and tools "
@@ -358,6 +361,12 @@ class TurnRunner:
             self._retry_ceiling = max(int((exc.limit - session.limits.max_output_tokens) / ratio), 0)
         result = session.compactor.recover_overflow(refused_tokens, self._retry_ceiling, self.cancel)
         self.result.compactions.append(result)
+        if result.outcome is not Outcome.COMPLETED and absurd:
+            return self._end(
+                "failed",
+                f"request not sent again: {session.config.model.provider}: {exc} (a limit that is no window: "
+                "not taken as one)",
+            )
         if result.outcome is not Outcome.COMPLETED:
             return self._end(
                 "failed",
@@ -380,6 +389,18 @@ class TurnRunner:
                     operation_id=self._operation_id,
                     sent_tokens=sent,
                     truncated=truncated,
+                )
+            )
+        elif self.session.config.model.provider != EMBEDDED_PROVIDER:
+            # The server sent no usage: priced from our own counts, marked so (SPEC §11, §16).
+            # (The embedded model reports none and costs nothing.)
+            transcript.append(
+                estimated_usage(
+                    sent,
+                    received_tokens(response.text, response.tool_calls, self.session.counter),
+                    provider=response.provider,
+                    model=response.model,
+                    operation_id=self._operation_id,
                 )
             )
 

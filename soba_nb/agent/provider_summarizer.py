@@ -1,13 +1,17 @@
 """The compaction `Summarizer` implemented on a provider (`X-Soba-Operation: compaction`):
 the session's spending cap is checked before the request leaves, and its usage figures come
-back with the summary (`operation: compaction`) for the barrier to record once it ended."""
+back with the summary (`operation: compaction`) for the barrier to record once it ended; a
+server that sends none gets our own counts of the prompt and the summary, marked estimated."""
 
 from __future__ import annotations
 
 import threading
 
+from soba_nb.agent.cost import EMBEDDED_PROVIDER
+from soba_nb.agent.usage_evidence import estimated_usage, received_tokens
 from soba_nb.compaction.summarizer import ProgressCallback, SummaryOutput
 from soba_nb.providers.base import ChatMessage, ModelRequest, Provider, SpendCheck
+from soba_nb.tokens import TokenCounter, choose_encoding
 
 
 class ProviderSummarizer:
@@ -50,13 +54,21 @@ class ProviderSummarizer:
             self.spend_check(request)
         response = self.provider_impl.complete(request, on_text=on_text, cancel=cancel, timeout_s=timeout_s)
         usage = response.usage
+        estimate = None
+        if usage is None and self.provider != EMBEDDED_PROVIDER:  # no figures: the cap still counts it
+            counter = TokenCounter(choose_encoding(self.provider, self.model))
+            sent = counter.count_text(system) + counter.count_message("user", user)
+            estimate = estimated_usage(
+                sent, received_tokens(response.text, response.tool_calls, counter), provider=response.provider,
+                model=response.model, operation_id=operation_id, operation="compaction",
+            )  # fmt: skip
         return SummaryOutput(
             text=response.text,
             finish_reason=response.finish_reason,
             has_tool_calls=bool(response.tool_calls),
             model=response.model,
             provider=response.provider,
-            usage=None
+            usage=estimate
             if usage is None
             else usage.entry(
                 provider=response.provider, model=response.model, operation="compaction", operation_id=operation_id

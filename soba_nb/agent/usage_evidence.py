@@ -12,6 +12,10 @@ concluded only when the server's counts stop growing with what is sent, two step
 (`ceiling`): one step that does not grow can be a figure on another scale (a gateway's count
 after the server's own), two cannot. A figure that cannot be a count of any request at all —
 less than half of the system prompt every request starts with — is not used (`is_count`).
+
+No figure at all (a server that ignores `stream_options.include_usage`): the request is
+recorded with our own counts, marked `estimated` (`estimated_usage`), so the cost cap holds
+(SPEC §11, §16). Those entries are priced, never evidence about the server's counting.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from soba_nb.transcript.entries import CapsuleEntry, Entry, UsageEntry
+from soba_nb.messages import ToolCall
+from soba_nb.tokens import TokenCounter
+from soba_nb.transcript.entries import CapsuleEntry, Entry, UsageEntry, UsageOperation
 
 TRUNCATION_SHARE = 0.5
 """A step "does not grow" when the server's count grew by less than this share of what it
@@ -70,6 +76,7 @@ def figures_since_capsule(path: Sequence[Entry], limit: int = STALLED_STEPS) -> 
             and entry.operation == "inference"
             and entry.sent_tokens
             and not entry.truncated
+            and entry.estimated is not True
         ):
             found.append(Figure(entry.input_tokens, entry.sent_tokens))
             if len(found) == limit:
@@ -94,3 +101,32 @@ def is_count(count: int, system_tokens: int) -> bool:
     """A figure that can be a count of a request that starts with a system prompt of
     `system_tokens` (our count)."""
     return count >= COUNT_FLOOR_SHARE * system_tokens
+
+
+def received_tokens(text: str, calls: Sequence[ToolCall], counter: TokenCounter) -> int:
+    """Our count of what a server streamed back: the answer's text and each tool call's name
+    and arguments."""
+    return counter.count_text(text) + sum(counter.count_text(call.name) + counter.count_text(call.arguments) for call in calls)
+
+
+def estimated_usage(
+    sent: int,
+    received: int,
+    *,
+    provider: str | None,
+    model: str | None,
+    operation_id: str,
+    operation: UsageOperation = "inference",
+) -> UsageEntry:
+    """The `usage` entry of a request whose server sent no figures: our own counts of what was
+    sent and received, marked `estimated` (priced, never a budget figure)."""
+    return UsageEntry(
+        input_tokens=max(sent, 0),
+        output_tokens=max(received, 0),
+        provider=provider,
+        model=model,
+        operation_id=operation_id,
+        operation=operation,
+        sent_tokens=max(sent, 0) if operation == "inference" else None,
+        estimated=True,
+    )

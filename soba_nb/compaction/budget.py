@@ -82,11 +82,13 @@ class Measurement(Struct, frozen=True, eq=False):
 
 def _trusted(entry: Entry, ceiling: int | None) -> bool:
     """A usage figure that measures what was sent: the path (an inference request's, never a
-    compaction request's: its input is the summary prompt), and not a prompt the server cut."""
+    compaction request's: its input is the summary prompt), not a prompt the server cut, and
+    the server's (not our estimate when it sent none)."""
     return (
         isinstance(entry, UsageEntry)
         and entry.operation == "inference"
         and not entry.truncated
+        and entry.estimated is not True  # our own count, the server sent none
         and (ceiling is None or entry.input_tokens < ceiling)
     )
 

@@ -69,20 +69,23 @@ OVERFLOW_PHRASES = (
 )
 
 _NUMBER = r"(\d[\d,]*)"
+_SIGNED = r"(-?\s*\d[\d,.]*)"
+"""Any figure a server may state, a negative or fractional one included (`_stated_absurd_limit`)."""
 # Patterns for the window the server states, most specific first.
-_LIMIT_PATTERNS = tuple(
-    re.compile(pattern, re.IGNORECASE)
-    for pattern in (
-        rf"maximum context length (?:is|of) {_NUMBER}",
-        rf">\s*{_NUMBER}\s*maximum",
-        rf"context limit:[\s\d,+]*>\s*{_NUMBER}",
-        rf"available context size \({_NUMBER}",
-        rf"maximum model length (?:is |of )?{_NUMBER}",
-        rf"maximum number of tokens allowed \({_NUMBER}",
-        rf"with {_NUMBER} maximum context length",
-        rf"context length of only {_NUMBER}",
-        rf"context (?:window|length|size) (?:is |of )?{_NUMBER}",
-    )
+_LIMIT_TEXTS = (
+    rf"maximum context length (?:is|of) {_NUMBER}",
+    rf">\s*{_NUMBER}\s*maximum",
+    rf"context limit:[\s\d,+]*>\s*{_NUMBER}",
+    rf"available context size \({_NUMBER}",
+    rf"maximum model length (?:is |of )?{_NUMBER}",
+    rf"maximum number of tokens allowed \({_NUMBER}",
+    rf"with {_NUMBER} maximum context length",
+    rf"context length of only {_NUMBER}",
+    rf"context (?:window|length|size) (?:is |of )?{_NUMBER}",
+)
+_LIMIT_PATTERNS = tuple(re.compile(pattern, re.IGNORECASE) for pattern in _LIMIT_TEXTS)
+_STATED_LIMIT_PATTERNS = tuple(
+    re.compile(pattern.replace(_NUMBER, _SIGNED), re.IGNORECASE) for pattern in _LIMIT_TEXTS
 )
 # Patterns for the prompt size the server states.
 _REQUESTED_PATTERNS = tuple(
@@ -134,6 +137,14 @@ def _first_number(patterns: tuple[re.Pattern[str], ...], text: str) -> int | Non
             if value is not None:
                 return value
     return None
+
+
+def _stated_absurd_limit(details: ErrorDetails) -> bool:
+    """The error states a limit, yet none that can be a token figure: "maximum context length
+    is -5 tokens", 0, a fraction, thousands of digits, or such a figure in a field."""
+    if any(pattern.search(details.message) for pattern in _STATED_LIMIT_PATTERNS):
+        return True
+    return any(isinstance(details.error.get(name), int | float) for name in _LIMIT_FIELDS)
 
 
 def _int_field(error: Mapping[str, Any], names: tuple[str, ...]) -> int | None:
@@ -213,6 +224,7 @@ def overflow_from_details(
         f"{source}: context overflow{where}: {one_line(details.message)}",
         limit=limit,
         requested=requested,
+        absurd_limit=limit is None and _stated_absurd_limit(details),
     )
 
 

@@ -12,10 +12,15 @@ class ProviderError(Exception):
 class ContextOverflowError(ProviderError):
     """The server refused the request because the prompt is larger than its window."""
 
-    def __init__(self, message: str, *, limit: int | None = None, requested: int | None = None):
+    def __init__(
+        self, message: str, *, limit: int | None = None, requested: int | None = None, absurd_limit: bool = False
+    ):
         super().__init__(message)
         self.limit = limit
         """The window the server stated in its error, when it could be read."""
+        self.absurd_limit = absurd_limit
+        """The error states a limit that is no token figure (0, negative, thousands of digits):
+        the server's words are data (SPEC §12, §16), never a window or a diagnosis."""
         self.requested = requested
         """The prompt size the server stated in its error, when it could be read."""
 

@@ -274,6 +274,10 @@ class UsageEntry(_Entry, tag="usage", kw_only=True, frozen=True):
     """What the request was: `inference` (its input is the path: the budget's figure) or
     `compaction` (a summary or native compaction request: priced, never a budget figure).
     Absent in files written before it was recorded: those are inference."""
+    estimated: bool | UnsetType = UNSET
+    """`estimated: true`: the server sent no usage for this request, so these are soba's own
+    counts of what was sent and received (priced, marked estimated; never a budget figure or
+    evidence about the server's counting). Absent for the server's own figures."""
 
 
 class NativeContinuation(Struct, kw_only=True, frozen=True, rename="camel", gc=False):
