@@ -400,16 +400,31 @@ def redact_entry_data(data: dict[str, Any], environ: Mapping[str, str] = os.envi
         elif key == "native":  # its provider, model and kind are soba's; its payload is content
             out[key] = _redact_record(value, environ)
         elif key in STRUCTURE_FIELDS:
-            out[key] = value
+            out[key] = _kept(key, value, environ)
         else:
             out[key] = redact_data(value, environ)
     return out
 
 
+def _kept(key: str, value: Any, environ: Mapping[str, str]) -> Any:
+    """A field soba defines, as it is — but a path never holds the value of a secret the
+    environment names (a key's shape in a file name is kept: the rewind store is keyed by the
+    real path; a real key in one is not written to disk, and that file is then not restored)."""
+    if key != "path" or not isinstance(value, str):
+        return value
+    for secret in _secret_env_values(environ):
+        if secret in value:
+            value = value.replace(secret, REDACTED)
+    return value
+
+
 def _redact_record(record: Any, environ: Mapping[str, str]) -> Any:
     if not isinstance(record, dict):
         return redact_data(record, environ)
-    return {key: value if key in STRUCTURE_FIELDS else redact_data(value, environ) for key, value in record.items()}
+    return {
+        key: _kept(key, value, environ) if key in STRUCTURE_FIELDS else redact_data(value, environ)
+        for key, value in record.items()
+    }
 
 
 def _redact_cell(cell: Any, environ: Mapping[str, str]) -> Any:

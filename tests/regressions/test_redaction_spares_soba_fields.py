@@ -100,6 +100,20 @@ def test_a_file_named_like_a_key_is_restored_by_rewind(ip, nb_dir, scripted):
     assert f"deleted {KEY_LIKE_NAME}" in out.stdout
 
 
+def test_a_real_secret_in_a_file_name_is_not_written_to_disk(ip, nb_dir, scripted, monkeypatch):
+    """A key's shape in a file name is kept (the file above is restored); the value of a secret
+    the environment names is not, in a path either: it never reaches the transcript."""
+    secret = "Zq9vX2mK7pL4wR8t"
+    monkeypatch.setenv("WAREHOUSE_TOKEN", secret)
+    scripted.script(tool_calls(("write_file", {"path": f"dump-{secret}.txt", "content": "rows\n"})), text("Written."))
+    ip.run_line_magic("soba", "write the dump")
+    assert (nb_dir / f"dump-{secret}.txt").exists()  # the file is the user's: written as asked
+    transcript = agent_of(ip).transcript.file
+    assert secret not in transcript.read_text(encoding="utf-8")
+    [change] = [f for e in agent_of(ip).transcript.entries if isinstance(e, ToolResultEntry) and e.files for f in e.files]
+    assert change.path == "dump-[redacted].txt"
+
+
 def test_a_failed_open_keeps_no_lock(ip, nb_dir, scripted, monkeypatch):
     """Whatever fails after the transcript is opened (here: recording the configuration, as
     the redacted entry type did), the writer lock goes with it: the next `%soba` opens it."""
