@@ -79,6 +79,12 @@ def session_transcripts(folder: Path) -> list[Path]:
     """Session transcripts in a folder, oldest first (flight records excluded). A link is no
     transcript of ours (one planted there must not be resumed, nor written through); nor is an
     empty file (a header never written: it is never adopted, `transcript.opening`)."""
+    return [path for path, info in named_like_transcripts(folder) if stat.S_ISREG(info.st_mode) and info.st_size]
+
+
+def named_like_transcripts(folder: Path) -> list[tuple[Path, os.stat_result]]:
+    """Everything in `folder` named like a session transcript (flight records and repaired
+    copies excluded), with what `lstat` says of it (links not followed), oldest first."""
     if not folder.is_dir():
         return []
     found = []
@@ -87,9 +93,9 @@ def session_transcripts(folder: Path) -> list[Path]:
             info = path.lstat()
         except OSError:
             continue
-        if path.name != FLIGHT_FILE and not path.name.endswith(REPAIRED_SUFFIX) and stat.S_ISREG(info.st_mode) and info.st_size:
-            found.append((info.st_mtime, path.name, path))
-    return [path for _, _, path in sorted(found)]
+        if path.name != FLIGHT_FILE and not path.name.endswith(REPAIRED_SUFFIX):
+            found.append((info.st_mtime, path.name, path, info))
+    return [(path, info) for _, _, path, info in sorted(found, key=lambda item: item[:2])]
 
 
 class SessionLayout(Struct, frozen=True):

@@ -23,7 +23,7 @@ from soba_nb.agent.limits import session_counter
 from soba_nb.agent.session import AgentSession
 from soba_nb.compaction.budget_state import has_saved_state, tail_is_plain
 from soba_nb.config import SobaConfig
-from soba_nb.layout import FLIGHT_FILE, REPAIRED_SUFFIX, TRANSCRIPT_SUFFIX, SessionLayout
+from soba_nb.layout import SessionLayout, named_like_transcripts
 from soba_nb.paths import shown
 from soba_nb.printable import printable
 from soba_nb.providers.base import Provider
@@ -55,19 +55,12 @@ def choose_layout(
 def _links_passed_over(folder: Path, latest: SessionLayout | None) -> list[Path]:
     """The links in `folder` named like transcripts that are newer than `latest` (all of them
     when there is none), oldest first."""
-    if not folder.is_dir():
-        return []
     since = latest.transcript.lstat().st_mtime if latest is not None else None
-    found = []
-    for path in folder.glob(f"*{TRANSCRIPT_SUFFIX}"):
-        try:
-            info = path.lstat()
-        except OSError:
-            continue
-        ours = path.name != FLIGHT_FILE and not path.name.endswith(REPAIRED_SUFFIX)
-        if ours and stat.S_ISLNK(info.st_mode) and (since is None or info.st_mtime >= since):
-            found.append((info.st_mtime, path.name, path))
-    return [path for _, _, path in sorted(found)]
+    return [
+        path
+        for path, info in named_like_transcripts(folder)
+        if stat.S_ISLNK(info.st_mode) and (since is None or info.st_mtime >= since)
+    ]
 
 
 def open_session(

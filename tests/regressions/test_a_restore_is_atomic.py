@@ -11,15 +11,12 @@ The disk is a real one: an 8 MB tmpfs (root, as in CI).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-from conftest import new_shell, shut_down, write_soba_json
+from conftest import new_shell, shut_down
+from disk_support import project_on, small_disk
 from IPython.utils.capture import capture_output
 from llm_server import text, tool_calls
 
@@ -39,31 +36,9 @@ def sha_of(content: str) -> str:
     return hashlib.sha256(content.encode()).hexdigest()
 
 
-@contextlib.contextmanager
-def small_disk(folder: Path) -> Iterator[Path]:
-    folder.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", str(folder)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip("mounting a tmpfs needs root (as in CI)")
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
-
-
 def test_a_restore_on_a_full_disk_leaves_the_file_as_it_was(tmp_path, llm_server, scripted, monkeypatch):
-    with small_disk(tmp_path / "disk") as disk:
-        for var in list(os.environ):
-            if var.startswith("SOBA_"):
-                monkeypatch.delenv(var)
-        monkeypatch.setenv("HOME", str(tmp_path))
-        monkeypatch.setenv("SOBA_NB_TEST_API_KEY", "sk-test-FullDisk0123456789abcdef")
-        project = disk / "project"
-        project.mkdir()
-        write_soba_json(project, llm_server.url)
-        monkeypatch.chdir(project)
+    with small_disk(tmp_path / "disk", DISK_BYTES) as disk:
+        project = project_on(disk, tmp_path, llm_server.url, monkeypatch)
         big = project / "big.txt"
         big.write_text(ORIGINAL)
         ip = new_shell(project)

@@ -13,17 +13,15 @@ The disk here is a real one: a 2 MB tmpfs (root, as in CI), else a file-size lim
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
 import textwrap
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-from conftest import new_shell, shut_down, write_soba_json
+from conftest import new_shell, shut_down
+from disk_support import project_on, small_disk
 from IPython.utils.capture import capture_output
 from llm_server import text, tool_calls
 
@@ -31,20 +29,6 @@ from soba_nb.transcript.store import TornLineWarning, Transcript
 
 TMPFS_BYTES = 2 * 1024 * 1024
 BIG_OUTPUT_CHARS = 150_000
-
-
-@contextlib.contextmanager
-def small_disk(folder: Path) -> Iterator[Path]:
-    folder.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES}", "tmpfs", str(folder)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip("mounting a tmpfs needs root (the file-size-limit test below covers the store)")
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
 def fill(folder: Path) -> Path:
@@ -57,16 +41,8 @@ def fill(folder: Path) -> Path:
 
 
 def test_a_full_disk_through_the_magics(tmp_path, llm_server, scripted, monkeypatch, figures):
-    with small_disk(tmp_path / "disk") as disk:
-        for var in list(os.environ):
-            if var.startswith("SOBA_"):
-                monkeypatch.delenv(var)
-        monkeypatch.setenv("HOME", str(tmp_path))
-        monkeypatch.setenv("SOBA_NB_TEST_API_KEY", "sk-test-FullDisk0123456789abcdef")
-        project = disk / "project"
-        project.mkdir()
-        write_soba_json(project, llm_server.url)
-        monkeypatch.chdir(project)
+    with small_disk(tmp_path / "disk", TMPFS_BYTES, why_root="mounting a tmpfs needs root (the file-size-limit test below covers the store)") as disk:
+        project = project_on(disk, tmp_path, llm_server.url, monkeypatch)
         ip = new_shell(project)
         try:
             ip.run_line_magic("auto_compact", "off")
