@@ -21,8 +21,9 @@ from pathlib import Path
 
 import msgspec
 
+from soba_nb.compaction.model_input import image_part_tokens
 from soba_nb.images import sent_size
-from soba_nb.messages import ChatMessage, ImagePart, image_label
+from soba_nb.messages import ChatMessage, ImagePart
 from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.sidecar import read_regular
 
@@ -82,12 +83,6 @@ def _encoded(path: str, mime: str) -> str | None:
     return base64.b64encode(data).decode("ascii")
 
 
-def image_tokens(part: ImagePart, counter: TokenCounter) -> int:
-    """One image as model input counts it: the image, and the line naming it beside it."""
-    tokens = counter.count_image(part.width, part.height)
-    return tokens + counter.count_text(image_label(part)) if tokens else 0
-
-
 def unsent_image_tokens(named: Sequence[ChatMessage], prepared: Sequence[ChatMessage], counter: TokenCounter) -> int:
     """Tokens of the images model input names (`named`) that the request (`prepared`, from
     `with_images`) does not carry: older than the newest `notebook.maxImagesPerRequest`, or
@@ -97,7 +92,7 @@ def unsent_image_tokens(named: Sequence[ChatMessage], prepared: Sequence[ChatMes
 
     def tokens(messages: Sequence[ChatMessage], sent: bool) -> int:
         return sum(
-            image_tokens(part, counter) for message in messages for part in message.images if part.data or not sent
+            image_part_tokens(part, counter) for message in messages for part in message.images if part.data or not sent
         )
 
     return max(tokens(named, sent=False) - tokens(prepared, sent=True), 0)

@@ -146,10 +146,15 @@ def _sent_images_tokens(parts: Sequence[ImagePart], counter: TokenCounter, headi
     """The images as the model counts them and the text that names them beside them in a
     request (`image_label`, and the heading of a message of their own); 0 for a model that
     takes none (they are the result's or the block's line of text, already counted)."""
-    images = sum(counter.count_image(part.width, part.height) for part in parts)
-    if images == 0:
-        return 0
-    return images + counter.count_text(heading) + sum(counter.count_text(image_label(part)) for part in parts)
+    images = sum(image_part_tokens(part, counter) for part in parts)
+    return images + counter.count_text(heading) if images else 0
+
+
+def image_part_tokens(part: ImagePart, counter: TokenCounter) -> int:
+    """One image as model input counts it: the image and the line naming it beside it (0 for
+    a model that takes none)."""
+    tokens = counter.count_image(part.width, part.height)
+    return tokens + counter.count_text(image_label(part)) if tokens else 0
 
 
 def cell_image_parts(entry: CellsEntry) -> tuple[ImagePart, ...]:
