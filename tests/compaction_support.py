@@ -60,6 +60,8 @@ class FakeSummarizer:
     provider: str = "fake"
     calls: list[dict[str, object]] = field(default_factory=list)
     answered_after_cancel: threading.Event = field(default_factory=threading.Event)
+    cut_off: list[int] = field(default_factory=list)
+    """The characters received by each request the deadline cut off (`cut_off_usage`)."""
 
     def summarize(self, system, user, *, max_output_tokens, operation_id, cancel, on_progress, timeout_s):
         self.calls.append({"system": system, "user": user, "max_output_tokens": max_output_tokens})
@@ -77,6 +79,10 @@ class FakeSummarizer:
         if self.error is not None:
             raise self.error
         return SummaryOutput(self.text, self.finish_reason, self.has_tool_calls, self.model, self.provider)
+
+    def cut_off_usage(self, system, user, *, received_chars, operation_id):
+        self.cut_off.append(received_chars)
+        return None  # a fake model costs nothing
 
 
 def thresholds(

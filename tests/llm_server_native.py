@@ -181,13 +181,15 @@ class ResponsesAnswer(_Answer):
         output = [_user_item(text, n) for n, text in enumerate(_user_texts(items))]
         output.append({"id": "cmp_" + secrets.token_hex(6), "type": "compaction",
                        "encrypted_content": ledger.issue(self.model, summary)})
-        return {
+        compacted: dict[str, Any] = {
             "id": "resp_cmp_" + secrets.token_hex(6),
             "object": "response.compaction",
             "created_at": 1_770_000_000,
             "output": output,
-            "usage": self._usage(_crude(items), _crude(output)),
         }
+        if self.reply.usage:
+            compacted["usage"] = self._usage(_crude(items), _crude(output))
+        return compacted
 
     def _threshold_compaction(self, ledger: NativeLedger) -> dict[str, Any] | None:
         for entry in self.body.get("context_management") or []:

@@ -10,8 +10,10 @@ Which prices a `usage` entry gets: those of the configuration in effect when it 
 (the latest `config` entry before it in the file), so a resumed session shows the same cost.
 An entry recorded while its model had no price is priced once `model.pricing` prices that
 same model (provider, baseUrl and name). Every branch of the file counts: a rewind does not
-give back what a request cost. A request cut short (cancelled, failed) reports no usage and
-is not counted; nor is one whose summary arrived after the compaction's deadline.
+give back what a request cost. A request cut short (cancelled by the user, failed) reports no
+usage and is not counted. A compaction request the deadline (`compaction.timeoutMs`) cut off
+was sent all the same: it is priced for what was sent (and the characters received so far),
+marked `estimated` (SPEC §16).
 
 A request whose server sent no usage figures (one that ignores `stream_options.include_usage`)
 is recorded with soba's own counts — the request's counted input, the answer's text and tool

@@ -27,7 +27,7 @@ from soba_nb.agent.request_images import unsent_image_tokens, with_images
 from soba_nb.agent.session import AgentSession
 from soba_nb.agent.tools import ToolContext, run_tool, summarize_arguments
 from soba_nb.agent.tools.base import DisplayCapture, NotebookAccess
-from soba_nb.agent.usage_evidence import Figure, ceiling, estimated_usage, is_count, received_tokens
+from soba_nb.agent.usage_evidence import Figure, ceiling, is_count, received_tokens
 from soba_nb.agent.vault import FileVault
 from soba_nb.compaction.cells_context import fit_cells
 from soba_nb.compaction.compactor import HardLimitExceeded
@@ -44,6 +44,7 @@ from soba_nb.transcript.entries import (
     MessageEntry,
     ToolCallEntry,
     ToolResultEntry,
+    estimated_usage,
 )
 from soba_nb.transcript.store import TranscriptWriteError
 

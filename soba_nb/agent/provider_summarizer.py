@@ -8,10 +8,14 @@ from __future__ import annotations
 import threading
 
 from soba_nb.agent.cost import EMBEDDED_PROVIDER
-from soba_nb.agent.usage_evidence import estimated_usage, received_tokens
+from soba_nb.agent.usage_evidence import received_tokens
 from soba_nb.compaction.summarizer import ProgressCallback, SummaryOutput
 from soba_nb.providers.base import ChatMessage, ModelRequest, Provider, SpendCheck
 from soba_nb.tokens import TokenCounter, choose_encoding
+from soba_nb.transcript.entries import UsageEntry, estimated_usage
+
+CHARS_PER_TOKEN_RECEIVED = 4
+"""A cut-off answer is known only by its length: tokens estimated as characters / 4, rounded up."""
 
 
 class ProviderSummarizer:
@@ -56,11 +60,10 @@ class ProviderSummarizer:
         usage = response.usage
         estimate = None
         if usage is None and self.provider != EMBEDDED_PROVIDER:  # no figures: the cap still counts it
-            counter = TokenCounter(choose_encoding(self.provider, self.model))
-            sent = counter.count_text(system) + counter.count_message("user", user)
+            counter = self._counter()
             estimate = estimated_usage(
-                sent, received_tokens(response.text, response.tool_calls, counter), provider=response.provider,
-                model=response.model, operation_id=operation_id, operation="compaction",
+                self._sent(system, user, counter), received_tokens(response.text, response.tool_calls, counter),
+                provider=response.provider, model=response.model, operation_id=operation_id, operation="compaction",
             )  # fmt: skip
         return SummaryOutput(
             text=response.text,
@@ -74,3 +77,19 @@ class ProviderSummarizer:
                 provider=response.provider, model=response.model, operation="compaction", operation_id=operation_id
             ),
         )
+
+    def cut_off_usage(self, system: str, user: str, *, received_chars: int, operation_id: str) -> UsageEntry | None:
+        if self.provider == EMBEDDED_PROVIDER:
+            return None  # the embedded model costs nothing
+        received = -(-max(received_chars, 0) // CHARS_PER_TOKEN_RECEIVED)
+        return estimated_usage(
+            self._sent(system, user, self._counter()), received, provider=self.provider, model=self.model,
+            operation_id=operation_id, operation="compaction",
+        )  # fmt: skip
+
+    def _counter(self) -> TokenCounter:
+        return TokenCounter(choose_encoding(self.provider, self.model))
+
+    @staticmethod
+    def _sent(system: str, user: str, counter: TokenCounter) -> int:
+        return counter.count_text(system) + counter.count_message("user", user)

@@ -14,7 +14,7 @@ after the server's own), two cannot. A figure that cannot be a count of any requ
 less than half of the system prompt every request starts with — is not used (`is_count`).
 
 No figure at all (a server that ignores `stream_options.include_usage`): the request is
-recorded with our own counts, marked `estimated` (`estimated_usage`), so the cost cap holds
+recorded with our own counts, marked `estimated` (`entries.estimated_usage`), so the cost cap holds
 (SPEC §11, §16). Those entries are priced, never evidence about the server's counting.
 """
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from soba_nb.messages import ToolCall
 from soba_nb.tokens import TokenCounter
-from soba_nb.transcript.entries import CapsuleEntry, Entry, UsageEntry, UsageOperation
+from soba_nb.transcript.entries import CapsuleEntry, Entry, UsageEntry
 
 TRUNCATION_SHARE = 0.5
 """A step "does not grow" when the server's count grew by less than this share of what it
@@ -107,26 +107,3 @@ def received_tokens(text: str, calls: Sequence[ToolCall], counter: TokenCounter)
     """Our count of what a server streamed back: the answer's text and each tool call's name
     and arguments."""
     return counter.count_text(text) + sum(counter.count_text(call.name) + counter.count_text(call.arguments) for call in calls)
-
-
-def estimated_usage(
-    sent: int,
-    received: int,
-    *,
-    provider: str | None,
-    model: str | None,
-    operation_id: str,
-    operation: UsageOperation = "inference",
-) -> UsageEntry:
-    """The `usage` entry of a request whose server sent no figures: our own counts of what was
-    sent and received, marked `estimated` (priced, never a budget figure)."""
-    return UsageEntry(
-        input_tokens=max(sent, 0),
-        output_tokens=max(received, 0),
-        provider=provider,
-        model=model,
-        operation_id=operation_id,
-        operation=operation,
-        sent_tokens=max(sent, 0) if operation == "inference" else None,
-        estimated=True,
-    )

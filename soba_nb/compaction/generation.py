@@ -397,6 +397,7 @@ def _summarize(
                 return result_of(plan, Outcome.CANCELLED, "cancelled while the summary ran", started, code=Reason.CANCELLED)
             if now >= deadline:
                 run.abort.set()
+                _price_cut_off(ctx, plan, prompt.system, prompt.user, run.chars)
                 return Note(f"the model summary did not finish within timeoutMs={ctx.timeout_ms}", Reason.FALLBACK_TIMEOUT)
             if now - last_progress >= PROGRESS_INTERVAL_S:
                 last_progress = now
@@ -408,9 +409,10 @@ def _summarize(
     if cancel.is_set():
         return result_of(plan, Outcome.CANCELLED, "cancelled while the summary ran", started, code=Reason.CANCELLED)
     emit_event(ctx, CompactionEvent("compaction_progress", plan.operation_id, plan.trigger.value, PROGRESS_SUMMARY_DONE))
-    if run.error is not None and time.monotonic() >= deadline - POLL_S:
+    if run.error is not None and not isinstance(run.error, RequestNotSent) and time.monotonic() >= deadline - POLL_S:
         # The summarizer was given the same deadline: its own timeout may end it a moment
         # before ours. That is the deadline, not a failure of the model.
+        _price_cut_off(ctx, plan, prompt.system, prompt.user, run.chars)
         return Note(f"the model summary did not finish within timeoutMs={ctx.timeout_ms}", Reason.FALLBACK_TIMEOUT)
     if isinstance(run.error, RequestNotSent):
         return Note(f"the model summary was not asked ({run.error})", Reason.FALLBACK_FAILED)
@@ -425,6 +427,14 @@ def _summarize(
         )
     except InvalidSummary as exc:
         return Note(f"the model summary was rejected ({exc})", Reason.FALLBACK_REJECTED)
+
+def _price_cut_off(ctx: BarrierContext, plan: CompactionPlan, system: str, user: str, received_chars: int) -> None:
+    """A summary the deadline cut off was sent all the same: priced for what was sent and
+    received so far (SPEC §16), recorded with the operation's other requests."""
+    assert ctx.summarizer is not None
+    usage = ctx.summarizer.cut_off_usage(system, user, received_chars=received_chars, operation_id=plan.operation_id)
+    if usage is not None:
+        ctx.spent.append(usage)
 
 def _percent(elapsed: float, timeout: float, chars: int, expected_chars: int) -> int:
     by_time = elapsed / timeout if timeout > 0 else 0.0

@@ -6,7 +6,8 @@ the provider would see it (the previous capsule's native item when it accepts it
 portable capsule; then the summarized entries), fitted under the hard limit. It runs in a
 worker thread, abortable: a cancel, the deadline (`timeoutMs`, shared with the summary that
 may follow), a failure or a refusal each end it at once, and the portable path runs with
-the usual outcome rules.
+the usual outcome rules. A request the deadline cut off is priced for what was sent, once
+(figures that arrive after the operation stopped waiting are dropped).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from soba_nb.compaction.planner import Cut
 from soba_nb.compaction.summarizer import RequestNotSent
 from soba_nb.messages import ToolSchema
 from soba_nb.tokens import TokenCounter
-from soba_nb.transcript.entries import NativeContinuation, SkillEntry
+from soba_nb.transcript.entries import NativeContinuation, SkillEntry, UsageEntry, estimated_usage
 
 POLL_S = 0.05
 
@@ -93,10 +94,11 @@ def ask_native(
     abort = threading.Event()
     done = threading.Event()
     outcome: list[NativeContinuation | BaseException] = []
+    reports = _Reports(on_usage)
 
     def work() -> None:
         try:
-            outcome.append(compactor.compact(request, cancel=abort, timeout_s=remaining, on_usage=on_usage))
+            outcome.append(compactor.compact(request, cancel=abort, timeout_s=remaining, on_usage=reports.report))
         except BaseException as exc:  # reported to the barrier, never raised in a thread
             outcome.append(exc)
         finally:
@@ -110,20 +112,59 @@ def ask_native(
                 return None
             if time.monotonic() >= deadline:
                 abort.set()
+                reports.close(_cut_off(compactor, request))
                 return late
             on_poll()
     except KeyboardInterrupt:
         abort.set()
+        reports.close(None)
         raise
     if cancel.is_set():
+        reports.close(None)
         return None
     [result] = outcome
     if isinstance(result, NativeContinuation):
         return result
-    if time.monotonic() >= deadline:
+    if time.monotonic() >= deadline and not isinstance(result, NativeRefused | RequestNotSent):
+        reports.close(_cut_off(compactor, request))
         return late  # the provider's own deadline (the same one) ended it
     if isinstance(result, NativeRefused):
         return NativeFailure(f"native compaction refused ({result})", refused=True)
     if isinstance(result, RequestNotSent):
         return NativeFailure(f"native compaction not asked ({result})", refused=True)
     return NativeFailure(f"native compaction failed ({type(result).__name__}: {result})")
+
+
+class _Reports:
+    """The usage sink of one native request, closed when the operation stops waiting for it:
+    figures that arrive later (the thread outlives a deadline) are dropped, so the request is
+    priced once, by what the operation recorded when it ended."""
+
+    def __init__(self, sink: UsageSink | None):
+        self._sink = sink
+        self._lock = threading.Lock()
+        self._reported = False
+        self._closed = False
+
+    def report(self, entry: UsageEntry) -> None:
+        with self._lock:
+            if self._closed or self._sink is None:
+                return
+            self._reported = True
+            self._sink(entry)
+
+    def close(self, cut_off: UsageEntry | None) -> None:
+        """Stop taking figures; `cut_off` prices the request when none arrived (SPEC §16)."""
+        with self._lock:
+            if not self._closed and not self._reported and cut_off is not None and self._sink is not None:
+                self._sink(cut_off)
+            self._closed = True
+
+
+def _cut_off(compactor: NativeCompactor, request: NativeRequest) -> UsageEntry:
+    """A native request the deadline cut off, priced for what was sent (SPEC §16)."""
+    target = compactor.target
+    return estimated_usage(
+        request.input_tokens, 0, provider=target.provider, model=target.model, operation_id=request.operation_id,
+        operation="compaction",
+    )  # fmt: skip

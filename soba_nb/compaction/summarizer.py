@@ -56,3 +56,9 @@ class Summarizer(Protocol):
         """Return the summary. Must stop promptly when `cancel` is set (raise any error;
         `RequestNotSent` when the request was not sent at all)."""
         ...
+
+    def cut_off_usage(self, system: str, user: str, *, received_chars: int, operation_id: str) -> UsageEntry | None:
+        """The `usage` entry of a request the operation's deadline cut off (SPEC §16: priced for
+        what was sent): soba's own counts of the prompt and of the characters received so far,
+        marked estimated; None when the model costs nothing."""
+        ...

@@ -15,7 +15,7 @@ compaction` headers, deadline, cancel, retries, error classification):
 
 Each request is checked against the session's spending cap before it leaves (`SpendCheck`),
 and its usage figures go to `on_usage` (`operation: compaction`) whenever the provider
-answered. A provider that does not compact (no item in the answer, a null summary, the
+answered (our own counts, marked estimated, when the answer carries none). A provider that does not compact (no item in the answer, a null summary, the
 request below its minimum) raises `NativeRefused`; after a request the server rejected (4xx: the model or
 server does not offer the feature), this session stops asking, so a model without native
 compaction costs one refused request, not one per compaction.
@@ -23,6 +23,7 @@ compaction costs one refused request, not one per compaction.
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -46,8 +47,10 @@ from soba_nb.providers.classify import classify_stream_error
 from soba_nb.providers.errors import RequestRejectedError
 from soba_nb.providers.responses import RESPONSES_KIND, ResponsesProvider, input_items
 from soba_nb.providers.responses import usage_from_wire as responses_usage
-from soba_nb.transcript.entries import NativeContinuation
+from soba_nb.transcript.entries import NativeContinuation, estimated_usage
 
+CHARS_PER_TOKEN_RECEIVED = 4
+"""An answer without usage figures is priced at its length / 4 tokens, rounded up."""
 RESPONSES_COMPACTION_OBJECT = "response.compaction"
 COMPACTION_ITEM = "compaction"
 COMPACTION_BLOCK = "compaction"
@@ -81,12 +84,22 @@ class _Remembering:
                 )
             )
 
-    def _report(self, usage: Usage | None, request: NativeRequest, on_usage: UsageSink | None) -> None:
-        if usage is not None and on_usage is not None:
-            on_usage(usage.entry(
-                provider=self.target.provider, model=self.target.model, operation="compaction",
-                operation_id=request.operation_id,
+    def _report(self, usage: Usage | None, request: NativeRequest, answer: dict[str, Any], on_usage: UsageSink | None) -> None:
+        if on_usage is None:
+            return
+        if usage is None:
+            # No figures: priced from our own counts (SPEC §16): the request as counted, and
+            # the answer by its length (an encrypted item is longer than its tokens: fail-closed).
+            received = -(-len(json.dumps(answer, ensure_ascii=False)) // CHARS_PER_TOKEN_RECEIVED)
+            on_usage(estimated_usage(
+                request.input_tokens, received, provider=self.target.provider, model=self.target.model,
+                operation_id=request.operation_id, operation="compaction",
             ))
+            return
+        on_usage(usage.entry(
+            provider=self.target.provider, model=self.target.model, operation="compaction",
+            operation_id=request.operation_id,
+        ))
 
 
 class ResponsesNative(_Remembering):
@@ -116,7 +129,7 @@ class ResponsesNative(_Remembering):
         except RequestRejectedError as exc:
             self._remember(exc)
             raise
-        self._report(responses_usage(data.get("usage")), request, on_usage)
+        self._report(responses_usage(data.get("usage")), request, data, on_usage)
         if data.get("error"):
             raise classify_stream_error(self.provider.source, data)
         output = data.get("output")
@@ -172,7 +185,7 @@ class AnthropicNative(_Remembering):
         except RequestRejectedError as exc:
             self._remember(exc)
             raise
-        self._report(anthropic_usage(data.get("usage")), request, on_usage)
+        self._report(anthropic_usage(data.get("usage")), request, data, on_usage)
         if data.get("type") == "error" or data.get("error"):
             raise classify_stream_error(self.provider.source, data)
         content = data.get("content")

@@ -7,6 +7,7 @@ the cap stays fail-closed. Real shell, loopback server (its log says what was se
 from __future__ import annotations
 
 import json
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -157,3 +158,122 @@ def test_a_summary_without_usage_is_priced_from_our_counts(ip, nb_dir, scripted,
     assert spent.input_tokens > 500 and spent.output_tokens > 50
     assert f"compaction ${price(spent).quantize(Decimal('0.0001'))}" in cost_line(ip, capsys)
     assert "(estimated: the server sent no usage for 1 request)" in cost_line(ip, capsys)
+
+
+# -- the compaction's requests: cut off at timeoutMs, native without figures -----------------
+
+
+def compaction_usages(ip: Any) -> tuple[CapsuleEntry, list[UsageEntry]]:
+    entries = Transcript.load(agent(ip).file).entries
+    [capsule] = [e for e in entries if isinstance(e, CapsuleEntry)]
+    return capsule, [e for e in entries if isinstance(e, UsageEntry) and e.operation == "compaction"]
+
+
+def test_a_summary_cut_off_at_timeout_ms_is_priced_for_what_was_sent(ip, nb_dir, scripted, capsys):
+    """SPEC §16: the summary request left and the server began answering; the deadline cut it
+    off. It is priced for the prompt as counted and the characters received, marked estimated."""
+    configure(nb_dir, scripted.server, cap=5, small=True, timeoutMs=1500)
+    long_turns(ip, scripted)
+    summary = good_summary()
+    scripted.summary = text(summary, chunks=20, stall_after=3, stall_s=30)  # 3 pieces, then nothing
+    ip.run_line_magic("compact", "")
+    capsule, [spent] = compaction_usages(ip)
+    assert capsule.quality == "degraded"
+    [asked] = [r for r in scripted.server.requests if r.operation == "compaction"]
+    assert asked.operation_id == capsule.operation_id == spent.operation_id
+    assert spent.estimated is True and spent.sent_tokens is None  # a compaction request: never a budget figure
+    body = asked.body
+    counter = agent(ip).counter
+    prompt = counter.count_text(body["messages"][0]["content"]) + counter.count_message("user", body["messages"][1]["content"])
+    assert spent.input_tokens == prompt > 500  # what was sent, counted
+    received = sum(len(piece) for piece in _pieces(summary, 20)[:3])
+    assert spent.output_tokens == -(-received // 4) > 0  # what came back before the deadline
+    line = cost_line(ip, capsys)
+    assert f"compaction ${price(spent).quantize(Decimal('0.0001'))}" in line
+    assert "(estimated: the server sent no usage for 1 request)" in line
+
+    scripted.script(text("Next.", input_tokens=3000, output_tokens=20))
+    ip.run_line_magic("soba", "go on")
+    assert len(compaction_usages(ip)[1]) == 1  # nothing arrived later to count twice
+
+
+def test_a_summary_cut_off_before_any_text_is_priced_for_its_prompt(ip, nb_dir, scripted):
+    configure(nb_dir, scripted.server, cap=5, small=True, timeoutMs=1200)
+    long_turns(ip, scripted)
+    scripted.summary = text(good_summary(), delay_s=30)  # not a byte before the deadline
+    ip.run_line_magic("compact", "")
+    capsule, [spent] = compaction_usages(ip)
+    assert capsule.quality == "degraded"
+    assert spent.estimated is True and spent.output_tokens == 0 and spent.input_tokens > 500
+
+
+def test_the_cap_counts_a_cut_off_summary(ip, nb_dir, scripted, capsys):
+    """Fail-closed: the cut-off summary's price counts toward agent.maxSessionCostUsd, so the
+    next request whose worst case would pass the cap is not sent."""
+    configure(nb_dir, scripted.server, cap=5, small=True, timeoutMs=1200)
+    long_turns(ip, scripted)
+    scripted.summary = text(good_summary(), delay_s=30)
+    ip.run_line_magic("compact", "")
+    _, [spent] = compaction_usages(ip)
+    session = agent(ip)
+    total = session.cost().total
+    assert total >= price(spent) > 0
+    # A cap just above the cost without the cut-off request, below the next request's worst case.
+    configure(nb_dir, scripted.server, cap=float(total - price(spent) / 2), small=True, timeoutMs=1200)
+    before = len(model_requests(scripted.server))
+    capsys.readouterr()
+    ip.run_line_magic("soba", "and now?")
+    out = capsys.readouterr()
+    assert "request not sent: this session has cost" in out.out + out.err
+    assert len(model_requests(scripted.server)) == before
+
+
+def configure_responses(nb_dir: Path, server: Any) -> None:
+    model = {
+        "provider": "openai", "api": "responses", "name": "gpt-4o", "baseUrl": server.url,
+        "apiKeyEnv": TEST_KEY_ENV, "pricing": PRICING, **SMALL_LIMITS["model"],
+    }  # fmt: skip
+    config = {"model": model, "compaction": SMALL_LIMITS["compaction"], "agent": {"maxSessionCostUsd": 5}}
+    (nb_dir / "soba.json").write_text(json.dumps(config), encoding="utf-8")
+
+
+def test_a_native_compaction_without_usage_is_priced(ip, nb_dir, scripted, capsys):
+    configure_responses(nb_dir, scripted.server)
+    long_turns(ip, scripted)
+    scripted.summary = text("Summary of the earlier conversation.", usage=False)
+    ip.run_line_magic("compact", "")
+    capsule, [spent] = compaction_usages(ip)
+    assert capsule.continuation == "native"
+    [asked] = [r for r in scripted.server.requests if r.path == "/v1/responses/compact"]
+    assert spent.estimated is True and spent.operation_id == capsule.operation_id == asked.operation_id
+    assert spent.input_tokens > 500 and spent.output_tokens > 0
+    assert "(estimated: the server sent no usage for 1 request)" in cost_line(ip, capsys)
+
+
+def test_a_native_compaction_cut_off_at_timeout_ms_is_priced_once(ip, nb_dir, scripted):
+    """The native request outlives the deadline; it is priced for what was sent when the
+    operation stops waiting, and the figures its late answer carries are dropped."""
+    configure_responses(nb_dir, scripted.server)
+    soba_json = json.loads((nb_dir / "soba.json").read_text(encoding="utf-8"))
+    soba_json["compaction"]["timeoutMs"] = 1200
+    (nb_dir / "soba.json").write_text(json.dumps(soba_json), encoding="utf-8")
+    long_turns(ip, scripted)
+    scripted.summary = text("Summary of the earlier conversation.", delay_s=2.5)  # answers late, with usage
+    ip.run_line_magic("compact", "")
+    capsule, spent = compaction_usages(ip)
+    assert capsule.continuation != "native" and capsule.quality == "degraded"
+    compaction_requests = [r for r in scripted.server.requests if r.operation == "compaction"]
+    assert compaction_requests and compaction_requests[0].path == "/v1/responses/compact"
+    native = [e for e in spent if e.operation_id == capsule.operation_id]
+    assert native and all(e.estimated is True for e in native)
+    assert native[0].input_tokens > 500 and native[0].output_tokens == 0
+    time.sleep(2.0)  # the late answer arrives
+    scripted.script(text("Next."))
+    ip.run_line_magic("soba", "go on")
+    assert compaction_usages(ip)[1] == spent  # nothing recorded twice
+
+
+def _pieces(content: str, chunks: int) -> list[str]:
+    from llm_server import _split
+
+    return _split(content, chunks)
