@@ -55,7 +55,8 @@ def receipt_text(name: str, summary: str, status: str, duration_ms: int | None) 
 
 
 class TextView:
-    """Text shown as Markdown, with the same text as `text/plain`."""
+    """Text shown as Markdown, with the same text as `text/plain`; control characters escaped
+    in both (an ESC or a bidi override from a server or the model never reaches the page raw)."""
 
     def __init__(self, text: str):
         self.text = text
@@ -64,7 +65,8 @@ class TextView:
         return printable(self.text, lines=True)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        return {"text/markdown": self.text, "text/plain": printable(self.text, lines=True)}
+        shown = printable(self.text, lines=True)
+        return {"text/markdown": shown, "text/plain": shown}
 
 
 class HtmlView:
@@ -110,16 +112,23 @@ APPROVAL_SCROLL_LINES = 30
 def approval_view(shown: str) -> HtmlView:
     """The call as escaped text in a `<pre>` — never Markdown around it, whose fences and
     comments the call's own text could close or open — whole, in a block that scrolls."""
-    count = shown.count("\n") + 1
+    return whole_block_view(APPROVAL_HEADING, shown, "soba-approval")
+
+
+def whole_block_view(heading: str, text: str, css_class: str) -> HtmlView:
+    """`text` under a bold heading, whole, as escaped text in a `<pre>` that scrolls past 30em:
+    what the user approves or accepts is read exactly as it is (SPEC §16)."""
+    text = printable(text, lines=True)
+    count = text.count("\n") + 1
     note = f"{count} lines, shown whole: scroll the block to read them all." if count > APPROVAL_SCROLL_LINES else ""
     markup = (
-        f"<div class=\"soba-approval\"><b>{html.escape(APPROVAL_HEADING)}</b>"
+        f'<div class="{css_class}"><b>{html.escape(heading)}</b>'
         + (f"<div>{html.escape(note)}</div>" if note else "")
         + '<pre style="max-height:30em;overflow:auto;white-space:pre">'
-        + html.escape(shown)
+        + html.escape(text)
         + "</pre></div>"
     )
-    return HtmlView(markup, "\n".join(filter(None, (APPROVAL_HEADING, note, shown))))
+    return HtmlView(markup, "\n".join(filter(None, (heading, note, text))))
 
 
 Display = Callable[..., Any]
@@ -297,12 +306,12 @@ class TurnRenderer:
 
     def show_cell(self, source: str, kind: str) -> None:
         """A cell the agent proposed, shown whole: the user reads what goes into the notebook."""
-        fence = "````" if "```" in source else "```"
-        language = "python" if kind == "code" else "markdown"
         heading = f"Proposed {kind} cell (put below this one, not run):"
         if self.rich:
             self._end_answer()
-            self.display(TextView(f"**{heading}**\n\n{fence}{language}\n{source}\n{fence}"))
+            # Escaped text, never a Markdown fence around it: the source cannot close the
+            # block or hide a line in a comment (SPEC §16).
+            self.display(whole_block_view(heading, source, "soba-proposed-cell"))
         else:
             self.print_line(f"{heading}\n{source}")
 
