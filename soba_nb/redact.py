@@ -51,6 +51,10 @@ SECRET_NAME_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 
 # Random key material is mixed alphanumerics: requiring a digit keeps `sk-learn-style-slugs`.
 _HAS_DIGIT = r"(?=[A-Za-z_-]*[0-9])"
+# ... and it runs long between separators (base64url puts a `-` or `_` about every 32
+# characters; hex none): a run of 16 keeps hyphenated names with dates and versions
+# (`sk-learn-pipeline-2024-01-15.py`, a file the agent wrote) out of the shape.
+_LONG_RUN = r"(?=[A-Za-z0-9_-]*?[A-Za-z0-9]{16})"
 # A key starts a word, or follows an escape (`\nsk-…` in JSON-escaped tool output). Each
 # shape starts with its literal head and checks what comes before the head afterwards, in a
 # lookbehind over the head: a pattern that starts with a literal is searched for at C speed,
@@ -74,7 +78,7 @@ _KEY_SHAPES: tuple[tuple[tuple[str, ...], Callable[[], re.Pattern[str]]], ...] =
     # pass at all (nor its compilation)
     (("-----BEGIN",), _lazy(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.DOTALL)),
     # OpenAI (sk-, sk-proj-, sk-svcacct-) and Anthropic (sk-ant-)
-    (("sk-",), _shape("sk-", _HAS_DIGIT + r"[A-Za-z0-9_-]{20,}")),
+    (("sk-",), _shape("sk-", _HAS_DIGIT + _LONG_RUN + r"[A-Za-z0-9_-]{20,}")),
     (("gh",), _shape("gh[pousr]_", r"[A-Za-z0-9]{30,}")),  # GitHub classic tokens
     (("github_pat_",), _shape("github_pat_", r"[A-Za-z0-9_]{22,}")),  # GitHub fine-grained tokens
     (("AKIA", "ASIA"), _shape("(?:AKIA|ASIA)", r"[0-9A-Z]{16}(?![A-Za-z0-9])", _ALNUM_BEFORE)),  # AWS access key id

@@ -42,6 +42,8 @@ SLACK_BOT = "xoxb-" + "1234567890123-1234567890123-" + fake("", 24)
 SLACK_USER = "xoxp-" + "1234567890-1234567890-" + fake("", 32)
 GOOGLE = fake("AIza", 35, ALNUM + "_-")
 HUGGING_FACE = fake("hf_", 34)
+DEEPSEEK = fake("sk-", 32, "0123456789abcdef")
+"""`sk-` and 32 lowercase hex digits (DeepSeek and other OpenAI-compatible servers)."""
 JWT = ".".join(["eyJhbGciOiJIUzI1NiJ9", "eyJzdWIiOiIxMjM0NTY3ODkwIn0", fake("", 43, ALNUM + "_-")])
 
 KEY_SHAPES = {
@@ -58,6 +60,7 @@ KEY_SHAPES = {
     "slack user": SLACK_USER,
     "google": GOOGLE,
     "hugging face": HUGGING_FACE,
+    "sk- and hex": DEEPSEEK,
     "jwt": JWT,
 }
 
@@ -223,6 +226,8 @@ SURVIVORS = [
     "sort key: date",
     "the task-scheduler-service-deployment-name",
     "sk-learn-style-long-hyphenated-name",
+    "wrote 15 bytes to sk-learn-pipeline-2024-01-15.py",
+    "sk-2024-release-notes-v3-final-draft.md",
     "uses Bearer authentication",
     "Authorization: handled by the proxy",
     'api_key=os.environ["OPENAI_API_KEY"]',

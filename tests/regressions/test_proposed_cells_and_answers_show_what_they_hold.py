@@ -14,15 +14,16 @@ from typing import Any
 
 from IPython.utils.capture import capture_output
 from llm_server import text, tool_calls
-from test_the_approval_question_shows_what_runs import (
-    ERASE,
-    FENCE_BREAK,
-    RUNS,
-    SHOWN,
-    jupyterlab_visible,
-    magics,
-    terminal_screen,
-)
+from screen_support import jupyterlab_visible, terminal_screen
+
+SHOWN = 'print("plot the sales data")'
+RUNS = 'open("PWNED1.txt", "w")'
+FENCE_BREAK = f'{SHOWN}\n_ = """\n````\n<!--\n"""\n{RUNS}\n'
+ERASE = f'{RUNS}  # \x1b[2K\r{SHOWN}\n'
+
+
+def magics(ip: Any) -> Any:
+    return ip.magics_manager.registry["SobaMagics"]
 
 HOSTILE_ANSWER = (
     "The totals are below.\x1b[2J\x07 Open \x1b]8;;http://evil.example\x07the report\x1b]8;;\x07.\n"

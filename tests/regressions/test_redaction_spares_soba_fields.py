@@ -73,12 +73,14 @@ def test_soba_fields_are_kept_and_content_redacted():
     assert data["role"] == "assistant" and data["type"] == "message" and data["id"] == message.id
     assert data["content"] == f"the key is {REDACTED}"
     result = ToolResultEntry(
-        call_id="call_1", name="write_file", content=f"wrote {KEY_LIKE_NAME}",
+        call_id="call_1", name="write_file", content=f"wrote {KEY_LIKE_NAME} for {REAL_SECRET}",
         files=[FileChange(path=KEY_LIKE_NAME, before=None, after="0" * 64)],
     )
     data = redact_entry_data(entry_to_dict(result), {})
     assert data["files"][0]["path"] == KEY_LIKE_NAME
-    assert data["content"] == f"wrote {REDACTED}.py"
+    # A hyphenated name with a date is no key: the model reads which file it wrote (found by
+    # the long randomized session: "wrote 15 bytes to [redacted].py" in every later request).
+    assert data["content"] == f"wrote {KEY_LIKE_NAME} for {REDACTED}"
 
 
 def test_a_file_named_like_a_key_is_restored_by_rewind(ip, nb_dir, scripted):
