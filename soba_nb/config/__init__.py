@@ -34,7 +34,7 @@ from soba_nb.config.files import MAX_CONFIG_BYTES as MAX_CONFIG_BYTES  # re-expo
 from soba_nb.config.files import MAX_CONFIG_DEPTH, depth, read_config_file
 from soba_nb.config.files import find_project_config as find_project_config  # re-exported
 from soba_nb.config.locks import ConfigLockedWarning as ConfigLockedWarning  # re-exported
-from soba_nb.config.locks import drop_locked, refuse_locked, show_once, take_locks
+from soba_nb.config.locks import drop_locked, refuse_locked, show_once, take_locks, with_implied
 from soba_nb.config.profiles import EMBEDDED_MODEL_NAME as EMBEDDED_MODEL_NAME  # re-exported
 from soba_nb.config.profiles import PROVIDER_PROFILES as PROVIDER_PROFILES  # re-exported
 from soba_nb.config.settings import MAX_CONTEXT_WINDOW as MAX_CONTEXT_WINDOW  # re-exported
@@ -337,13 +337,17 @@ def load_config(
         layers.append(("arguments", overrides))
     for name, layer in layers:
         refuse_locked(name, layer, system_name)
-    layers, ignored = _apply_locks(layers, locked, system_name, _env_names(environ))
+    held = with_implied(locked)
+    layers, ignored = _apply_locks(layers, held, system_name, _env_names(environ))
     layers = system_layers + layers
     resolution = resolve_provider(layers, environ)
     if resolution.layer:
         layers.insert(0, (RESOLUTION_LAYER, resolution.layer))
     config = build_config(layers).record_origin(provider_source=resolution.explanation, provider_steps=resolution.steps)
-    config.record_locks({key: system_name for key in locked}, tuple(ignored))
+    config.record_locks(
+        {key: system_name if along is None else f"{system_name} (with {along})" for key, along in held.items()},
+        tuple(ignored),
+    )
     _embedded_runs_one_model(config)
     show_once(ignored)
     return config
@@ -362,7 +366,10 @@ def _env_names(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def _apply_locks(
-    layers: list[tuple[str, Mapping[str, Any]]], locked: Sequence[str], system: str, env_names: Mapping[str, str]
+    layers: list[tuple[str, Mapping[str, Any]]],
+    locked: Mapping[str, str | None],
+    system: str,
+    env_names: Mapping[str, str],
 ) -> tuple[list[tuple[str, Mapping[str, Any]]], list[str]]:
     """The layers above the system one without what they set of a locked key (deprecated
     names first renamed, so an old name cannot slip past a lock), and one line per key each

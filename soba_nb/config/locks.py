@@ -18,6 +18,10 @@ from soba_nb.printable import printable
 
 LOCKED_KEY = "locked"
 """The system layer's list of dotted camelCase keys no later layer may set."""
+WHERE_REQUESTS_GO = ("provider", "baseUrl", "apiKeyEnv")
+"""The keys of `model` that decide where requests go and with which key. A lock on one of them
+holds the summary model's too (`compaction.model.<key>`): a project's summary model of its own
+would otherwise send the key elsewhere (SPEC §16)."""
 
 
 class ConfigLockedWarning(UserWarning):
@@ -76,6 +80,20 @@ def take_locks(source: str, layer: Mapping[str, Any]) -> tuple[dict[str, Any], t
     return rest, tuple(locked)
 
 
+def with_implied(locked: Sequence[str]) -> dict[str, str | None]:
+    """Every key held: each locked key (→ None) and, for a locked `model.baseUrl`,
+    `model.apiKeyEnv` or `model.provider`, the same key of `compaction.model` (→ the key it comes
+    with), unless the admin locked that one too. What the summary model does not set it
+    inherits from `model`: with these held, summaries go where the locked model's requests go."""
+    held: dict[str, str | None] = dict.fromkeys(locked)
+    if "compaction.model" in held:
+        return held  # the summary model locked whole
+    for key in WHERE_REQUESTS_GO:
+        if f"model.{key}" in held:
+            held.setdefault(f"compaction.model.{key}", f"model.{key}")
+    return held
+
+
 def refuse_locked(source: str, layer: Mapping[str, Any], system: str) -> None:
     """`locked` in a layer other than the system layer is refused in one line."""
     if LOCKED_KEY in layer:
@@ -87,19 +105,21 @@ def refuse_locked(source: str, layer: Mapping[str, Any], system: str) -> None:
 def drop_locked(
     source: str,
     layer: Mapping[str, Any],
-    locked: Sequence[str],
+    locked: Sequence[str] | Mapping[str, str | None],
     system: str,
     named: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """`layer` without what it sets of a locked key, and one line per key it tried to set.
 
-    Setting a key's parent to null (`"compaction": {"model": null}` under a lock on
-    `compaction.model.baseUrl`) changes the locked key too, and is dropped. `named` gives a
-    dropped key's own source when the layer has one per key (`SOBA_BASE_URL` for
+    `locked`: the keys, or `with_implied`'s map (a key held with another is named so: "(with
+    model.baseUrl)"). Setting a key's parent to null (`"compaction": {"model": null}` under a
+    lock on `compaction.model.baseUrl`) changes the locked key too, and is dropped. `named`
+    gives a dropped key's own source when the layer has one per key (`SOBA_BASE_URL` for
     `model.baseUrl` in the environment)."""
     out = _copy(layer)
     lines: list[str] = []
-    for dotted in locked:
+    held = locked if isinstance(locked, Mapping) else dict.fromkeys(locked)
+    for dotted, along in held.items():
         parts = dotted.split(".")
         place: Any = out
         for depth, part in enumerate(parts):
@@ -111,9 +131,10 @@ def drop_locked(
                 del place[part]
                 key = ".".join(parts[: depth + 1])
                 what = f"{key} is locked" if key == dotted else f"{key} would change {dotted}, locked"
-                inside = [name for dotted, name in (named or {}).items() if f"{dotted}.".startswith(f"{key}.")]
+                inside = [name for set_key, name in (named or {}).items() if f"{set_key}.".startswith(f"{key}.")]
                 where = ", ".join(inside) or source
-                lines.append(f"{printable(where)}: {what} by the admin in {printable(system)}; this setting is ignored")
+                also = f" (with {along})" if along is not None else ""
+                lines.append(f"{printable(where)}: {what} by the admin in {printable(system)}{also}; this setting is ignored")
                 break
             place = place[part]
     return out, lines

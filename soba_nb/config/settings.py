@@ -343,7 +343,8 @@ class SobaConfig(Section, dict=True):
         return self
 
     def record_locks(self, locked: dict[str, str], notes: tuple[str, ...]) -> SobaConfig:
-        """Note the keys the admin locked (key → the system file) and the one line for each
+        """Note the keys the admin locked (key → the system file; `… (with model.baseUrl)` for
+        a key of the summary model held with it) and the one line for each
         setting of a later layer that was ignored for it (SPEC §16); returns self."""
         self._locked, self._lock_notes = dict(locked), notes
         return self

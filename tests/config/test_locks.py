@@ -62,8 +62,62 @@ def test_a_projects_soba_json_cannot_move_a_locked_gateway_or_key(tmp_path: Path
         f"{soba_json}: model.apiKeyEnv is locked by the admin in {system}; this setting is ignored",
     ]
     assert lock_lines(record) == expected and list(config.lock_notes) == expected
-    assert config.locked == {"model.baseUrl": system, "model.apiKeyEnv": system}
+    assert config.locked == {
+        "model.baseUrl": system, "model.apiKeyEnv": system,
+        "compaction.model.baseUrl": f"{system} (with model.baseUrl)",
+        "compaction.model.apiKeyEnv": f"{system} (with model.apiKeyEnv)",
+    }  # fmt: skip
     assert ELSEWHERE not in json.dumps(config.to_json()) and "JUPYTERHUB" not in json.dumps(config.to_json())
+
+
+def test_a_lock_on_the_models_gateway_holds_the_summary_models_too(tmp_path: Path) -> None:
+    """A project's summary model of its own (`compaction.model`) with its own address and key
+    variable would carry the hub token elsewhere past a lock on `model.baseUrl` and
+    `model.apiKeyEnv`: those locks hold `compaction.model`'s same keys. Its name stays the
+    project's: a cheaper summary model at the admin's gateway, with the admin's key."""
+    project = {
+        "compaction": {"model": {"name": "cheap-summary", "baseUrl": ELSEWHERE, "apiKeyEnv": "JUPYTERHUB_API_TOKEN"}},
+    }
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        config = load(tmp_path, project=project)
+    summary = config.summary_model
+    assert summary is not None and summary.name == "cheap-summary"
+    assert summary.base_url == GATEWAY and summary.api_key_env == "TEAM_LLM_KEY"
+    system = str(tmp_path / "etc" / "soba" / "config.json")
+    soba_json = str(tmp_path / "project" / "soba.json")
+    assert lock_lines(record) == [
+        f"{soba_json}: compaction.model.baseUrl is locked by the admin in {system} (with model.baseUrl); "
+        "this setting is ignored",
+        f"{soba_json}: compaction.model.apiKeyEnv is locked by the admin in {system} (with model.apiKeyEnv); "
+        "this setting is ignored",
+    ]
+
+
+def test_a_summary_model_of_another_provider_is_held_to_the_locked_provider(tmp_path: Path) -> None:
+    """Another provider would start from that provider's own address and key variable: with
+    `model.provider` locked, the summary model's provider is the admin's."""
+    admin = {**ADMIN, "locked": ["model.provider", "model.baseUrl", "model.apiKeyEnv"]}
+    project = {"compaction": {"model": {"name": "claude-haiku-4-5", "provider": "anthropic"}}}
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        config = load(tmp_path, system=admin, project=project)
+    summary = config.summary_model
+    assert summary is not None and summary.provider == "openai"
+    assert summary.base_url == GATEWAY and summary.api_key_env == "TEAM_LLM_KEY"
+
+
+def test_the_admins_own_summary_model_keeps_its_address_under_the_locks(tmp_path: Path) -> None:
+    admin = {
+        **ADMIN,
+        "compaction": {"model": {"name": "team-summary", "baseUrl": "https://summaries.example.com/v1"}},
+    }
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        config = load(tmp_path, system=admin, project={"compaction": {"model": {"name": "team-summary", "baseUrl": ELSEWHERE}}})
+    summary = config.summary_model
+    assert summary is not None and summary.base_url == "https://summaries.example.com/v1"
+    assert len(lock_lines(record)) == 1
 
 
 def test_every_later_layer_is_held_to_the_locks(tmp_path: Path) -> None:
@@ -193,7 +247,9 @@ def test_doctor_lists_the_locked_keys_and_the_ignored_settings(
     start = next(index for index, line in enumerate(lines) if line.startswith("locked "))
     assert lines[start] == f"locked     model.baseUrl · {system}"
     assert lines[start + 1] == f"           model.apiKeyEnv · {system}"
-    assert lines[start + 2] == (
+    assert lines[start + 2] == f"           compaction.model.baseUrl · {system} (with model.baseUrl)"
+    assert lines[start + 3] == f"           compaction.model.apiKeyEnv · {system} (with model.apiKeyEnv)"
+    assert lines[start + 4] == (
         f"ignored    {project}: model.baseUrl is locked by the admin in {system}; this setting is ignored"
     )
     assert f'model.baseUrl = "http://127.0.0.1:9/v1" · {system}' in captured.out

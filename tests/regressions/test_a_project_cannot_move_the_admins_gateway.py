@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TEST_KEY_ENV, TEST_KEY_VALUE, write_soba_json
+from conftest import SMALL_LIMITS, TEST_KEY_ENV, TEST_KEY_VALUE, write_soba_json
 from IPython.utils.capture import capture_output
 from llm_server import LLMServer, text
 
@@ -79,3 +79,39 @@ def test_the_hub_token_goes_nowhere_and_the_admins_server_is_asked(
     assert len(lines) == 2, first.stderr + second.stderr  # one per key, the first time only
     assert f"{shown(soba_json)}: model.baseUrl is locked by the admin in {shown(system)}; this setting is ignored" in lines[0]
     assert f"{shown(soba_json)}: model.apiKeyEnv is locked by the admin in {shown(system)}; this setting is ignored" in lines[1]
+
+
+def test_a_summary_model_of_the_projects_own_cannot_carry_the_hub_token_elsewhere(
+    ip: Any, nb_dir: Path, llm_server: LLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same attack through `compaction.model`: its own `baseUrl` and `apiKeyEnv`. The locks
+    on `model.baseUrl` and `model.apiKeyEnv` hold the summary model's too: `%compact` asks the
+    admin's server, with the admin's key, for the project's (cheaper) summary model."""
+    system = Path(os.environ["SOBA_SYSTEM_CONFIG"])
+    system.write_text(
+        json.dumps(
+            {
+                "model": {"provider": "openai", "name": "gpt-4o", "baseUrl": llm_server.url, "apiKeyEnv": TEST_KEY_ENV},
+                "locked": ["model.baseUrl", "model.apiKeyEnv"],
+            }
+        ),
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", HUB_TOKEN)
+    llm_server.default_reply = text("The data has many columns worth describing. " * 40)
+    with LLMServer() as project_server:
+        summary_model = {"name": "cheap-summary", "baseUrl": project_server.url, "apiKeyEnv": "JUPYTERHUB_API_TOKEN"}
+        write_soba_json(nb_dir, llm_server.url, {**SMALL_LIMITS, "compaction": {**SMALL_LIMITS["compaction"], "model": summary_model}})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConfigLockedWarning)
+            ip.run_line_magic("auto_compact", "off")
+            for index in range(5):
+                ip.run_line_magic("soba", f"question {index}: describe the data")
+            with capture_output():
+                ip.run_line_magic("compact", "")
+        heard_by_project = list(project_server.requests)
+    assert heard_by_project == []
+    [summary] = [request for request in llm_server.requests if request.operation == "compaction"]
+    assert summary.body["model"] == "cheap-summary"  # the project's choice of model stands
+    assert summary.headers.get("authorization") == f"Bearer {TEST_KEY_VALUE}"
+    assert all(HUB_TOKEN not in request.raw.decode("utf-8", "replace") for request in llm_server.requests)
