@@ -23,11 +23,11 @@ from soba_nb.agent.artifacts import keep_images
 from soba_nb.agent.cost import EMBEDDED_PROVIDER, CostCapExceeded
 from soba_nb.agent.events import AgentEvent, Notice, TextDelta, ToolFinished, ToolStarted, Waiting
 from soba_nb.agent.rebuild import note_missing
-from soba_nb.agent.request_images import unsent_image_tokens, with_images
+from soba_nb.agent.request_images import sent_image_tokens, unsent_image_tokens, with_images
 from soba_nb.agent.session import AgentSession
 from soba_nb.agent.tools import ToolContext, run_tool, summarize_arguments
 from soba_nb.agent.tools.base import DisplayCapture, NotebookAccess
-from soba_nb.agent.usage_evidence import Figure, ceiling, is_count, received_tokens
+from soba_nb.agent.usage_evidence import Figure, ceiling, cut_at_once, is_count, received_tokens
 from soba_nb.agent.vault import FileVault
 from soba_nb.compaction.cells_context import fit_cells
 from soba_nb.compaction.compactor import HardLimitExceeded
@@ -121,6 +121,8 @@ class TurnRunner:
         """After an overflow that stated the limit: the most the retry may be on our scale."""
         self._operation_id = ""
         self._unsent_images = 0
+        self._sent_images = 0
+        """Our estimate of the images the last request carried (part of what it sent)."""
         """Tokens of the images the latest request named but did not carry (`unsent_image_tokens`)."""
         """The latest inference request's `X-Soba-Operation-Id` (its usage entry names it)."""
 
@@ -238,6 +240,7 @@ class TurnRunner:
             max_images=session.config.notebook.max_images_per_request,
         )
         self._unsent_images = unsent_image_tokens(model_input.messages, messages, session.counter)
+        self._sent_images = sent_image_tokens(messages, session.counter)
         request = ModelRequest(
             system=model_input.system,
             messages=messages,
@@ -295,29 +298,36 @@ class TurnRunner:
         usage, session = response.usage, self.session
         if usage is None:
             return False
-        if not is_count(usage.input_tokens, fixed_tokens(model_input.system, (), session.counter)):
+        system_alone = fixed_tokens(model_input.system, (), session.counter)
+        if not is_count(usage.input_tokens, system_alone):
             self._warn_once(
                 "not a count",
                 f"the server counted {usage.input_tokens:,} input tokens where about {sent:,} were sent: "
                 "not a count to trust (less than the system prompt alone); the budget keeps its own"
             )
             return True
-        cut_at = ceiling(session.transcript.path_view(), Figure(usage.input_tokens, sent))
+        text = sent - self._sent_images  # images are the server's own business (SPEC §17)
+        schemas = fixed_tokens(model_input.system, model_input.tools, session.counter) - system_alone
+        if cut_at_once(usage.input_tokens, text - schemas):
+            cut_at: int | None = usage.input_tokens
+            how = "less than half of the messages' text alone: it cut the prompt silently"
+        else:
+            cut_at = ceiling(session.transcript.path_view(), Figure(usage.input_tokens, text))
+            how = "and its counts have stopped growing with what is sent: it cut the prompt silently"
         if cut_at is None:
             return False  # another tokenizer, a gateway's own count: evidence, not a cut
         if not session.plausible_window(cut_at):
             self._warn_once(
                 "ceiling below the fixed part",
-                f"the server's counts stopped growing at {cut_at:,} input tokens while more was sent, less "
-                "than the system prompt and tools take: not taken as the window; the budget keeps its own"
+                f"the server counted {cut_at:,} input tokens where about {sent:,} were sent: a cut prompt, at a "
+                "size less than the system prompt and tools take: not taken as the window; the budget keeps its own"
             )
             return True
         session.learn_window(cut_at, "truncation", f"the server's counts stopped growing at {cut_at:,} tokens")
         self.emit(
             Notice(
-                f"the server counted {usage.input_tokens:,} input tokens where about {sent:,} were sent, and its "
-                "counts have stopped growing with what is sent: it cut the prompt silently (Ollama does when "
-                "num_ctx is smaller), so the answer may have missed part of the context. The window is now "
+                f"the server counted {usage.input_tokens:,} input tokens where about {sent:,} were sent, {how} "
+                "(Ollama does when num_ctx is smaller), so the answer may have missed part of the context. The window is now "
                 f"{session.limits.context_window:,} for this session; give the server a larger context "
                 "(Ollama: OLLAMA_CONTEXT_LENGTH or PARAMETER num_ctx) to use more",
                 "warning",
@@ -389,6 +399,7 @@ class TurnRunner:
                     operation="inference",
                     operation_id=self._operation_id,
                     sent_tokens=sent,
+                    sent_image_tokens=self._sent_images,
                     truncated=truncated,
                 )
             )

@@ -83,6 +83,13 @@ def _encoded(path: str, mime: str) -> str | None:
     return base64.b64encode(data).decode("ascii")
 
 
+def sent_image_tokens(prepared: Sequence[ChatMessage], counter: TokenCounter) -> int:
+    """Our estimate of the images a request (`prepared`, from `with_images`) carries: the server
+    counts them by its own rule or not at all, so the evidence about its counting leaves them
+    out (`usage_evidence`)."""
+    return sum(image_part_tokens(part, counter) for message in prepared for part in message.images if part.data)
+
+
 def unsent_image_tokens(named: Sequence[ChatMessage], prepared: Sequence[ChatMessage], counter: TokenCounter) -> int:
     """Tokens of the images model input names (`named`) that the request (`prepared`, from
     `with_images`) does not carry: older than the newest `notebook.maxImagesPerRequest`, or

@@ -13,6 +13,15 @@ concluded only when the server's counts stop growing with what is sent, two step
 after the server's own), two cannot. A figure that cannot be a count of any request at all —
 less than half of the system prompt every request starts with — is not used (`is_count`).
 
+Or a figure far below anything a tokenizer or unrendered tool schemas could explain: under
+half of the text of the request's messages (its system prompt and conversation, without the
+tool schemas a server may leave out) is a cut prompt at once (`cut_at_once`): Ollama's
+`num_ctx` cut of a long first request is caught on its first figure (SPEC §17).
+
+Images are left out of every comparison: their tokens are someone else's rule (OpenAI's tiles,
+a local vision model's patches, or not counted at all), so what we estimate for them is taken
+off what was sent (`UsageEntry.sent_image_tokens`), and the evidence is the growth of text.
+
 No figure at all (a server that ignores `stream_options.include_usage`): the request is
 recorded with our own counts, marked `estimated` (`entries.estimated_usage`), so the cost cap holds
 (SPEC §11, §16). Those entries are priced, never evidence about the server's counting.
@@ -39,6 +48,9 @@ STALLED_STEPS = 2
 COUNT_FLOOR_SHARE = 0.5
 """Every request carries the system prompt: a count below this share of our count of it is
 no count of the request (whatever the tokenizer), e.g. a server that reports 0."""
+CUT_AT_ONCE_SHARE = 0.5
+"""A count under this share of the messages' text (ours: no tokenizer differs by half, and the
+tool schemas a server may not render are left out) is a prompt cut at once."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +90,7 @@ def figures_since_capsule(path: Sequence[Entry], limit: int = STALLED_STEPS) -> 
             and not entry.truncated
             and entry.estimated is not True
         ):
-            found.append(Figure(entry.input_tokens, entry.sent_tokens))
+            found.append(Figure(entry.input_tokens, text_sent(entry.sent_tokens, entry.sent_image_tokens)))
             if len(found) == limit:
                 break
     return found[::-1]
@@ -95,6 +107,18 @@ def ceiling(path: Sequence[Entry], current: Figure) -> int | None:
     if all(stalled(earlier, later) for earlier, later in zip(chain[:-1], chain[1:], strict=True)):
         return max(figure.count for figure in chain[1:])
     return None
+
+
+def text_sent(sent: int, image_tokens: int | object) -> int:
+    """What was sent but for our estimate of its images (absent or unset: none)."""
+    return sent - image_tokens if isinstance(image_tokens, int) else sent
+
+
+def cut_at_once(count: int, messages_text: int) -> bool:
+    """One figure is a cut prompt: under `CUT_AT_ONCE_SHARE` of our count of the messages'
+    text (system prompt and conversation, no tool schemas, no images), once that text is large
+    enough for the comparison to mean anything (`TRUNCATION_MIN_TOKENS`)."""
+    return messages_text >= TRUNCATION_MIN_TOKENS and count < CUT_AT_ONCE_SHARE * messages_text
 
 
 def is_count(count: int, system_tokens: int) -> bool:

@@ -51,9 +51,11 @@ class Usage(BaseModel):
         operation: Operation,
         operation_id: str,
         sent_tokens: int | None = None,
+        sent_image_tokens: int = 0,
         truncated: bool = False,
     ) -> UsageEntry:
-        """The transcript's `usage` entry of these figures."""
+        """The transcript's `usage` entry of these figures (`sent_image_tokens`: the part of
+        `sent_tokens` that is our estimate of the images; 0 is left out)."""
         cached = self.cached_input_tokens
         return UsageEntry(
             input_tokens=self.input_tokens,
@@ -64,6 +66,7 @@ class Usage(BaseModel):
             operation_id=operation_id,
             operation=operation,
             sent_tokens=sent_tokens,
+            sent_image_tokens=sent_image_tokens or UNSET,
             truncated=truncated,
         )
 

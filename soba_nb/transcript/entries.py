@@ -264,6 +264,10 @@ class UsageEntry(_Entry, tag="usage", kw_only=True, frozen=True):
     operation_id: str | None = None
     sent_tokens: Count | None = None
     """Our own count of the request this figure measures."""
+    sent_image_tokens: Count | UnsetType = UNSET
+    """`sentImageTokens`: the part of `sentTokens` that is our estimate of the images the request
+    carried (the server counts images by its own rule, or not at all: the evidence about its
+    counting compares the rest, SPEC §17); absent when it carried none."""
     truncated: bool = False
     """The server counted far fewer input tokens than were sent: it cut the prompt silently
     (Ollama does when its num_ctx is smaller). Not used to measure the budget."""
