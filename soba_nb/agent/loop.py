@@ -22,6 +22,7 @@ from soba_nb.agent.approval import DECLINED, NO_INPUT, ApprovalGate, Approver, d
 from soba_nb.agent.artifacts import keep_images
 from soba_nb.agent.cost import EMBEDDED_PROVIDER, CostCapExceeded
 from soba_nb.agent.events import AgentEvent, Notice, TextDelta, ToolFinished, ToolStarted, Waiting
+from soba_nb.agent.output_limit import cut_answer
 from soba_nb.agent.rebuild import note_missing
 from soba_nb.agent.request_images import sent_image_tokens, unsent_image_tokens, with_images
 from soba_nb.agent.session import AgentSession
@@ -181,12 +182,19 @@ class TurnRunner:
                 continue  # overflow recovered: retry once with the smaller input
             self.result.steps += 1
             sent = model_input.tokens - self._unsent_images  # what the server measured
-            self._record_answer(response, sent, truncated=self._truncated(response, model_input, sent))
+            cut = cut_answer(response, self.session.limits.max_output_tokens)
+            for line in cut.notices:
+                self.emit(Notice(line, "warning"))
+            recorded = cut.recorded(response)
+            self._record_answer(
+                response, sent, truncated=self._truncated(response, model_input, sent), calls=recorded.tool_calls
+            )
+            response = recorded
             if not response.tool_calls:
                 self.result.answer = response.text
                 self.result.checkpoint_id = self.session.compactor.record_turn_complete().checkpoint_id
                 return self._end("completed", "")
-            if not self._run_tools(response):
+            if not self._run_tools(response, cut.results):
                 return self._end("cancelled", "cancelled while tools ran; unfinished calls were recorded as cancelled")
         return self._end(
             "step_limit",
@@ -386,10 +394,12 @@ class TurnRunner:
             )
         return None
 
-    def _record_answer(self, response: ModelResponse, sent: int, *, truncated: bool) -> None:
+    def _record_answer(self, response: ModelResponse, sent: int, *, truncated: bool, calls: list[ToolCall]) -> None:
+        """The answer, its calls as recorded (`calls`: cut ones shortened) and its usage (priced
+        on what the server sent)."""
         transcript = self.session.transcript
         transcript.append(MessageEntry(role="assistant", content=response.text))
-        for call in response.tool_calls:
+        for call in calls:
             transcript.append(ToolCallEntry(call_id=call.id, name=call.name, arguments=call.arguments))
         if response.usage is not None:
             transcript.append(
@@ -421,8 +431,9 @@ class TurnRunner:
             content = text + "\n\n[answer interrupted]"
             self.session.transcript.append(MessageEntry(role="assistant", content=content))
 
-    def _run_tools(self, response: ModelResponse) -> bool:
-        """Run the calls in order; on cancel, record the rest as cancelled. False if cancelled."""
+    def _run_tools(self, response: ModelResponse, not_run: dict[str, str]) -> bool:
+        """Run the calls in order; on cancel, record the rest as cancelled. False if cancelled.
+        A call in `not_run` (its arguments cut at the output limit) gets that result instead."""
         ctx = ToolContext(
             project_root=self.session.project_root,
             namespace=self.session.namespace,
@@ -441,6 +452,10 @@ class TurnRunner:
                 self._cancel_rest(response, index)
                 return False
             summary = summarize_arguments(call.name, call.arguments)
+            if call.id in not_run:
+                transcript.append(ToolResultEntry(call_id=call.id, name=call.name, content=not_run[call.id], is_error=True))
+                self.emit(ToolFinished(call.id, call.name, summary, True, 0, not_run[call.id]))
+                continue
             started = time.monotonic()
             try:
                 if not self._approved(call, summary):

@@ -126,6 +126,10 @@ class ModelResponse(BaseModel):
     usage: Usage | None = None
     model: str
     provider: str
+    stopped_at_tokens: int | None = None
+    """Set when the server streamed on past `maxOutputTokens` and the stream was stopped there:
+    about how many tokens (our count) had come (finish `length`; tool calls still arriving are
+    kept with the arguments that came, cut)."""
 
 
 SpendCheck = Callable[[ModelRequest], None]
