@@ -59,10 +59,14 @@ class Feed:
         silence: Silence,
         source: str,
         on_wait: Callable[[str], None] | None = None,
+        status: str = WAITING,
     ):
         self.cancel = cancel
         self.on_wait = on_wait
-        """Told "waiting for the model" at every poll until the answer's first data."""
+        """Told `status` at every poll until the answer's first data."""
+        self.status = status
+        """"waiting for the model", or "the model is reading 12,400 tokens" while a local server
+        reads a long prompt (SPEC §17)."""
         self.deadline = deadline
         self.silence = silence
         """The call's wait clock, shared with the earlier attempts and reset by the parser."""
@@ -105,7 +109,7 @@ class Feed:
             except queue.Empty:
                 self._check()
                 if self.on_wait is not None:
-                    self.on_wait(WAITING)
+                    self.on_wait(self.status)
                 continue
             if kind == "error":
                 raise value

@@ -56,8 +56,14 @@ from soba_nb.providers.errors import (
     ServerError,
     StalledError,
 )
-from soba_nb.providers.feed import Feed
+from soba_nb.providers.feed import WAITING, Feed
 from soba_nb.providers.keys import is_local_url, read_api_key, redact
+from soba_nb.providers.reading import (
+    is_private_server,
+    prompt_tokens,
+    reading_allowance_s,
+    reading_status,
+)
 from soba_nb.providers.retry import (
     DEFAULT_BACKOFF_BASE_S,
     DEFAULT_BACKOFF_MAX_S,
@@ -219,7 +225,7 @@ class HttpProvider(ABC):
     ) -> ModelResponse:
         """Send the request (with retries) and return the finished answer (see `Provider`)."""
         deadline = Deadline(timeout_s if timeout_s is not None else self.default_timeout_s)
-        silence = Silence(self.idle_timeout_s)
+        silence = self._silence(request)
         api_key = read_api_key(self.settings.api_key_env, self.base_url)
         headers = {
             **self.auth_headers(api_key),
@@ -299,7 +305,7 @@ class HttpProvider(ABC):
 
         def attempt(_index: int) -> dict[str, Any]:
             feed = Feed(cancel=cancel, deadline=deadline, silence=silence, source=self.source)
-            timeout, bounded_by_deadline = self._timeout(deadline)
+            timeout, bounded_by_deadline = self._timeout(deadline, silence)
             feed.start(lambda feed: self._io(feed, False, body, sent, timeout, url=url))
             with self._httpx_errors(deadline, bounded_by_deadline):
                 head = feed.head()
@@ -323,6 +329,14 @@ class HttpProvider(ABC):
             redact(exc, api_key)
             raise
 
+    def _silence(self, request: ModelRequest) -> Silence:
+        """The call's wait clock: the idle limit, and before the first byte the time a local
+        server is given to read a long prompt (SPEC §17, `soba_nb.providers.reading`)."""
+        if not is_private_server(self.base_url):
+            return Silence(self.idle_timeout_s)
+        tokens = prompt_tokens(request)
+        return Silence(self.idle_timeout_s, reading_s=reading_allowance_s(tokens, self.idle_timeout_s), reading_tokens=tokens)
+
     def _empty_overflow(self, request: ModelRequest) -> ContextOverflowError:
         size = f"about {request.input_tokens:,} tokens" if request.input_tokens else "a prompt"
         return ContextOverflowError(
@@ -330,10 +344,10 @@ class HttpProvider(ABC):
             "window: read as a context overflow (llama.cpp and Ollama answer an oversized prompt so)"
         )
 
-    def _timeout(self, deadline: Deadline) -> tuple[httpx.Timeout, bool]:
+    def _timeout(self, deadline: Deadline, silence: Silence) -> tuple[httpx.Timeout, bool]:
         """httpx timeouts for one attempt, and whether the deadline is what bounds them."""
         remaining = deadline.remaining()
-        backstop = self.idle_timeout_s + READ_TIMEOUT_MARGIN_S
+        backstop = silence.reading_s + READ_TIMEOUT_MARGIN_S
         read = min(backstop, remaining)
         timeout = httpx.Timeout(read, connect=min(self.connect_timeout_s, remaining))
         return timeout, remaining <= backstop
@@ -353,8 +367,9 @@ class HttpProvider(ABC):
 
         The I/O runs in a worker (`Feed`), so a cancel, the deadline or the answer not growing
         for `idle_timeout_s` (the call's `Silence`) ends the wait within a fraction of a second."""
-        feed = Feed(cancel=cancel, deadline=deadline, silence=silence, source=self.source, on_wait=on_wait)
-        timeout, bounded_by_deadline = self._timeout(deadline)
+        status = reading_status(silence.reading_tokens or 0) if silence.reading else WAITING
+        feed = Feed(cancel=cancel, deadline=deadline, silence=silence, source=self.source, on_wait=on_wait, status=status)
+        timeout, bounded_by_deadline = self._timeout(deadline, silence)
         feed.start(lambda feed: self._io(feed, stream, body, headers, timeout))
         with self._httpx_errors(deadline, bounded_by_deadline):
             head = feed.head()

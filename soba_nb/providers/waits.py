@@ -8,7 +8,8 @@ past `maxOutputTokens` included — while a stream that keeps delivering tokens 
 One *wait* is the time the answer does not grow. `Silence` is its clock: one per call, started
 with the call, reset only when the answer grows, and bounded by the idle limit
 (`%config SobaMagics.idle_timeout_s`). It is shared by all the attempts of a call and their
-backoff waits, so a retry never restarts it:
+backoff waits, so a retry never restarts it. Before the first byte, a local server reading a
+long prompt is given longer (`Silence.reading_s`, SPEC §17, `soba_nb.providers.reading`):
 
 - A retry is made only while there is time left of the wait for it (a reset connection, a quick
   5xx, a short `Retry-After`); a backoff that would pass the idle limit is not started.
@@ -35,6 +36,7 @@ from typing import Any
 
 from soba_nb.providers.base import TextCallback
 from soba_nb.providers.errors import StalledError
+from soba_nb.providers.reading import LOCAL_READING_TOKENS_PER_S
 
 WAIT_CEILING_S = 90.0
 """SPEC §12: every wait on a provider ends within this with default settings (a test checks
@@ -98,9 +100,21 @@ def content_chars(value: Any, skip: Iterable[str] = ()) -> int:
 class Silence:
     """The clock of one call's wait: how long since the answer last grew (see the module)."""
 
-    def __init__(self, limit_s: float, *, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        limit_s: float,
+        *,
+        reading_s: float | None = None,
+        reading_tokens: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.limit_s = limit_s
         """The idle limit."""
+        self.reading_s = max(limit_s, reading_s or 0.0)
+        """The wait for the first byte: the idle limit, or more for a local server reading a
+        long prompt (`soba_nb.providers.reading`, SPEC §17); the idle limit once the answer grows."""
+        self.reading_tokens = reading_tokens
+        """The prompt a local server was given `reading_s` to read (None: no such allowance)."""
         self._clock = clock
         self._since = clock()
         self.grown = False
@@ -119,19 +133,38 @@ class Silence:
         """A line came that may not grow the answer (its parser decides)."""
         self.keepalives += 1
 
+    @property
+    def reading(self) -> bool:
+        """True while a local server is given more than the idle limit to read the prompt."""
+        return not self.grown and self.reading_s > self.limit_s
+
     def remaining(self) -> float:
-        """Seconds left of the current wait (never negative)."""
+        """Seconds left of the idle limit (never negative): what a retry and its backoff must
+        fit in. Never the reading allowance: a failure after a local server has read for longer
+        than the idle limit is not retried, since asking again makes it read the whole prompt
+        again, with nothing of the allowance given back."""
         return max(0.0, self.limit_s - (self._clock() - self._since))
 
     def expired(self) -> bool:
-        """True once the answer has not grown for the idle limit."""
-        return self._clock() - self._since > self.limit_s
+        """True once the answer has not grown for the idle limit (before the first byte, for
+        the reading allowance)."""
+        return self._clock() - self._since > (self.reading_s if self.reading else self.limit_s)
 
     def stalled(self, source: str, *, headers: bool) -> StalledError:
-        """The one-line error for a wait that reached the idle limit."""
+        """The one-line error for a wait that reached the idle limit (or the reading allowance).
+
+        A local server that has not answered when its reading allowance runs out is not asked
+        again either: it would read the same long prompt from the start, minutes more; a shorter
+        context (`%compact`), a faster model or a higher idle limit is what helps."""
         where = "mid-answer" if self.grown else ("after the headers" if headers else "before the headers")
         if self.keepalives:
             where += ", only pings or empty events"
+        if self.reading:
+            return StalledError(
+                f"{source}: nothing of the answer came for {self.reading_s:.0f} s ({where}), the time a local "
+                f"server is given to read {self.reading_tokens or 0:,} prompt tokens (1 s per "
+                f"{LOCAL_READING_TOKENS_PER_S}, at least the idle limit); not retried, it would read them all again; {IDLE_SETTING} above that gives it longer"
+            )
         return StalledError(
             f"{source}: nothing of the answer came for {self.limit_s:g} s ({where}); "
             f"that is the idle limit, {IDLE_SETTING} changes it"
@@ -139,6 +172,12 @@ class Silence:
 
     def retry_refused(self, error: BaseException, delay_s: float) -> str:
         """`error`'s message saying why it is not retried."""
+        waited = self._clock() - self._since
+        if self.reading and waited > self.limit_s:
+            return (
+                f"{error} (not retried: the local server had been reading the prompt for {waited:.0f} s, "
+                "and asking again would make it read it all again)"
+            )
         return (
             f"{error} (not retried: a {delay_s:.1f} s wait would pass the idle limit of "
             f"{self.limit_s:g} s, {IDLE_SETTING})"

@@ -22,6 +22,7 @@ from IPython.utils.capture import capture_output
 from llm_server import endless, ping_events, pings, rate_limited, server_error, text
 
 from soba_nb.agent.loop import DEFAULT_TURN_TIMEOUT_S
+from soba_nb.providers import reading
 from soba_nb.providers.errors import ProviderError, RateLimitError, ServerError
 from soba_nb.providers.http import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_TIMEOUT_S
 from soba_nb.providers.retry import (
@@ -41,6 +42,16 @@ from soba_nb.providers.waits import (
 )
 
 SOURCE = "test server"
+
+
+@pytest.fixture(autouse=True)
+def _the_idle_limit_governs(monkeypatch):
+    """These tests are about SPEC §12's idle limit, the loopback server standing in for any
+    server. Being on 127.0.0.1 it is also a local one, which SPEC §17 gives 1 s per 40 prompt
+    tokens before its first byte (25 s for a turn's 1,000 tokens at a 1 s limit; tested in
+    tests/providers/test_reading.py): a reading pace no prompt here is slower than keeps that
+    allowance at the idle limit."""
+    monkeypatch.setattr(reading, "LOCAL_READING_TOKENS_PER_S", 1_000_000)
 
 
 # -- the defaults ------------------------------------------------------------------------------
