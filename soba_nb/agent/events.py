@@ -38,7 +38,8 @@ class Waiting:
     """Nothing has arrived yet from the model: what it is doing, and for how long."""
 
     status: str
-    """"waiting for the model", "loading the embedded model · 40%", …"""
+    """"waiting for the model", "the model is reading 12,400 tokens" (a local server reading a
+    long prompt, SPEC §17), "loading the embedded model · 40%", …"""
     elapsed_s: float
 
 

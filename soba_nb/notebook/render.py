@@ -37,10 +37,13 @@ from soba_nb.notebook.monitor import (
     Throttle,
 )
 from soba_nb.printable import printable
+from soba_nb.providers.reading import READING
 
 MS_PER_S = 1000
 STATUS_UPDATES_PER_S = 2
 """The live status line ("waiting for the model · 3 s") changes at most this often."""
+PLAIN_READING_EVERY_S = 30.0
+"""Plain output repeats the "the model is reading N tokens · 45 s" line this often."""
 RUNNING = "running"
 NOTICE_COLORS = {"error": "#c62828", "warning": "#ef6c00", "info": "#555", "muted": "#888"}
 
@@ -174,6 +177,7 @@ class TurnRenderer:
         self._held_notice: Notice | None = None
         self._status_handle: Any = None
         self._status_throttle = Throttle(STATUS_UPDATES_PER_S, clock)
+        self._reading_printed_at: float | None = None
 
     # -- plain output ----------------------------------------------------------------
 
@@ -231,7 +235,10 @@ class TurnRenderer:
 
     def _waiting(self, event: Waiting) -> None:
         """Signs of life before the answer starts: a live status line, replaced by the answer."""
-        if not self.rich or not self._status_throttle.ready():
+        if not self.rich:
+            self._print_reading(event)
+            return
+        if not self._status_throttle.ready():
             return
         view = line_view(f"{event.status} · {event.elapsed_s:.0f} s")
         if self._status_handle is None:
@@ -239,7 +246,20 @@ class TurnRenderer:
         else:
             self._status_handle.update(view)
 
+    def _print_reading(self, event: Waiting) -> None:
+        """A terminal gets the line of a local model reading a long prompt (SPEC §17) when it
+        begins and every `PLAIN_READING_EVERY_S` after: a wait of minutes says what it is, and
+        a log is not flooded with seconds. The ordinary short wait prints nothing, as before."""
+        if not event.status.startswith(READING):
+            return
+        last = self._reading_printed_at
+        if last is not None and last <= event.elapsed_s < last + PLAIN_READING_EVERY_S:
+            return
+        self._reading_printed_at = event.elapsed_s
+        self.print_line(f"{event.status} · {event.elapsed_s:.0f} s")
+
     def _clear_status(self) -> None:
+        self._reading_printed_at = None
         if self._status_handle is not None:
             self._status_handle.update(HtmlView("", ""))
             self._status_handle = None
