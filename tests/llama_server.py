@@ -43,9 +43,11 @@ def require_llama_cpp() -> None:
 
 
 @contextlib.contextmanager
-def llama_cpp_server(n_ctx: int, log: Path) -> Iterator[str]:
+def llama_cpp_server(n_ctx: int, log: Path, *, n_threads: int | None = None) -> Iterator[str]:
     """The base URL (`http://127.0.0.1:PORT/v1`) of a llama.cpp server with an `n_ctx` window;
-    stopped (its whole process group) when the block ends."""
+    stopped (its whole process group) when the block ends. With `n_threads` (1: a laptop CPU's
+    pace), the server reads prompts and answers on that many threads; by default it answers on
+    two and reads prompts on every core."""
     require_llama_cpp()
     port = free_port()
     command = [
@@ -55,7 +57,8 @@ def llama_cpp_server(n_ctx: int, log: Path) -> Iterator[str]:
         "--n_ctx", str(n_ctx),
         "--host", "127.0.0.1",
         "--port", str(port),
-        "--n_threads", "2",
+        "--n_threads", str(n_threads or 2),
+        *(["--n_threads_batch", str(n_threads)] if n_threads else []),
     ]
     with log.open("wb") as output:
         process = subprocess.Popen(tied_to_this_process(command), stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
