@@ -22,13 +22,13 @@ from soba_nb.agent.approval import DECLINED, NO_INPUT, ApprovalGate, Approver, d
 from soba_nb.agent.artifacts import keep_images
 from soba_nb.agent.cost import EMBEDDED_PROVIDER, CostCapExceeded
 from soba_nb.agent.events import AgentEvent, Notice, TextDelta, ToolFinished, ToolStarted, Waiting
-from soba_nb.agent.output_limit import cut_answer
+from soba_nb.agent.output_limit import CutAnswer, cut_answer
 from soba_nb.agent.rebuild import note_missing
 from soba_nb.agent.request_images import sent_image_tokens, unsent_image_tokens, with_images
 from soba_nb.agent.session import AgentSession
 from soba_nb.agent.tools import ToolContext, run_tool, summarize_arguments
 from soba_nb.agent.tools.base import DisplayCapture, NotebookAccess
-from soba_nb.agent.usage_evidence import Figure, ceiling, cut_at_once, is_count, received_tokens
+from soba_nb.agent.usage_evidence import cut_prompt, is_count, received_tokens
 from soba_nb.agent.vault import FileVault
 from soba_nb.compaction.cells_context import fit_cells
 from soba_nb.compaction.compactor import HardLimitExceeded
@@ -45,8 +45,8 @@ from soba_nb.transcript.entries import (
     MessageEntry,
     ToolCallEntry,
     ToolResultEntry,
-    estimated_usage,
 )
+from soba_nb.transcript.estimated import estimated_usage
 from soba_nb.transcript.store import TranscriptWriteError
 
 MAX_COUNT_RATIO = 4.0
@@ -121,11 +121,10 @@ class TurnRunner:
         self._retry_ceiling: int | None = None
         """After an overflow that stated the limit: the most the retry may be on our scale."""
         self._operation_id = ""
-        self._unsent_images = 0
-        self._sent_images = 0
-        """Our estimate of the images the last request carried (part of what it sent)."""
-        """Tokens of the images the latest request named but did not carry (`unsent_image_tokens`)."""
         """The latest inference request's `X-Soba-Operation-Id` (its usage entry names it)."""
+        self._unsent_images = 0
+        """Tokens of the images the latest request named but did not carry (`unsent_image_tokens`)."""
+        self._sent_images = 0  # our estimate of the images it carried
 
     def run(self, prompt: Prompt, cells: Sequence[CellRecord] = (), typed: str | None = None) -> TurnResult:
         self.deadline = time.monotonic() + self.turn_timeout_s
@@ -185,11 +184,8 @@ class TurnRunner:
             cut = cut_answer(response, self.session.limits.max_output_tokens)
             for line in cut.notices:
                 self.emit(Notice(line, "warning"))
-            recorded = cut.recorded(response)
-            self._record_answer(
-                response, sent, truncated=self._truncated(response, model_input, sent), calls=recorded.tool_calls
-            )
-            response = recorded
+            self._record_answer(response, sent, truncated=self._truncated(response, model_input, sent), cut=cut)
+            response = cut.recorded(response)
             if not response.tool_calls:
                 self.result.answer = response.text
                 self.result.checkpoint_id = self.session.compactor.record_turn_complete().checkpoint_id
@@ -316,14 +312,10 @@ class TurnRunner:
             return True
         text = sent - self._sent_images  # images are the server's own business (SPEC §17)
         schemas = fixed_tokens(model_input.system, model_input.tools, session.counter) - system_alone
-        if cut_at_once(usage.input_tokens, text - schemas):
-            cut_at: int | None = usage.input_tokens
-            how = "less than half of the messages' text alone: it cut the prompt silently"
-        else:
-            cut_at = ceiling(session.transcript.path_view(), Figure(usage.input_tokens, text))
-            how = "and its counts have stopped growing with what is sent: it cut the prompt silently"
-        if cut_at is None:
+        found = cut_prompt(session.transcript.path_view(), usage.input_tokens, text=text, messages_text=text - schemas)
+        if found is None:
             return False  # another tokenizer, a gateway's own count: evidence, not a cut
+        cut_at, how = found
         if not session.plausible_window(cut_at):
             self._warn_once(
                 "ceiling below the fixed part",
@@ -334,7 +326,7 @@ class TurnRunner:
         session.learn_window(cut_at, "truncation", f"the server's counts stopped growing at {cut_at:,} tokens")
         self.emit(
             Notice(
-                f"the server counted {usage.input_tokens:,} input tokens where about {sent:,} were sent, {how} "
+                f"the server counted {usage.input_tokens:,} input tokens where about {sent:,} were sent, {how}: it cut the prompt silently "
                 "(Ollama does when num_ctx is smaller), so the answer may have missed part of the context. The window is now "
                 f"{session.limits.context_window:,} for this session; give the server a larger context "
                 "(Ollama: OLLAMA_CONTEXT_LENGTH or PARAMETER num_ctx) to use more",
@@ -394,12 +386,11 @@ class TurnRunner:
             )
         return None
 
-    def _record_answer(self, response: ModelResponse, sent: int, *, truncated: bool, calls: list[ToolCall]) -> None:
-        """The answer, its calls as recorded (`calls`: cut ones shortened) and its usage (priced
-        on what the server sent)."""
+    def _record_answer(self, response: ModelResponse, sent: int, *, truncated: bool, cut: CutAnswer) -> None:
+        """The answer, its calls (cut ones shortened) and its usage (priced on what came)."""
         transcript = self.session.transcript
         transcript.append(MessageEntry(role="assistant", content=response.text))
-        for call in calls:
+        for call in cut.recorded(response).tool_calls:
             transcript.append(ToolCallEntry(call_id=call.id, name=call.name, arguments=call.arguments))
         if response.usage is not None:
             transcript.append(

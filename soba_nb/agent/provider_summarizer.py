@@ -12,7 +12,8 @@ from soba_nb.agent.usage_evidence import received_tokens
 from soba_nb.compaction.summarizer import ProgressCallback, SummaryOutput
 from soba_nb.providers.base import ChatMessage, ModelRequest, Provider, SpendCheck
 from soba_nb.tokens import TokenCounter, choose_encoding
-from soba_nb.transcript.entries import UsageEntry, estimated_usage
+from soba_nb.transcript.entries import UsageEntry
+from soba_nb.transcript.estimated import estimated_usage
 
 CHARS_PER_TOKEN_RECEIVED = 4
 """A cut-off answer is known only by its length: tokens estimated as characters / 4, rounded up."""

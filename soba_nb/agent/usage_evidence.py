@@ -23,7 +23,7 @@ a local vision model's patches, or not counted at all), so what we estimate for 
 off what was sent (`UsageEntry.sent_image_tokens`), and the evidence is the growth of text.
 
 No figure at all (a server that ignores `stream_options.include_usage`): the request is
-recorded with our own counts, marked `estimated` (`entries.estimated_usage`), so the cost cap holds
+recorded with our own counts, marked `estimated` (`transcript.estimated`), so the cost cap holds
 (SPEC §11, §16). Those entries are priced, never evidence about the server's counting.
 """
 
@@ -107,6 +107,15 @@ def ceiling(path: Sequence[Entry], current: Figure) -> int | None:
     if all(stalled(earlier, later) for earlier, later in zip(chain[:-1], chain[1:], strict=True)):
         return max(figure.count for figure in chain[1:])
     return None
+
+
+def cut_prompt(path: Sequence[Entry], count: int, *, text: int, messages_text: int) -> tuple[int, str] | None:
+    """The size a server cut a prompt to (`count` measured a request of `text` tokens of text,
+    `messages_text` of them its messages'), and how that shows; None for no cut."""
+    if cut_at_once(count, messages_text):
+        return count, "less than half of the messages' text alone"
+    cut_at = ceiling(path, Figure(count, text))
+    return None if cut_at is None else (cut_at, "and its counts have stopped growing with what is sent")
 
 
 def text_sent(sent: int, image_tokens: int | object) -> int:

@@ -29,7 +29,8 @@ from soba_nb.compaction.planner import Cut
 from soba_nb.compaction.summarizer import RequestNotSent
 from soba_nb.messages import ToolSchema
 from soba_nb.tokens import TokenCounter
-from soba_nb.transcript.entries import NativeContinuation, SkillEntry, UsageEntry, estimated_usage
+from soba_nb.transcript.entries import NativeContinuation, SkillEntry, UsageEntry
+from soba_nb.transcript.estimated import estimated_usage
 
 POLL_S = 0.05
 

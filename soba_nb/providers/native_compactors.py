@@ -47,7 +47,8 @@ from soba_nb.providers.classify import classify_stream_error
 from soba_nb.providers.errors import RequestRejectedError
 from soba_nb.providers.responses import RESPONSES_KIND, ResponsesProvider, input_items
 from soba_nb.providers.responses import usage_from_wire as responses_usage
-from soba_nb.transcript.entries import NativeContinuation, estimated_usage
+from soba_nb.transcript.entries import NativeContinuation
+from soba_nb.transcript.estimated import estimated_usage
 
 CHARS_PER_TOKEN_RECEIVED = 4
 """An answer without usage figures is priced at its length / 4 tokens, rounded up."""

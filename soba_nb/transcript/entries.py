@@ -284,29 +284,6 @@ class UsageEntry(_Entry, tag="usage", kw_only=True, frozen=True):
     evidence about the server's counting). Absent for the server's own figures."""
 
 
-def estimated_usage(
-    sent: int,
-    received: int,
-    *,
-    provider: str | None,
-    model: str | None,
-    operation_id: str,
-    operation: UsageOperation = "inference",
-) -> UsageEntry:
-    """The `usage` entry of a request whose server sent no figures: our own counts of what was
-    sent and received, marked `estimated` (priced, never a budget figure)."""
-    return UsageEntry(
-        input_tokens=max(sent, 0),
-        output_tokens=max(received, 0),
-        provider=provider,
-        model=model,
-        operation_id=operation_id,
-        operation=operation,
-        sent_tokens=max(sent, 0) if operation == "inference" else None,
-        estimated=True,
-    )
-
-
 class NativeContinuation(Struct, kw_only=True, frozen=True, rename="camel", gc=False):
     """Provider-side compaction state (SPEC §5 item 2), kept beside the portable capsule.
 
