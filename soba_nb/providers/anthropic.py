@@ -37,7 +37,7 @@ from soba_nb.providers.classify import classify_stream_error
 from soba_nb.providers.errors import IncompleteResponseError
 from soba_nb.providers.http import HttpProvider
 from soba_nb.providers.sse import ServerSentEvent
-from soba_nb.providers.waits import TextSink, content_chars
+from soba_nb.providers.waits import TextSink, content_text
 from soba_nb.transcript.entries import NativeContinuation
 
 DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"
@@ -105,17 +105,17 @@ NOT_GROWTH = ("type", "id")
 """Fields of a content block or delta that are bookkeeping, not content the model produced."""
 
 
-def hidden_chars(kind: str, payload: dict[str, Any]) -> int:
+def hidden_content(kind: str, payload: dict[str, Any]) -> str:
     """How much an event adds to the answer besides its shown text (`text_delta`, counted as it
     is shown): tool names and `input_json_delta` pieces, `thinking_delta`, a block's initial
     content. `ping` and the message's own events add nothing, so a stream of pings is a stall
     (`providers.waits`)."""
     if kind == "content_block_start":
-        return content_chars(payload.get("content_block"), skip=NOT_GROWTH)
+        return content_text(payload.get("content_block"), skip=NOT_GROWTH)
     delta = payload.get("delta")
     if kind == "content_block_delta" and isinstance(delta, dict) and delta.get("type") != "text_delta":
-        return content_chars(delta, skip=NOT_GROWTH)
-    return 0
+        return content_text(delta, skip=NOT_GROWTH)
+    return ""
 
 
 def tool_input(arguments: str) -> dict[str, Any]:
@@ -306,6 +306,7 @@ class AnthropicProvider(HttpProvider):
 
     def parse_stream(self, events: Iterator[ServerSentEvent], emit: TextSink) -> ModelResponse:
         state = _StreamState()
+        emit.calls = lambda: _stream_calls(state)
         for event, payload in self.json_events(events, "stream event", until_done=False):
             kind = payload.get("type", event.event)
             if kind == "message_stop":
@@ -316,7 +317,7 @@ class AnthropicProvider(HttpProvider):
                 # A field of an unexpected type (a list where an object belongs, ...).
                 raise self.bad_answer(f"malformed {kind} event: {exc}", payload) from None
             emit(shown)
-            emit.grow(hidden_chars(kind, payload))
+            emit.grow(hidden_content(kind, payload))
         if state.stop_reason is None:
             raise IncompleteResponseError(f"{self.source}: the stream ended without a stop reason")
         return self._stream_result(state)
@@ -368,17 +369,8 @@ class AnthropicProvider(HttpProvider):
         return ""
 
     def _stream_result(self, state: _StreamState) -> ModelResponse:
-        text: list[str] = []
-        calls: list[ToolCall] = []
-        for _index, block in sorted(state.blocks.items()):
-            if block.kind == "text":
-                text.extend(block.text)
-            elif block.kind == "tool_use":
-                streamed = "".join(block.text)
-                arguments = streamed or (
-                    json.dumps(block.initial_input) if block.initial_input else "{}"
-                )
-                calls.append(ToolCall(id=block.tool_id, name=block.tool_name, arguments=arguments))
+        text = [piece for _, block in sorted(state.blocks.items()) if block.kind == "text" for piece in block.text]
+        calls = _stream_calls(state)
         usage = (
             None
             if state.input_tokens is None
@@ -396,3 +388,14 @@ class AnthropicProvider(HttpProvider):
             model=state.model or self.model,
             provider=self.name,
         )
+
+
+def _stream_calls(state: _StreamState) -> list[ToolCall]:
+    """The `tool_use` blocks of a stream so far, arguments as they came."""
+    calls: list[ToolCall] = []
+    for _index, block in sorted(state.blocks.items()):
+        if block.kind == "tool_use":
+            streamed = "".join(block.text)
+            arguments = streamed or (json.dumps(block.initial_input) if block.initial_input else "{}")
+            calls.append(ToolCall(id=block.tool_id, name=block.tool_name, arguments=arguments))
+    return calls

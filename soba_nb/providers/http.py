@@ -58,6 +58,7 @@ from soba_nb.providers.errors import (
 )
 from soba_nb.providers.feed import WAITING, Feed
 from soba_nb.providers.keys import is_local_url, read_api_key, redact
+from soba_nb.providers.output_count import OutputCount
 from soba_nb.providers.reading import (
     is_private_server,
     prompt_tokens,
@@ -234,7 +235,7 @@ class HttpProvider(ABC):
             OPERATION_ID_HEADER: request.operation_id,
         }
         body = self.build_body(request)
-        sink = TextSink(on_text, silence=silence, max_output_tokens=request.max_output_tokens)
+        sink = TextSink(on_text, silence=silence, count=self.output_count(request))
         # Some servers (llama.cpp) answer an oversized prompt with HTTP 200 and an empty
         # stream, and gateways (LiteLLM) with one empty `finish_reason: stop` chunk; asked
         # without streaming they give the real error (400, overflow). So a stream that brought
@@ -467,12 +468,19 @@ class HttpProvider(ABC):
                 raise EmptyAnswerError(f"{self.source}: the server answered 200 with an empty stream") from None
             raise
 
+    def output_count(self, request: ModelRequest) -> OutputCount | None:
+        """How the answer's tokens are counted against `maxOutputTokens` (SPEC §17)."""
+        return OutputCount(request.max_output_tokens, self.name, self.model)
+
     def _stopped_at_limit(self, sink: TextSink) -> ModelResponse:
         """The answer of a stream stopped past `maxOutputTokens`: what a server honouring the
-        limit would have sent — the text so far, finish `length` — so every caller treats it as
-        any answer cut at its limit. Tool calls still arriving are dropped (their arguments are
-        cut), and so is usage, which the server sends only at the end."""
-        return ModelResponse(text="".join(sink.shown), finish_reason=LENGTH_FINISH, model=self.model, provider=self.name)
+        limit would have sent — the text so far, the calls so far (their arguments cut), finish
+        `length` — so every caller treats it as any answer cut at its limit (the loop says so
+        and tells the model of a cut call). No usage: the server sends it only at the end."""
+        return ModelResponse(
+            text="".join(sink.shown), tool_calls=sink.calls(), finish_reason=LENGTH_FINISH, model=self.model,
+            provider=self.name, stopped_at_tokens=sink.count.tokens if sink.count is not None else None,
+        )  # fmt: skip
 
     # -- resources -------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from soba_nb.providers.local_model import (
 )
 from soba_nb.providers.local_process import EngineProcess, engine_for
 from soba_nb.providers.openai import OpenAIProvider
+from soba_nb.providers.output_count import OutputCount
 
 PROVIDER_NAME = "local"
 DEFAULT_MODEL_NAME = EMBEDDED_MODEL_NAME
@@ -60,6 +61,11 @@ class LocalProvider(OpenAIProvider):
         self.source = PROVIDER_NAME
 
     # -- model facts ---------------------------------------------------------------
+
+    def output_count(self, request: ModelRequest) -> OutputCount | None:
+        """None: the embedded engine stops at `max_tokens` itself (counting would load a
+        second tokenizer beside its own)."""
+        return None
 
     @property
     def context_window(self) -> int:

@@ -29,7 +29,7 @@ from soba_nb.providers.classify import classify_stream_error
 from soba_nb.providers.errors import IncompleteResponseError
 from soba_nb.providers.http import HttpProvider
 from soba_nb.providers.sse import ServerSentEvent
-from soba_nb.providers.waits import TextSink, content_chars
+from soba_nb.providers.waits import TextSink, content_text
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 OPENAI_HOST = "api.openai.com"
@@ -301,6 +301,7 @@ class OpenAIProvider(HttpProvider):
 
     def parse_stream(self, events: Iterator[ServerSentEvent], emit: TextSink) -> ModelResponse:
         state = _StreamState()
+        emit.calls = state.tool_calls
         for _event, chunk in self.json_events(events, "stream chunk"):
             try:
                 shown, hidden = self._apply_chunk(chunk, state)
@@ -324,9 +325,9 @@ class OpenAIProvider(HttpProvider):
             provider=self.name,
         )
 
-    def _apply_chunk(self, chunk: dict[str, Any], state: _StreamState) -> tuple[str, int]:
+    def _apply_chunk(self, chunk: dict[str, Any], state: _StreamState) -> tuple[str, str]:
         """Fold one chunk into the state; returns the answer text it adds (to show) and the
-        size of the other content it adds (tool calls, reasoning)."""
+        other content it adds (tool calls, reasoning)."""
         if "error" in chunk:
             # vLLM and llama.cpp report failures inside a 200 stream.
             raise classify_stream_error(self.source, chunk)
@@ -336,7 +337,7 @@ class OpenAIProvider(HttpProvider):
         # The usage chunk (choices: []) comes after the finish reason; llama.cpp puts it on the last choice chunk.
         state.usage = usage_from_wire(chunk.get("usage")) or state.usage
         shown: list[str] = []
-        hidden = 0
+        hidden: list[str] = []
         for choice in chunk.get("choices") or []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
@@ -348,7 +349,7 @@ class OpenAIProvider(HttpProvider):
                 state.text.append(content)
                 shown.append(content)
             state.add_tool_deltas(delta.get("tool_calls") or [])
-            hidden += content_chars(delta, skip=NOT_GROWTH)
+            hidden.append(content_text(delta, skip=NOT_GROWTH))
             if isinstance(choice.get("finish_reason"), str):
                 state.finish_reason = choice["finish_reason"]
-        return "".join(shown), hidden
+        return "".join(shown), "".join(hidden)

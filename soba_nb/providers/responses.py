@@ -35,7 +35,7 @@ from soba_nb.providers.errors import IncompleteResponseError
 from soba_nb.providers.http import HttpProvider
 from soba_nb.providers.openai import DEFAULT_OPENAI_BASE_URL, arguments_text
 from soba_nb.providers.sse import ServerSentEvent
-from soba_nb.providers.waits import TextSink, content_chars
+from soba_nb.providers.waits import TextSink, content_text
 from soba_nb.transcript.entries import NativeContinuation
 
 RESPONSES_PATH = "/responses"
@@ -50,17 +50,17 @@ TEXT_DELTA = "response.output_text.delta"
 DELTA_SUFFIX = ".delta"
 
 
-def hidden_chars(kind: str, payload: dict[str, Any]) -> int:
+def hidden_content(kind: str, payload: dict[str, Any]) -> str:
     """How much an event adds to the answer besides its shown text (counted as it is shown):
     every other `*.delta` (function-call arguments, reasoning text) and a new call's name.
     Status events (`response.in_progress`, ...) add nothing, so a stream of them is a stall
     (`providers.waits`)."""
     if kind.endswith(DELTA_SUFFIX) and kind != TEXT_DELTA:
-        return content_chars(payload.get("delta"))
+        return content_text(payload.get("delta"))
     item = payload.get("item")
     if kind == "response.output_item.added" and isinstance(item, dict):
-        return content_chars(item.get("name"))
-    return 0
+        return content_text(item.get("name"))
+    return ""
 
 
 def message_items(message: ChatMessage) -> list[dict[str, Any]]:
@@ -263,6 +263,7 @@ class ResponsesProvider(HttpProvider):
 
     def parse_stream(self, events: Iterator[ServerSentEvent], emit: TextSink) -> ModelResponse:
         state = _StreamState()
+        emit.calls = state.tool_calls
         for event, payload in self.json_events(events, "stream event"):
             kind = str(payload.get("type", event.event))
             try:
@@ -270,7 +271,7 @@ class ResponsesProvider(HttpProvider):
             except (AttributeError, TypeError, ValueError) as exc:
                 # A field of an unexpected type (a list where an object belongs, ...).
                 raise self.bad_answer(f"malformed {kind} event: {exc}", payload) from None
-            emit.grow(hidden_chars(kind, payload))
+            emit.grow(hidden_content(kind, payload))
             if kind in ENDED:
                 break
         if state.response is None:

@@ -34,8 +34,10 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from soba_nb.messages import ToolCall
 from soba_nb.providers.base import TextCallback
 from soba_nb.providers.errors import StalledError
+from soba_nb.providers.output_count import OutputCount
 from soba_nb.providers.reading import LOCAL_READING_TOKENS_PER_S
 
 WAIT_CEILING_S = 90.0
@@ -52,16 +54,6 @@ a wait can outlast its limit before it is noticed."""
 IDLE_SETTING = "%config SobaMagics.idle_timeout_s"
 """How error messages tell the user to change the idle limit."""
 
-CHARS_PER_TOKEN = 4
-"""The usual characters per token of BPE tokenizers on English and code: the cheap count of how
-much of `maxOutputTokens` a stream has used (a tokenizer per chunk would cost too much)."""
-OVERRUN_FACTOR = 2.0
-"""A stream is stopped once the cheap count passes this multiple of `maxOutputTokens`: text
-averaging up to 8 characters a token (long identifiers, runs of spaces) is never cut while the
-server stays within its limit, and a stream that ignores the limit is stopped soon after it."""
-OVERRUN_SLACK_TOKENS = 64
-"""Added to the stopping point, so a small limit (a 16-token probe) is not cut by the noise of
-the cheap count on a few long words."""
 LENGTH_FINISH = "length"
 """The finish reason of an answer stopped at its output limit (what a server says when it
 stops at `max_tokens` itself; the loop keeps such an answer, the summarizer refuses it)."""
@@ -73,28 +65,23 @@ def longest_wait_s(idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> float:
     return idle_timeout_s + POLL_S
 
 
-def overrun_chars(max_output_tokens: int) -> int:
-    """How many characters of answer content a stream may bring before it is stopped."""
-    return int((max_output_tokens * OVERRUN_FACTOR + OVERRUN_SLACK_TOKENS) * CHARS_PER_TOKEN)
-
-
-def content_chars(value: Any, skip: Iterable[str] = ()) -> int:
-    """Characters of the strings in a JSON value (a delta, a content block), leaving out the
-    fields named in `skip` at every depth (its shown text, its type, its ids): how much it adds
-    to an answer. Numbers, booleans and empty strings add nothing. Walked with a stack, not
+def content_text(value: Any, skip: Iterable[str] = ()) -> str:
+    """The strings of a JSON value (a delta, a content block) joined, leaving out the fields
+    named in `skip` at every depth (its shown text, its type, its ids): what it adds to an
+    answer. Numbers, booleans and empty strings add nothing. Walked with a stack, not
     recursion: a server's JSON may be nested as deep as the parser allows."""
     skipped = frozenset(skip)
-    total = 0
+    found: list[str] = []
     pending = [value]
     while pending:
         item = pending.pop()
         if isinstance(item, str):
-            total += len(item)
+            found.append(item)
         elif isinstance(item, dict):
             pending.extend(child for key, child in item.items() if key not in skipped)
         elif isinstance(item, list):
             pending.extend(item)
-    return total
+    return "".join(found)
 
 
 class Silence:
@@ -185,23 +172,26 @@ class Silence:
 
 
 class AnswerOverrun(Exception):
-    """A stream went clearly past `maxOutputTokens` (`overrun_chars`); raised by `TextSink` to
-    stop reading it. Internal: the provider turns it into an answer with finish `length`."""
+    """A stream went clearly past `maxOutputTokens` (`output_count.stop_tokens`); raised by
+    `TextSink` to stop reading it. Internal: the provider turns it into an answer with finish
+    `length`, keeping the calls that were still arriving (cut)."""
 
 
 class TextSink:
     """The answer as a parser reads it: shows its text and marks how far it has grown.
 
-    Parsers call the sink with each piece of answer text, and `grow` with the size of any other
-    content (tool-call pieces, reasoning): both reset the call's `Silence` and count toward
-    `maxOutputTokens`, which raises `AnswerOverrun` once clearly passed."""
+    Parsers call the sink with each piece of answer text, and `grow` with any other content
+    (tool-call pieces, reasoning): both reset the call's `Silence` and count toward
+    `maxOutputTokens` in tokens (`OutputCount`), which raises `AnswerOverrun` once clearly
+    passed. A parser sets `calls` to what tells the calls so far, so a stream stopped there
+    keeps them (cut)."""
 
     def __init__(
         self,
         on_text: TextCallback | None,
         *,
         silence: Silence | None = None,
-        max_output_tokens: int | None = None,
+        count: OutputCount | None = None,
     ):
         self._on_text = on_text
         self.silence = silence
@@ -210,16 +200,17 @@ class TextSink:
         or the user would see the start of the answer twice."""
         self.shown: list[str] = []
         """The text shown so far: the answer kept when the stream is stopped at its limit."""
-        self.chars = 0
-        """Characters of content the answer has gained (text and the rest)."""
-        self.limit_chars = None if max_output_tokens is None else overrun_chars(max_output_tokens)
+        self.count = count
+        """The answer's tokens against `maxOutputTokens` (None: not counted)."""
+        self.calls: Callable[[], list[ToolCall]] = list
+        """The tool calls so far, arguments as they came (the parser's)."""
 
     def __call__(self, text: str) -> None:
         """A piece of answer text: shown, then counted (what was shown is kept if it stops)."""
         if not text:
             return
         self.show(text)
-        self.grow(len(text))
+        self.grow(text)
 
     def show(self, text: str) -> None:
         """Show text without counting it (a whole answer that came in one piece)."""
@@ -236,12 +227,11 @@ class TextSink:
         if self.silence is not None:
             self.silence.progress()
 
-    def grow(self, chars: int) -> None:
-        """The answer gained `chars` characters of content."""
-        if chars <= 0:
+    def grow(self, content: str) -> None:
+        """The answer gained `content` (text, a tool call's piece, reasoning)."""
+        if not content:
             return
-        self.chars += chars
         if self.silence is not None:
             self.silence.progress()
-        if self.limit_chars is not None and self.chars > self.limit_chars:
-            raise AnswerOverrun(f"about {self.chars // CHARS_PER_TOKEN:,} tokens")
+        if self.count is not None and self.count.add(content):
+            raise AnswerOverrun(f"about {self.count.tokens:,} tokens")

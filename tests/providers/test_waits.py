@@ -18,7 +18,7 @@ from llm_server import LLMServer, endless, ping_events, pings, rate_limited, ser
 
 from soba_nb.config import ModelSettings
 from soba_nb.providers.anthropic import AnthropicProvider
-from soba_nb.providers.anthropic import hidden_chars as anthropic_hidden_chars
+from soba_nb.providers.anthropic import hidden_content as anthropic_hidden
 from soba_nb.providers.base import ChatMessage, ModelRequest
 from soba_nb.providers.errors import (
     Cancelled,
@@ -29,16 +29,17 @@ from soba_nb.providers.errors import (
     StalledError,
 )
 from soba_nb.providers.openai import OpenAIProvider
+from soba_nb.providers.output_count import OutputCount, stop_tokens
 from soba_nb.providers.responses import ResponsesProvider
-from soba_nb.providers.responses import hidden_chars as responses_hidden_chars
+from soba_nb.providers.responses import hidden_content as responses_hidden
 from soba_nb.providers.waits import (
     IDLE_SETTING,
     AnswerOverrun,
     Silence,
     TextSink,
-    content_chars,
-    overrun_chars,
+    content_text,
 )
+from soba_nb.tokens import get_encoding
 
 IDLE_S = 1.0
 FAST = {"backoff_base_s": 0.01, "backoff_max_s": 0.02, "jitter_ratio": 0.0}
@@ -246,13 +247,15 @@ def test_an_endless_answer_is_stopped_past_max_output_tokens_with_finish_length(
         took = time.monotonic() - started
     assert answer.finish_reason == "length" and answer.tool_calls == []
     assert answer.text == "".join(shown)  # what was shown is kept, nothing more
-    assert overrun_chars(MAX_OUTPUT_TOKENS) < len(answer.text) <= overrun_chars(MAX_OUTPUT_TOKENS) + len("word ")
+    tokens = len(get_encoding("o200k_base").encode_ordinary(answer.text))
+    assert stop_tokens(MAX_OUTPUT_TOKENS) < tokens <= stop_tokens(MAX_OUTPUT_TOKENS) + 70  # stopped there, in tokens
+    assert answer.stopped_at_tokens is not None and answer.stopped_at_tokens > stop_tokens(MAX_OUTPUT_TOKENS)
     assert took < SLACK_S + IDLE_S
     assert server.wait_until(lambda: server.requests[0].disconnected, timeout_s=5)  # the stream was closed
 
 
 def test_an_answer_within_max_output_tokens_is_never_stopped(server):
-    within = "x" * (MAX_OUTPUT_TOKENS * 4)  # a whole limit's worth by the cheap count
+    within = "word " * MAX_OUTPUT_TOKENS  # a whole limit's worth of tokens
     server.script(text(within, chunks=16))
     with provider(server) as p:
         answer = p.complete(request())
@@ -260,7 +263,7 @@ def test_an_answer_within_max_output_tokens_is_never_stopped(server):
 
 
 def test_a_non_streamed_answer_is_never_stopped_at_the_limit(server):
-    long = "y" * (overrun_chars(MAX_OUTPUT_TOKENS) * 2)
+    long = "y " * (stop_tokens(MAX_OUTPUT_TOKENS) * 2)
     server.script(text(long))
     with provider(server) as p:
         answer = p.complete(request(stream=False))
@@ -328,41 +331,35 @@ def test_the_sink_grows_the_answer_and_stops_it_clearly_past_the_limit():
     clock = FakeClock()
     silence = Silence(10, clock=clock)
     shown: list[str] = []
-    sink = TextSink(shown.append, silence=silence, max_output_tokens=MAX_OUTPUT_TOKENS)
+    sink = TextSink(shown.append, silence=silence, count=OutputCount(MAX_OUTPUT_TOKENS, "openai", "gpt-4o"))
     clock.now = 9
-    sink.grow(0)  # an empty delta is no progress
+    sink.grow("")  # an empty delta is no progress
     assert silence.remaining() == 1
     sink("abc")
     assert silence.remaining() == 10 and sink.delivered and shown == ["abc"]
-    sink.grow(overrun_chars(MAX_OUTPUT_TOKENS) - 3)  # exactly at the stopping point: still fine
+    sink.grow(" x" * (stop_tokens(MAX_OUTPUT_TOKENS) - 1))  # within the stopping point: still fine
     with pytest.raises(AnswerOverrun):
-        sink("d")
-    assert sink.shown == ["abc", "d"]  # what was shown before stopping is kept
+        sink(" d" * 200)
+    assert sink.shown == ["abc", " d" * 200]  # what was shown before stopping is kept
 
 
 def test_only_content_counts_as_growth_in_each_wire_format():
-    assert content_chars({"role": "assistant", "content": ""}, skip=("role", "content")) == 0
-    assert content_chars({"reasoning_content": "think"}, skip=("role", "content")) == 5
+    assert content_text({"role": "assistant", "content": ""}, skip=("role", "content")) == ""
+    assert content_text({"reasoning_content": "think"}, skip=("role", "content")) == "think"
     tool = {"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]}
-    assert content_chars(tool, skip=("role", "content", "type", "id", "index")) == 4
-    assert anthropic_hidden_chars("ping", {"type": "ping"}) == 0
-    assert anthropic_hidden_chars("content_block_delta", {"delta": {"type": "text_delta", "text": "hi"}}) == 0
-    assert anthropic_hidden_chars("content_block_delta", {"delta": {"type": "thinking_delta", "thinking": "hm"}}) == 2
-    assert anthropic_hidden_chars("content_block_delta", {"delta": {"type": "input_json_delta", "partial_json": '{"a'}}) == 3
-    assert responses_hidden_chars("response.in_progress", {"response": {"status": "in_progress"}}) == 0
-    assert responses_hidden_chars("response.output_text.delta", {"delta": "hi"}) == 0
-    assert responses_hidden_chars("response.reasoning_summary_text.delta", {"delta": "why"}) == 3
-    assert responses_hidden_chars("response.function_call_arguments.delta", {"delta": '{"p'}) == 3
+    assert sorted(content_text(tool, skip=("role", "content", "type", "id", "index"))) == sorted("ls{}")
+    assert anthropic_hidden("ping", {"type": "ping"}) == ""
+    assert anthropic_hidden("content_block_delta", {"delta": {"type": "text_delta", "text": "hi"}}) == ""
+    assert anthropic_hidden("content_block_delta", {"delta": {"type": "thinking_delta", "thinking": "hm"}}) == "hm"
+    assert anthropic_hidden("content_block_delta", {"delta": {"type": "input_json_delta", "partial_json": '{"a'}}) == '{"a'
+    assert responses_hidden("response.in_progress", {"response": {"status": "in_progress"}}) == ""
+    assert responses_hidden("response.output_text.delta", {"delta": "hi"}) == ""
+    assert responses_hidden("response.reasoning_summary_text.delta", {"delta": "why"}) == "why"
+    assert responses_hidden("response.function_call_arguments.delta", {"delta": '{"p'}) == '{"p'
 
 
 def test_content_of_any_depth_is_counted_without_recursion():
     nested: object = "abc"
     for _ in range(5000):
         nested = {"x": [nested]}
-    assert content_chars(nested) == 3
-
-
-def test_overrun_point_leaves_room_for_long_tokens():
-    # Twice the limit at 4 characters a token, plus a little: 8+ characters a token stay whole.
-    assert overrun_chars(1000) >= 1000 * 8
-    assert overrun_chars(MAX_OUTPUT_TOKENS) > MAX_OUTPUT_TOKENS * 8
+    assert content_text(nested) == "abc"

@@ -25,6 +25,7 @@ from soba_nb.agent.loop import DEFAULT_TURN_TIMEOUT_S
 from soba_nb.providers import reading
 from soba_nb.providers.errors import ProviderError, RateLimitError, ServerError
 from soba_nb.providers.http import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_TIMEOUT_S
+from soba_nb.providers.output_count import BLOCK_CHARS, stop_tokens
 from soba_nb.providers.retry import (
     DEFAULT_RETRY_AFTER_CAP_S,
     Deadline,
@@ -38,8 +39,8 @@ from soba_nb.providers.waits import (
     WAIT_CEILING_S,
     Silence,
     longest_wait_s,
-    overrun_chars,
 )
+from soba_nb.tokens import get_encoding
 
 SOURCE = "test server"
 
@@ -200,9 +201,9 @@ def test_an_answer_that_never_ends_is_stopped_past_max_output_tokens(ip, scripte
     with capture_output():
         result = magics.run_prompt("talk forever")
     took = time.monotonic() - started
-    limit = overrun_chars(magics.agent.limits.max_output_tokens)
+    limit = stop_tokens(magics.agent.limits.max_output_tokens)
     assert result.status == "completed"  # an answer cut at its limit, kept like any other
-    assert limit < len(result.answer) <= limit + len("word ")
+    assert limit < len(get_encoding("o200k_base").encode_ordinary(result.answer)) <= limit + BLOCK_CHARS
     assert took < 15  # long before the turn's deadline (600 s by default, 601 s before)
     assert scripted.server.wait_until(lambda: scripted.inference_requests()[0].disconnected, timeout_s=5)
 
