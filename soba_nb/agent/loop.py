@@ -311,8 +311,8 @@ class TurnRunner:
             )
             return True
         text = sent - self._sent_images  # images are the server's own business (SPEC §17)
-        schemas = fixed_tokens(model_input.system, model_input.tools, session.counter) - system_alone
-        found = cut_prompt(session.transcript.path_view(), usage.input_tokens, text=text, messages_text=text - schemas)
+        conversation = text - fixed_tokens(model_input.system, model_input.tools, session.counter)
+        found = cut_prompt(session.transcript.path_view(), usage.input_tokens, text=text, messages_text=conversation)
         if found is None:
             return False  # another tokenizer, a gateway's own count: evidence, not a cut
         cut_at, how = found

@@ -14,9 +14,11 @@ after the server's own), two cannot. A figure that cannot be a count of any requ
 less than half of the system prompt every request starts with — is not used (`is_count`).
 
 Or a figure far below anything a tokenizer or unrendered tool schemas could explain: under
-half of the text of the request's messages (its system prompt and conversation, without the
-tool schemas a server may leave out) is a cut prompt at once (`cut_at_once`): Ollama's
-`num_ctx` cut of a long first request is caught on its first figure (SPEC §17).
+half of the text of the request's messages alone (the conversation: no system prompt, no tool
+schemas — a server may not render the schemas, and LiteLLM's own count of a llama.cpp stream
+left both out: 478 where the conversation was 446 of our 1,665) is a cut prompt at once
+(`cut_at_once`): Ollama's `num_ctx` cut of a long first request is caught on its first figure
+(SPEC §17).
 
 Images are left out of every comparison: their tokens are someone else's rule (OpenAI's tiles,
 a local vision model's patches, or not counted at all), so what we estimate for them is taken
@@ -49,8 +51,9 @@ COUNT_FLOOR_SHARE = 0.5
 """Every request carries the system prompt: a count below this share of our count of it is
 no count of the request (whatever the tokenizer), e.g. a server that reports 0."""
 CUT_AT_ONCE_SHARE = 0.5
-"""A count under this share of the messages' text (ours: no tokenizer differs by half, and the
-tool schemas a server may not render are left out) is a prompt cut at once."""
+"""A count under this share of the messages' text (ours, the conversation alone: no tokenizer
+differs by half, and the system prompt and tool schemas a count may leave out are left out) is
+a prompt cut at once."""
 
 
 @dataclass(frozen=True)
@@ -125,8 +128,8 @@ def text_sent(sent: int, image_tokens: int | object) -> int:
 
 def cut_at_once(count: int, messages_text: int) -> bool:
     """One figure is a cut prompt: under `CUT_AT_ONCE_SHARE` of our count of the messages'
-    text (system prompt and conversation, no tool schemas, no images), once that text is large
-    enough for the comparison to mean anything (`TRUNCATION_MIN_TOKENS`)."""
+    text (the conversation: no system prompt, no tool schemas, no images), once that text is
+    large enough for the comparison to mean anything (`TRUNCATION_MIN_TOKENS`)."""
     return messages_text >= TRUNCATION_MIN_TOKENS and count < CUT_AT_ONCE_SHARE * messages_text
 
 

@@ -25,7 +25,7 @@ from soba_nb.transcript.entries import MessageEntry, UsageEntry, WindowEntry
 
 N_CTX = 2048
 LONG_ANSWER = "Here is how, step by step, with the reasons for each step. " * 33
-"""About 400 tokens."""
+"""About 400 tokens: within maxOutputTokens 512, as a server honouring max_tokens answers."""
 GATEWAY_SHARE = 0.8
 """The gateway's own count of a stream against the server's (LiteLLM: 341–502 for 432–598)."""
 
@@ -79,7 +79,7 @@ def learned(ip) -> list[tuple[int, str]]:
 def test_a_gateways_own_counts_are_no_cut_prompt(ip, nb_dir, llm_server, context_window):
     """The first figure is about a third of our count (no tool schemas, another tokenizer): once
     read as a cut prompt, now evidence; the counts grow with what is sent, so nothing is cut."""
-    model_layer = {"name": "team-smol", "maxOutputTokens": 256}
+    model_layer = {"name": "team-smol", "maxOutputTokens": 512}
     if context_window is not None:
         model_layer["contextWindow"] = context_window
     write_soba_json(nb_dir, llm_server.url, {"model": model_layer, "compaction": {"timeoutMs": 3000}})
@@ -103,7 +103,7 @@ def test_an_overflow_streamed_as_an_empty_answer_is_asked_again_and_learned(ip, 
     """No contextWindow, nothing the gateway can say of the window: the first overflow comes
     as an empty streamed answer; asked again unstreamed it states the window, which is learned,
     and the turn is answered after one recovery compaction."""
-    write_soba_json(nb_dir, llm_server.url, {"model": {"name": "team-smol", "maxOutputTokens": 256}, "compaction": {"timeoutMs": 3000}})
+    write_soba_json(nb_dir, llm_server.url, {"model": {"name": "team-smol", "maxOutputTokens": 512}, "compaction": {"timeoutMs": 3000}})
     model = Gateway(llm_server)
     outputs = turns(ip, model, 6)
     overflowed = [out for out in outputs if "context overflow" in out]
