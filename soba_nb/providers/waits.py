@@ -61,7 +61,9 @@ stops at `max_tokens` itself; the loop keeps such an answer, the summarizer refu
 
 def longest_wait_s(idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> float:
     """The longest one wait on a provider lasts with this idle limit: the limit (retries and
-    their backoff fit inside it or are not made) plus one poll before the caller notices."""
+    their backoff fit inside it or are not made) plus one poll before the caller notices. A
+    server on this machine or a private network reading a long prompt is the one exception,
+    before its first byte only (`Silence.reading_s`, SPEC §17): 1 s per 40 prompt tokens."""
     return idle_timeout_s + POLL_S
 
 
