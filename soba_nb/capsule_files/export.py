@@ -27,6 +27,7 @@ from soba_nb.capsule_files.file import (
     write_file_atomically,
 )
 from soba_nb.capsule_files.handoff import AGENTS_MD, HANDOFF_SUFFIX, render_handoff
+from soba_nb.compaction.given_way import given_way_form
 from soba_nb.printable import note_line
 from soba_nb.redact import redact
 from soba_nb.tokens import TokenCounter
@@ -140,6 +141,12 @@ def export_capsule(
     if export_format not in EXPORT_FORMATS:
         raise CapsuleExportError(f"unknown format {export_format!r}; expected {' or '.join(EXPORT_FORMATS)}")
     entry = find_capsule(transcript, checkpoint_id)
+    if (form := given_way_form(entry.content)) is not None:
+        what = "is one line" if form == "one line" else "is no capsule"
+        raise CapsuleExportError(
+            f"capsule {entry.checkpoint_id} cannot be exported: it {what}, the model's window having been too small "
+            "for its sections; %capsule create writes one of the session as it is"
+        )
     default_name = AGENTS_MD if export_format == "agents-md" else f"{entry.checkpoint_id}{FILE_SUFFIX}"
     target = _target(out_path, default_name, Path(project_root), allow_outside=allow_outside)
     header = transcript.header

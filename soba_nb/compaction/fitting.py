@@ -13,11 +13,14 @@ So, in this order, until the continuation fits:
    whole), its items and what earlier capsules carried are clipped to their head and tail,
    shorter and shorter (`REQUEST_CHARS_STEPS`), and at last the capsule is bare: its
    headings, a note that the earlier work is in the transcript, and the request being worked
-   on when only the capsule carries it;
+   on when only the capsule carries it; then one line naming its checkpoint (SPEC §17,
+   `soba_nb.compaction.given_way`: the same news without the 13 headings);
 3. the cut moves later (`later_cuts`): less is kept in full, more is summarized, down to the
-   last group; the request being worked on is then quoted whole in the capsule.
+   last group; the request being worked on is then quoted whole in the capsule;
+4. no capsule at all, with the most kept in full that fits (`generation.keep_less`).
 
-Only a request that cannot fit even alone is refused (`request_alone_reason` says so).
+Only a request that cannot fit even alone — the system prompt, the tool schemas, the request
+and the calls it made since, with no capsule — is refused (`request_alone_reason` says so).
 """
 
 from __future__ import annotations
@@ -26,15 +29,17 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from soba_nb.compaction.deterministic import LIST_ITEMS_MAX
+from soba_nb.compaction.given_way import ONE_LINE
 from soba_nb.compaction.model_input import entry_tokens
 from soba_nb.compaction.planner import Cut, valid_cuts
 from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import CapsuleEntry
 
-REQUEST_CHARS_STEPS = (160, 80, 40, 0)
+REQUEST_CHARS_STEPS = (160, 80, 40, 0, ONE_LINE)
 """Head-and-tail lengths the capsule's quoted requests are clipped to, in turn, once one item
 per list is not short enough; 0 is the bare capsule (every section empty, a note and the
-request being worked on when only the capsule carries it)."""
+request being worked on when only the capsule carries it); `ONE_LINE` the capsule of one line
+naming its checkpoint (and that request)."""
 
 Measured = TypeVar("Measured")
 
@@ -110,12 +115,16 @@ def first_fitting(candidates: Sequence[Cut], fits: Callable[[Cut], bool]) -> Cut
 
 
 def request_alone_reason(tokens: int, fixed: int, request: int, goal: int, calls: int = 0) -> str:
-    """Why a request is refused when nothing more can give way, in the words of SPEC §12.
-    `calls`: what the calls the request made since cost (kept whole: a call is never split
-    from its result, and no cut falls inside one step)."""
+    """Why a request is refused when nothing more can give way, in the words of SPEC §12 and
+    §17: the continuation with no capsule at all. `calls`: what the calls the request made
+    since cost (kept whole: a call is never split from its result, and no cut falls inside one
+    step); what is left of `tokens` (entries kept beside them, the server's own count) is
+    "the rest"."""
     since = f", the calls it made since {calls:,}" if calls else ""
+    rest = tokens - fixed - request - calls
+    rest_text = f", the rest {rest:,}" if rest > 0 else ""
     return (
-        f"the request being worked on cannot fit even alone: the shortest continuation is {tokens:,} tokens "
-        f"(system prompt and tools {fixed:,}, the request {request:,}{since}, the bare capsule the rest), "
+        f"the request being worked on cannot fit even alone: with no capsule at all the continuation is "
+        f"{tokens:,} tokens (system prompt and tools {fixed:,}, the request {request:,}{since}{rest_text}), "
         f"above hardLimit {goal:,}"
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
@@ -35,6 +36,7 @@ from soba_nb.compaction.fitting import (
     later_cuts,
     shortest_fitting,
 )
+from soba_nb.compaction.given_way import NO_CAPSULE, GivenWay, as_capsule, given_way, given_way_form
 from soba_nb.compaction.model_input import (
     VISIBLE_TYPES,
     ModelInput,
@@ -132,6 +134,11 @@ TOO_LARGE = frozenset({Reason.OVER_HARD_LIMIT, Reason.NOT_BELOW_REFUSED, Reason.
 
 KEPT_LESS = Note("the continuation did not fit: less of the recent history is kept in full", Reason.FALLBACK_TOO_LARGE)
 
+NO_ROOM = Note(
+    "the window is too small even for a one-line capsule: no capsule is sent", Reason.FALLBACK_TOO_LARGE
+)
+"""Why a continuation carries no capsule at all (SPEC §17): nothing else made it fit."""
+
 REQUESTS_SHARE_OF_HARD_LIMIT = 8
 """The requests a capsule quotes take at most this fraction (1/8) of the hard limit: in a small
 window `compaction.userRequestTokens` would crowd out the rest (the request being worked on is
@@ -151,36 +158,42 @@ def continuation_goal(plan: CompactionPlan) -> int:
 def keep_less(
     plan: CompactionPlan, cut: Cut, ctx: BarrierContext, cancel: threading.Event, started: float, last: Generated
 ) -> Generated | CompactionResult:
-    """The fallback capsule of the latest cut that fits (`fitting.later_cuts`), or, when none
-    does, the shortest one with a reason saying the request cannot fit even alone."""
-    tried: dict[str, Generated] = {}
+    """The fallback capsule of the latest cut that fits (`fitting.later_cuts`; down to a
+    one-line capsule), else no capsule at all with the most kept that fits (SPEC §17), else
+    the shortest continuation of all (no capsule, the least kept), which the barrier refuses
+    saying the request cannot fit even alone."""
+    tried: dict[tuple[str, bool], Generated] = {}
     stopped: list[CompactionResult] = []
 
-    def fits(candidate: Cut) -> bool:
-        if stopped:
-            return False
-        generated = generate_capsule(plan, candidate, ctx, cancel, started, fallback_note=KEPT_LESS)
-        if isinstance(generated, CompactionResult):
-            stopped.append(generated)
-            return False
-        tried[candidate.first_kept_entry_id or ""] = generated
-        return generated.tokens_after <= continuation_goal(plan)
+    def fitting(no_capsule: bool) -> Callable[[Cut], bool]:
+        def fits(candidate: Cut) -> bool:
+            return generated_for(candidate, no_capsule).tokens_after <= continuation_goal(plan) if not stopped else False
+
+        return fits
+
+    def generated_for(candidate: Cut, no_capsule: bool) -> Generated:
+        key = (candidate.first_kept_entry_id or "", no_capsule)
+        if key not in tried:
+            note = NO_ROOM if no_capsule else KEPT_LESS
+            generated = generate_capsule(plan, candidate, ctx, cancel, started, fallback_note=note, no_capsule=no_capsule)
+            if isinstance(generated, CompactionResult):
+                stopped.append(generated)
+                return last
+            tried[key] = generated
+        return tried[key]
 
     candidates = later_cuts(cut, ctx.counter)
-    found = first_fitting(candidates, fits)
+    found = first_fitting(candidates, fitting(False))
+    if not stopped and found is not None:
+        return tried[(found.first_kept_entry_id or "", False)]
+    # Not even a one-line capsule leaves room: none, keeping the most that fits.
+    everything = [cut, *candidates]
+    found = first_fitting(everything, fitting(True)) if not stopped else None
+    if not stopped and found is None:
+        generated_for(everything[-1], True)
     if stopped:
         return stopped[0]
-    if found is not None:
-        return tried[found.first_kept_entry_id or ""]
-    if not candidates:
-        return last
-    shortest = tried.get(candidates[-1].first_kept_entry_id or "")
-    if shortest is None:
-        generated = generate_capsule(plan, candidates[-1], ctx, cancel, started, fallback_note=KEPT_LESS)
-        if isinstance(generated, CompactionResult):
-            return generated
-        shortest = generated
-    return shortest
+    return tried[((found or everything[-1]).first_kept_entry_id or "", True)]
 
 @dataclass(frozen=True)
 class Generated:
@@ -202,12 +215,15 @@ def generate_capsule(
     *,
     fallback_note: Note | None = None,
     native_note: Note | None = None,
+    no_capsule: bool = False,
 ) -> Generated | CompactionResult:
     """The native item (beside the deterministic capsule), the model capsule or the
     deterministic fallback of `cut`, measured; nothing appended.
 
     `fallback_note`: build the deterministic capsule without asking the model, for this reason.
     `native_note`: do not ask the provider for native compaction, for this reason.
+    `no_capsule` (with a `fallback_note`): the capsule gives way entirely, none is sent
+    (`soba_nb.compaction.given_way`).
     Returns a terminal `CompactionResult` only when cancelled while the summary ran.
     """
     previous = _previous_capsule(cut)
@@ -218,7 +234,9 @@ def generate_capsule(
     request_tokens = quoted_request_tokens(ctx.user_request_tokens, plan.hard_limit)
     count = ctx.counter.count_text
 
-    def fallback(items_max: int | None = None, request_chars: int | None = None) -> Capsule:
+    def fallback(items_max: int | None = None, request_chars: int | None = None) -> Capsule | GivenWay:
+        if request_chars is not None and request_chars < 0:  # a one-line capsule, or none
+            return given_way(requests, request_chars)
         return capsule_from_scan(
             scan,
             previous=previous,
@@ -232,7 +250,11 @@ def generate_capsule(
             giving_way=items_max is not None or request_chars is not None,
         )
 
-    capsule = deterministic = fallback()
+    deterministic = capsule_from_scan(
+        scan, previous=previous, kept=cut.kept, kernel_state=ctx.kernel_state, requests=requests,
+        request_tokens=request_tokens, count=count,
+    )
+    capsule: Capsule | GivenWay = given_way(requests, NO_CAPSULE) if no_capsule else deterministic
     model = provider = None
     note: Note | None = fallback_note or NO_MODEL
     quality: Quality = "degraded"
@@ -269,10 +291,11 @@ def generate_capsule(
     calibration = plan.tokens_before - (plan.estimated_before if plan.estimated_before is not None else plan.tokens_before)
     fit_to = plan.hard_limit - max(calibration, 0)
 
-    def measured(capsule: Capsule) -> tuple[CapsuleEntry, int]:
+    def measured(capsule: Capsule | GivenWay) -> tuple[CapsuleEntry, int]:
+        checkpoint = new_checkpoint_id()
         entry = CapsuleEntry(
             operation_id=plan.operation_id,
-            checkpoint_id=new_checkpoint_id(),
+            checkpoint_id=checkpoint,
             trigger=plan.trigger.value,
             quality=quality,
             tokens_before=plan.tokens_before,
@@ -282,7 +305,7 @@ def generate_capsule(
             rolls_up=cut.previous.id if cut.previous else None,
             model=model,
             provider=provider,
-            content=render_capsule(capsule),
+            content=capsule.content(checkpoint) if isinstance(capsule, GivenWay) else render_capsule(capsule),
             native=native,
             continuation=continuation,
         )
@@ -293,13 +316,15 @@ def generate_capsule(
 
     entry, tokens_after = measured(capsule)
     goal = continuation_goal(plan)
-    if quality == "degraded" and native is None and tokens_after > goal:
+    if quality == "degraded" and native is None and tokens_after > goal and not no_capsule:
         # The fallback over the limit (a long session's lists, a small window): it gives way,
-        # lists first, then its quoted requests (`fitting`); a shorter capsule beats a
-        # stranded session.
+        # lists first, then its quoted requests, down to one line (`fitting`); a shorter
+        # capsule beats a stranded session.
         entry, tokens_after = shortest_fitting(
             lambda items_max, request_chars: measured(fallback(items_max, request_chars)), goal
         )
+        if given_way_form(entry.content) == "one line" and note is not None:
+            note = Note(f"{note.text}; the window is too small for the capsule's sections: it is one line", note.code)
     return Generated(entry, tokens_after, note, native_note)
 
 def _ask_native(
@@ -454,6 +479,8 @@ def measure_continuation(entry: CapsuleEntry, cut: Cut, hard_limit: int, ctx: Ba
 def _previous_capsule(cut: Cut) -> Capsule | None:
     if cut.previous is None:
         return None
+    if given_way_form(cut.previous.content) is not None:  # one line: the request it carries
+        return as_capsule(cut.previous.content)
     try:
         return parse_capsule(cut.previous.content)
     except CapsuleFormatError:

@@ -18,6 +18,7 @@ from msgspec import Struct, field
 
 from soba_nb.collector import collector_paused
 from soba_nb.compaction.cells_context import cell_images, cell_label, render_cells
+from soba_nb.compaction.given_way import given_way_form, model_text
 from soba_nb.compaction.native_continuation import NativeTarget, native_tokens, request_message
 from soba_nb.digest import digest
 from soba_nb.messages import IMAGES_LABEL, ChatMessage, ImagePart, ToolCall, ToolSchema, image_label
@@ -77,9 +78,13 @@ def clip_middle(text: str, limit: int) -> str:
 
 
 def capsule_text(capsule: CapsuleEntry) -> str:
-    """The capsule as the model sees it: a framing line and the rendered sections."""
+    """The capsule as the model sees it: a framing line and the rendered sections; for a
+    capsule that gave way entirely (`soba_nb.compaction.given_way`), its one line, or nothing
+    but the request it carries ("" when there is none: no message is sent)."""
     if capsule.source:
         frame = HANDOFF_FRAME.format(source=capsule.source)
+    elif given_way_form(capsule.content) is not None:
+        return model_text(capsule.content)
     else:
         frame = CAPSULE_FRAME.format(checkpoint=capsule.checkpoint_id, quality=capsule.quality)
     return frame + capsule.content
@@ -109,7 +114,8 @@ def entry_tokens(entry: Entry, counter: TokenCounter) -> int:
                 entry, counter
             )
         if isinstance(entry, CapsuleEntry):
-            return counter.count_message("user", capsule_text(entry))
+            text = capsule_text(entry)
+            return counter.count_message("user", text) if text else 0
         if isinstance(entry, CellsEntry):
             return counter.count_message("user", render_cells(entry)) + cells_images_tokens(entry, counter)
         return 0
@@ -330,8 +336,8 @@ def _messages(context: VisibleContext, result_limit: dict[str, int]) -> list[Cha
         quote = request_message(context.native)
         if quote is not None:
             messages.append(quote)
-    elif context.capsule is not None:
-        messages.append(ChatMessage(role="user", content=capsule_text(context.capsule)))
+    elif context.capsule is not None and (text := capsule_text(context.capsule)):
+        messages.append(ChatMessage(role="user", content=text))
     append = messages.append
     # One message per visible entry (tens of thousands on a long uncompacted path): entry
     # types are final, so identity tests; positional fields (role, content, tool_calls,

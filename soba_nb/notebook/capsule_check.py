@@ -21,7 +21,9 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from soba_nb.agent.session import AgentSession
 from soba_nb.capsule_files.amend import amend_capsule, amendable
 from soba_nb.capsule_files.export import find_capsule
+from soba_nb.compaction.capsule import render_capsule
 from soba_nb.compaction.capsule_diff import CapsuleDiff, ItemKind, capsule_diff
+from soba_nb.compaction.given_way import as_capsule, given_way_form
 from soba_nb.notebook.arguments import parse
 from soba_nb.notebook.holder import SessionHolder
 from soba_nb.printable import printable
@@ -103,7 +105,10 @@ def diff_lines(diff: CapsuleDiff) -> list[str]:
 def capsule_edit(holder: SessionHolder, agent: AgentSession, rest: str) -> None:
     args = parse(_edit_arguments, rest)
     capsule = amendable(agent.transcript, args.checkpoint)
-    text = AMEND_LINE.format(checkpoint=capsule.checkpoint_id) + capsule.content
+    # A capsule that gave way to a small window (one line, or none) is put there with its 13
+    # sections, the request it carries in the first: `%%capsule amend` reads those.
+    content = render_capsule(as_capsule(capsule.content)) if given_way_form(capsule.content) else capsule.content
+    text = AMEND_LINE.format(checkpoint=capsule.checkpoint_id) + content
     try:
         holder.shell.set_next_input(text, replace=False)
     except Exception:  # a shell without a next input (a script): the cell to run is shown

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from soba_nb.compaction.compactor import HardLimitExceeded
 from soba_nb.compaction.deterministic import BARE_NOTE
 from soba_nb.compaction.fitting import first_fitting, later_cuts, shortest_fitting
+from soba_nb.compaction.given_way import ONE_LINE
 from soba_nb.compaction.outcomes import Outcome
 from soba_nb.compaction.planner import Cut, NothingToCompact, plan_cut
 from soba_nb.compaction.triggers import Trigger, TurnState
@@ -159,7 +160,10 @@ def test_shortest_fitting_tries_one_item_first_then_the_request_steps():
     calls.clear()
     assert shortest_fitting(render, 360)[0] == (60, None)  # lists alone are enough: halving
     assert all(request_chars is None for _, request_chars in calls)
-    assert shortest_fitting(render, 10)[0] == (1, 0)  # none fits: the shortest of all (bare)
+    calls.clear()
+    assert shortest_fitting(render, 10)[0] == (1, ONE_LINE)  # no clipped capsule fits: one line
+    assert calls[-2:] == [(1, 0), (1, ONE_LINE)]  # the bare capsule is tried before it
+    assert shortest_fitting(render, -5)[0] == (1, ONE_LINE)  # none fits: the shortest of all
 
 
 def test_when_a_capsule_gives_way_the_story_goes_before_the_facts() -> None:
@@ -245,8 +249,9 @@ def test_only_a_forced_compaction_with_a_capsule_rolls_it_up_alone(tmp_path):
 
 def test_a_request_whose_own_calls_leave_no_room_is_refused_saying_so(tmp_path):
     """The calls a request made since are kept whole (never split from their results): when
-    they, the request and a bare capsule do not fit, the refusal says what they cost."""
-    t, engine, _ = after_a_capsule_the_request_grows(tmp_path, hard=520)
+    they and the request do not fit, even with no capsule (SPEC §17), the refusal says what
+    they cost."""
+    t, engine, _ = after_a_capsule_the_request_grows(tmp_path, hard=450)
     with pytest.raises(HardLimitExceeded) as raised:
         engine.request_for_sending()
     message = str(raised.value)

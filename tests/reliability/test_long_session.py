@@ -174,21 +174,18 @@ class RandomModel(DisagreeingModel):
         return tool_calls(("list_files", {"path": "."}), ("python", {"code": "x = 1"}))
 
 
-BARE_CAPSULE_MAX = 400
-"""More than a bare capsule costs (its headings and a note) in this session."""
-
-
 def _calls_outgrew_the_window(message: str) -> bool:
-    """A refusal saying the request and the calls it made since leave no room for a bare capsule."""
+    """A refusal saying the request and the calls it made since leave no room even with no
+    capsule at all (SPEC §17), its figures adding up to more than the hard limit."""
     found = re.search(
-        r"system prompt and tools ([\d,]+), the request ([\d,]+), the calls it made since ([\d,]+), the bare capsule the rest\), "
-        r"above hardLimit ([\d,]+)",
+        r"with no capsule at all the continuation is [\d,]+ tokens \(system prompt and tools ([\d,]+), "
+        r"the request ([\d,]+), the calls it made since ([\d,]+)(?:, the rest ([\d,]+))?\), above hardLimit ([\d,]+)",
         message,
     )
     if found is None:
         return False
-    fixed, request, calls, hard = (int(group.replace(",", "")) for group in found.groups())
-    return fixed + request + calls + BARE_CAPSULE_MAX > hard
+    fixed, request, calls, rest, hard = (int((group or "0").replace(",", "")) for group in found.groups())
+    return fixed + request + calls + rest > hard
 
 
 def _split_pairs(request: RecordedRequest) -> int:
