@@ -22,7 +22,7 @@ from soba_nb.agent.approval import DECLINED, NO_INPUT, ApprovalGate, Approver, d
 from soba_nb.agent.artifacts import keep_images
 from soba_nb.agent.cost import EMBEDDED_PROVIDER, CostCapExceeded
 from soba_nb.agent.events import AgentEvent, Notice, TextDelta, ToolFinished, ToolStarted, Waiting
-from soba_nb.agent.output_limit import CutAnswer, cut_answer
+from soba_nb.agent.output_limit import CUT_SUMMARY, CutAnswer, cut_answer
 from soba_nb.agent.rebuild import note_missing
 from soba_nb.agent.request_images import sent_image_tokens, unsent_image_tokens, with_images
 from soba_nb.agent.session import AgentSession
@@ -442,7 +442,7 @@ class TurnRunner:
             if self.cancel.is_set():
                 self._cancel_rest(response, index)
                 return False
-            summary = summarize_arguments(call.name, call.arguments)
+            summary = CUT_SUMMARY if call.id in not_run else summarize_arguments(call.name, call.arguments)
             if call.id in not_run:
                 transcript.append(ToolResultEntry(call_id=call.id, name=call.name, content=not_run[call.id], is_error=True))
                 self.emit(ToolFinished(call.id, call.name, summary, True, 0, not_run[call.id]))

@@ -18,6 +18,8 @@ from soba_nb.providers.base import ModelResponse
 from soba_nb.providers.waits import LENGTH_FINISH
 
 LIMIT_SETTING = "model.maxOutputTokens"
+CUT_SUMMARY = "arguments cut off at the output limit"
+"""What a cut call's receipt says of its arguments."""
 
 
 KEPT_HEAD_CHARS = 400
@@ -75,8 +77,9 @@ def cut_answer(response: ModelResponse, max_output_tokens: int) -> CutAnswer:
         chars = len(call.arguments)
         results[call.id] = (
             f"[not run: this call's arguments were cut off at {limit} after {chars:,} characters. "
-            "Make smaller calls: write a long file in parts (write_file for the first part, then "
-            "edit_file to add each next one), or print less.]"
+            "Make smaller calls: build long content with code in the python tool (a loop that writes "
+            "the file), or write it in parts (write_file, then edit_file replacing its last line with "
+            "that line and the next part).]"
         )
         notices.append(
             f"{call.name or 'a tool call'} was not run: its arguments passed {limit} and were cut off after "

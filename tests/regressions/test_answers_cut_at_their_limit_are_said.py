@@ -59,7 +59,7 @@ def test_a_call_cut_by_the_servers_own_limit_is_told_to_the_model(ip, nb_dir, sc
     results = [e for e in found if isinstance(e, ToolResultEntry)]
     assert results[0].is_error and results[0].call_id == first_call.call_id
     assert "[not run: this call's arguments were cut off at model.maxOutputTokens" in results[0].content
-    assert "write a long file in parts" in results[0].content
+    assert "build long content with code in the python tool" in results[0].content
     # What the model read next: its cut call and the reason it did not run.
     [after] = [r for r in scripted.inference_requests()][1:2]
     messages = after.body["messages"]
@@ -101,6 +101,7 @@ def test_a_runaway_tool_call_is_stopped_in_tokens_and_told_to_the_model(ip, nb_d
     limit = agent(ip).limits.max_output_tokens
     assert f"the server streamed on past model.maxOutputTokens ({limit:,} tokens): soba stopped the answer there" in shown
     assert "write_file was not run: its arguments passed model.maxOutputTokens" in shown
+    assert "[write_file · arguments cut off at the output limit · error" in shown  # the receipt says why
     assert "I will write it in parts." in shown and not (nb_dir / "data.csv").exists()
     [result] = [e for e in entries(ip) if isinstance(e, ToolResultEntry)]
     assert result.is_error and "not run: this call's arguments were cut off" in result.content
