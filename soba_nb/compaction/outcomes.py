@@ -17,6 +17,7 @@ from enum import Enum
 
 from soba_nb.compaction.extract_snapshots import ExtractSnapshots
 from soba_nb.compaction.flight import FlightRecorder
+from soba_nb.compaction.given_way import given_way_form
 from soba_nb.compaction.native_continuation import NativeCompactor, continuation_label
 from soba_nb.compaction.planner import Cut
 from soba_nb.compaction.requests import DEFAULT_REQUEST_TOKENS
@@ -137,7 +138,10 @@ class CompactionResult:
             f"Compacted ({self.trigger}) · {self.tokens_before:,} → {self.tokens_after:,} tokens · "
             f"reclaimed {percent}% · {self.checkpoint_id}"
         )
-        label = self.continuation
+        label: str | None = self.continuation
+        form = given_way_form(self.entry.content) if self.entry is not None else None
+        if form is not None:  # SPEC §17: the user sees that the capsule gave way entirely
+            label = f"{label} ({'a one-line capsule' if form == 'one line' else 'no capsule'}: the window is too small for more)"
         return f"{text} · {label}" if label else text
 
 Emit = Callable[[CompactionEvent], None]

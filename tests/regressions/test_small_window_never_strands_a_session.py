@@ -192,6 +192,7 @@ def test_a_request_that_fits_only_beside_a_one_line_capsule_is_answered(ip, nb_d
     capsule = [e for e in agent.transcript.path() if isinstance(e, CapsuleEntry)][-1]
     assert "completed" in out and "request not sent" not in out, out[-600:]
     assert given_way_form(capsule.content) == "one line", capsule.content[:300]
+    assert f"{capsule.checkpoint_id} · fallback (a one-line capsule: the window is too small for more)" in out
     sent = llm_server.requests[-1].body
     user = [m["content"] for m in sent["messages"] if m["role"] == "user"]
     assert user[0].startswith(f"Context Capsule {capsule.checkpoint_id}: the earlier part of this session is left out")
