@@ -80,6 +80,21 @@ class Measurement(Struct, frozen=True, eq=False):
         return hash(self._figures())
 
 
+def effective_from(figure: int, counted_then: int, counted_now: int) -> int:
+    """The effective size now, from a provider's `figure` for an input we counted
+    `counted_then`, the input being `counted_now` by our count (SPEC §2: the figure plus what
+    was added since, minus what a compaction removed).
+
+    Growth and a server that counts more carry over as a difference. But a server that counts
+    less, after the input shrank (a capsule replaced most of it), has what was removed taken
+    off at its own rate, not ours: a difference of -1,770 carried onto a one-line capsule's
+    1,011 tokens made a size of -759. The rate keeps it a size, and is the larger of the two."""
+    carried = figure + (counted_now - counted_then)
+    if figure < counted_then and counted_now < counted_then:
+        return max(carried, -(-figure * counted_now // counted_then))
+    return carried
+
+
 def _trusted(entry: Entry, ceiling: int | None) -> bool:
     """A usage figure that measures what was sent: the path (an inference request's, never a
     compaction request's: its input is the summary prompt), not a prompt the server cut, and
@@ -191,7 +206,7 @@ class BudgetTracker:
                 self._mark(path)
         backlog = self._backlog
         if self._usage_input is not None:
-            effective = self._usage_input + (self._estimated - self._usage_offset)
+            effective = effective_from(self._usage_input, self._usage_offset, self._estimated)
             return Measurement(effective, "provider_usage", self._estimated, self._usage_input, backlog)
         assert backlog is None  # a backlog has a usage figure after it
         return Measurement(self._estimated, "estimated", self._estimated, None)

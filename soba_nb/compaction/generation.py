@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from soba_nb.compaction.budget import effective_from
 from soba_nb.compaction.capsule import (
     Capsule,
     CapsuleFormatError,
@@ -288,8 +289,8 @@ def generate_capsule(
         continuation = "native" if native is not None else "portable" if quality == "full" else "fallback"
     # Measured locally and exactly, then put on the scale of `tokens_before`: when that was
     # the provider's figure, its difference from our estimate carries over (like with like).
-    calibration = plan.tokens_before - (plan.estimated_before if plan.estimated_before is not None else plan.tokens_before)
-    fit_to = plan.hard_limit - max(calibration, 0)
+    counted_then = plan.estimated_before if plan.estimated_before is not None else plan.tokens_before
+    fit_to = plan.hard_limit - max(plan.tokens_before - counted_then, 0)
 
     def measured(capsule: Capsule | GivenWay) -> tuple[CapsuleEntry, int]:
         checkpoint = new_checkpoint_id()
@@ -309,7 +310,7 @@ def generate_capsule(
             native=native,
             continuation=continuation,
         )
-        tokens_after = max(measure_continuation(entry, cut, fit_to, ctx).tokens + calibration, 0)
+        tokens_after = max(effective_from(plan.tokens_before, counted_then, measure_continuation(entry, cut, fit_to, ctx).tokens), 0)
         ctx.counter.forget(entry.id)
         ctx.counter.forget(native_cost_key(entry))
         return msgspec.structs.replace(entry, tokens_after=tokens_after), tokens_after

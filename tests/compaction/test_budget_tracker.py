@@ -213,3 +213,26 @@ def test_other_tool_schemas_move_the_next_request_by_their_difference(tmp_path: 
     assert saved > 100
     assert (after.effective, after.estimated) == (before.effective - saved, before.estimated - saved)
     assert after.source == "provider_usage" and after.reported_input_tokens == 5_000
+
+
+def test_a_server_counting_less_never_makes_a_compacted_input_a_negative_size(tmp_path: Path) -> None:
+    """Found by the long randomized session: the server counted 1,770 tokens fewer than we did
+    before a compaction, and that difference carried onto a one-line capsule of about 1,000
+    tokens measured the input at -759 — a refused request then planned a recovery below zero.
+    What a compaction removed is taken off at the server's rate: a size, never below zero."""
+    from soba_nb.compaction.budget import effective_from
+
+    t = open_transcript(tmp_path)
+    engine = make_compactor(t)
+    t.append(MessageEntry(role="user", content=words(10)))
+    t.append(CapsuleEntry(operation_id="op_1", checkpoint_id="ck_00000001", trigger="context_overflow",
+                          quality="degraded", tokens_before=1_000, tokens_after=0, estimated_before=2_770,
+                          first_kept_entry_id=None, content="Context Capsule ck_00000001: one line."))  # fmt: skip
+    t.append(MessageEntry(role="user", content=words(20)))
+    measured = engine.measure()
+    assert measured.estimated < 2_770
+    assert measured.effective == -(-1_000 * measured.estimated // 2_770) > 0
+    # Growth and a server that counts more still carry over as a difference.
+    assert effective_from(1_000, 800, 900) == 1_100 and effective_from(700, 800, 900) == 800
+    assert effective_from(1_000, 800, 300) == 500  # counts more, shrank: the difference carries
+    assert effective_from(1_000, 2_770, 1_011) == 365 and effective_from(0, 2_770, 1_011) == 0
