@@ -43,11 +43,14 @@ def require_llama_cpp() -> None:
 
 
 @contextlib.contextmanager
-def llama_cpp_server(n_ctx: int, log: Path, *, n_threads: int | None = None) -> Iterator[str]:
+def llama_cpp_server(
+    n_ctx: int, log: Path, *, n_threads: int | None = None, n_batch: int | None = None
+) -> Iterator[str]:
     """The base URL (`http://127.0.0.1:PORT/v1`) of a llama.cpp server with an `n_ctx` window;
     stopped (its whole process group) when the block ends. With `n_threads` (1: a laptop CPU's
     pace), the server reads prompts and answers on that many threads; by default it answers on
-    two and reads prompts on every core."""
+    two and reads prompts on every core. With `n_batch` (8: slower still), it reads a prompt that
+    many tokens at a time (`--n_batch` and `--n_ubatch`); by default 512."""
     require_llama_cpp()
     port = free_port()
     command = [
@@ -59,6 +62,7 @@ def llama_cpp_server(n_ctx: int, log: Path, *, n_threads: int | None = None) -> 
         "--port", str(port),
         "--n_threads", str(n_threads or 2),
         *(["--n_threads_batch", str(n_threads)] if n_threads else []),
+        *(["--n_batch", str(n_batch), "--n_ubatch", str(n_batch)] if n_batch else []),
     ]
     with log.open("wb") as output:
         process = subprocess.Popen(tied_to_this_process(command), stdout=output, stderr=subprocess.STDOUT, start_new_session=True)

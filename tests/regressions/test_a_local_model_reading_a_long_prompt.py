@@ -8,7 +8,8 @@ pings at most — until the first token), and a 10,000-token session takes minut
 
 Here llama-cpp-python's server computes on one thread and the idle limit is lowered to 6 s (not
 left at 60 s: a prompt that takes over a minute to read costs over a minute of CI on every run,
-and how long it takes on this loaded 2-core machine varies by a factor of two): a prompt of about
+and how long it takes on this loaded 2-core machine varies by a factor of two; one test,
+`test_a_local_model_reading_past_the_default_idle_limit.py`, pays that once): a prompt of about
 4,000 tokens takes the server clearly longer than 6 s to read (its own log says how long), and
 the turn still completes, the cell saying that the model is reading.
 """
