@@ -40,11 +40,10 @@ ALLOWANCE_MARGIN = 1.5
 """The allowance must be at least this many times the expected read."""
 CALIBRATION_SENTENCES = 100
 """About 1,100 tokens: read in 10–20 s here."""
-QUADRATIC_TOKENS = 14_000
-"""The pace's shape on this model at `N_BATCH`: reading T tokens takes c·(T + T²/14,000) s, the
-T² part being attention to what was read before (fitted here from reads of 1,100 and 3,500
-tokens; this test's reads of 5,100–5,800 tokens came within 15% of it, the short read's own
-noise under load)."""
+QUADRATIC_TOKENS = 9_000
+"""The pace's shape on this model at `N_BATCH`: reading T tokens takes c·(T + T²/9,000) s, the
+T² part being attention to what was read before (fitted here from this test's own short and long
+reads: 8,100–8,300 in three runs, 17,000 in a fourth, the short read's noise under load)."""
 SERVER_OVERHEAD_TOKENS = 300
 """What the server reads besides the request: soba's system prompt in the chat template."""
 OUR_OVERHEAD_TOKENS = 1800
