@@ -29,19 +29,19 @@ def show_on_stderr(message: Any, category: Any, filename: str, lineno: int, file
     sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
+def admin_locks_the_gateway(llm_server: LLMServer) -> Path:
+    """The admin's system file (the nb_dir fixture's, under tmp_path): the loopback server as
+    the gateway, its address and key variable locked."""
+    system = Path(os.environ["SOBA_SYSTEM_CONFIG"])
+    model = {"provider": "openai", "name": "gpt-4o", "baseUrl": llm_server.url, "apiKeyEnv": TEST_KEY_ENV}
+    system.write_text(json.dumps({"model": model, "locked": ["model.baseUrl", "model.apiKeyEnv"]}), encoding="utf-8")
+    return system
+
+
 def test_the_hub_token_goes_nowhere_and_the_admins_server_is_asked(
     ip: Any, nb_dir: Path, llm_server: LLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    system = Path(os.environ["SOBA_SYSTEM_CONFIG"])  # the nb_dir fixture's, under tmp_path
-    system.write_text(
-        json.dumps(
-            {
-                "model": {"provider": "openai", "name": "gpt-4o", "baseUrl": llm_server.url, "apiKeyEnv": TEST_KEY_ENV},
-                "locked": ["model.baseUrl", "model.apiKeyEnv"],
-            }
-        ),
-        encoding="utf-8",
-    )
+    system = admin_locks_the_gateway(llm_server)
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", HUB_TOKEN)
     llm_server.default_reply = text("answered by the admin's gateway")
     with LLMServer() as project_server:
@@ -87,16 +87,7 @@ def test_a_summary_model_of_the_projects_own_cannot_carry_the_hub_token_elsewher
     """The same attack through `compaction.model`: its own `baseUrl` and `apiKeyEnv`. The locks
     on `model.baseUrl` and `model.apiKeyEnv` hold the summary model's too: `%compact` asks the
     admin's server, with the admin's key, for the project's (cheaper) summary model."""
-    system = Path(os.environ["SOBA_SYSTEM_CONFIG"])
-    system.write_text(
-        json.dumps(
-            {
-                "model": {"provider": "openai", "name": "gpt-4o", "baseUrl": llm_server.url, "apiKeyEnv": TEST_KEY_ENV},
-                "locked": ["model.baseUrl", "model.apiKeyEnv"],
-            }
-        ),
-        encoding="utf-8",
-    )
+    admin_locks_the_gateway(llm_server)
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", HUB_TOKEN)
     llm_server.default_reply = text("The data has many columns worth describing. " * 40)
     with LLMServer() as project_server:
