@@ -26,11 +26,9 @@ def _escape(match: re.Match[str]) -> str:
 
 
 def printable(text: str, *, lines: bool = False) -> str:
-    """`text` with every control character escaped; `lines`: newlines (a CRLF ending one as
-    well) and tabs kept (a capsule's Markdown shown whole)."""
-    if lines:
-        return _CONTROLS_BUT_LINES.sub(_escape, text.replace("\r\n", "\n"))
-    return _CONTROLS.sub(_escape, text)
+    """`text` with every control character escaped; `lines`: newlines and tabs kept (a
+    capsule's Markdown shown whole)."""
+    return (_CONTROLS_BUT_LINES if lines else _CONTROLS).sub(_escape, text)
 
 
 def note_line(text: str, limit: int = NOTE_CHARS) -> str:

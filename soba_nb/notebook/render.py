@@ -68,7 +68,8 @@ class TextView:
         return printable(self.text, lines=True)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        shown = printable(self.text, lines=True)
+        # An answer's CRLF line ends are line ends (what runs, a call, keeps its CR: escaped).
+        shown = printable(self.text.replace("\r\n", "\n"), lines=True)
         return {"text/markdown": shown, "text/plain": shown}
 
 
