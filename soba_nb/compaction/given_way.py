@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from soba_nb.compaction.capsule import Capsule
 from soba_nb.compaction.requests import IN_PROGRESS, Requests, split_goal
 from soba_nb.compaction.requests import render as render_requests
+
+if TYPE_CHECKING:
+    from soba_nb.compaction.capsule import Capsule
 
 Form = Literal["one line", "none"]
 
@@ -90,6 +92,9 @@ def _block(content: str) -> str:
 def as_capsule(content: str) -> Capsule:
     """A capsule that gave way, as a capsule: the request it carries in its Goal section, every
     other section empty (what the next compaction rolls up)."""
+    # Imported here: model input reads this module, and `soba-nb budget` imports no pydantic.
+    from soba_nb.compaction.capsule import Capsule
+
     return Capsule(goal_and_constraints=_block(content))
 
 
