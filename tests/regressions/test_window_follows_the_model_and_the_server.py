@@ -167,18 +167,18 @@ def test_a_compacted_retry_still_over_the_stated_limit_is_not_sent(ip, nb_dir, l
         {"model": {"contextWindow": 16000, "maxOutputTokens": 500}, "compaction": {"keepRecentTokens": 2500, "safetyReserveTokens": 500}},
     )
     # The server counts 1.3× what we do, reports no usage (so nothing calibrates us before
-    # its error), and really has 4,500; the summary comes back longer than asked for (but
-    # within what a stream may run to: twice its maxOutputTokens, or it is cut and rejected)
-    # and the kept tail is as large as the recovery allows. (650 words: with the requests soba
-    # quotes beside it, the model capsule still fits our count of the hard limit; 650 since the
-    # system prompt carries its environment line, SPEC §15.)
+    # its error), and really has 4,500; the summary comes back a little longer than asked for
+    # (within what a stream may run to: 1.1× its maxOutputTokens and 32 tokens, SPEC §17, or
+    # it is cut and rejected), the requests soba quotes beside it are long (60 words each),
+    # and the kept tail is as large as the recovery allows: the model capsule still fits our
+    # count of the hard limit, not the server's.
     model = DisagreeingModel(llm_server, factor=1.3, window=4500)
-    model.summary = text(good_summary(words(650)))
+    model.summary = text(good_summary(words(380)))
     ip.run_line_magic("auto_compact", "off")
     for index in range(20):
         model.script(text(f"Answer {index}. {LONG_ANSWER}", usage=False))
         with capture_output() as out:
-            ip.run_line_magic("soba", f"question {index}")
+            ip.run_line_magic("soba", f"question {index}: {words(60)}")
         if any(not fits for _, _, fits in model.judged):
             break
     assert "Compacted (context_overflow)" in out.stdout
