@@ -22,14 +22,13 @@ import contextlib
 import errno
 import hashlib
 import os
-import secrets
 import stat
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from soba_nb.agent.tools.base import ToolError
-from soba_nb.agent.tools.confined import Confinement
+from soba_nb.agent.tools.confined import Confinement, write_atomically
 from soba_nb.agent.vault import MAX_KEPT_BYTES, FileVault, VaultError
 from soba_nb.transcript.entries import Entry, LeafEntry, RestoredFile, RestoreEntry, ToolResultEntry
 from soba_nb.transcript.store import Transcript
@@ -138,10 +137,6 @@ def apply_restore(
     return RestoreEntry(target_id=target_id, files=done), reasons
 
 
-TEMPORARY_NAME_CHARS = 180
-"""Of the file's own name, in its temporary file's name (a name has at most 255 bytes)."""
-
-
 def replace_atomically(place: Confinement, data: bytes) -> None:
     """`place` holds `data` afterwards, or is exactly as it was: written to a temporary file
     beside it, fsynced, renamed into place (its mode kept). Raises `ToolError` or `OSError`."""
@@ -157,25 +152,7 @@ def replace_atomically(place: Confinement, data: bytes) -> None:
             if not stat.S_ISREG(info.st_mode):
                 raise ToolError(f"{RESTORE}: '{place.shown}' is not a regular file (a link, folder or device)")
             mode = stat.S_IMODE(info.st_mode)
-        temporary = f".{name[:TEMPORARY_NAME_CHARS]}.{secrets.token_hex(4)}.soba-restore"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(temporary, flags, 0o600, dir_fd=parent)
-        try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fchmod(fd, mode)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary, dir_fd=parent)
-            raise
-        with contextlib.suppress(OSError):  # the rename itself made durable
-            os.fsync(parent)
+        write_atomically(parent, name, data, mode)
 
 
 def _reason(error: BaseException) -> str:

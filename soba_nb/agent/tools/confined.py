@@ -10,7 +10,9 @@ writes and reads escape. Here every step holds a descriptor and checks *it*:
   inside the project: a symlink that stays inside still works, one that leads out is refused,
   and a swap after the check changes nothing, because the descriptor is what gets used;
 - a new file is created with `O_CREAT | O_EXCL` in the checked folder (never through a link);
-  an existing one is opened without `O_TRUNC`, checked, and only then truncated;
+  an existing one is opened without `O_TRUNC` and checked; the new content is then written
+  to a temporary file beside it and renamed into place (`write_atomically`), so a full disk
+  or a crash leaves the file as it was, never cut;
 - only regular files are read or written (a FIFO would block `read_file` forever, a device is
   no file), `O_NONBLOCK` keeps even the open from blocking, sizes come from `fstat` before
   reading, and a file with other hard links is not written (its other names may be outside);
@@ -24,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import stat
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
@@ -145,25 +148,30 @@ class Confinement:
             os.close(fd)
 
     def write_bytes(self, data: bytes) -> None:
-        """Create or replace a regular file inside the project (parents created)."""
+        """Create or replace a regular file inside the project (parents created): all of
+        `data`, or the file as it was (a new one not left behind)."""
         if not self.parts:
             raise ToolError(f"{self.tool}: '{self.shown}' is a folder")
         self.refuse_own_files()
+        name = self.parts[-1]
         with self.folder(self.parts[:-1], create=True) as parent:
-            self.refuse_own_files(_real_path(parent) / self.parts[-1])
-            fd = self._open_for_writing(parent, self.parts[-1])
-        try:
-            self.refuse_own_files(_real_path(fd))
-        except ToolError:
+            self.refuse_own_files(_real_path(parent) / name)
+            existed = _exists(parent, name)
+            fd = self._open_for_writing(parent, name)
+            try:
+                self.refuse_own_files(_real_path(fd))
+                mode = stat.S_IMODE(os.fstat(fd).st_mode)
+            except ToolError:
+                os.close(fd)
+                raise
             os.close(fd)
-            raise
-        try:
-            os.ftruncate(fd, 0)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
+            try:
+                write_atomically(parent, name, data, mode)
+            except BaseException:
+                if not existed:  # the empty file made to check the place: not left behind
+                    with contextlib.suppress(OSError):
+                        os.unlink(name, dir_fd=parent)
+                raise
 
     def _open_for_writing(self, parent: int, name: str) -> int:
         for _ in range(CREATE_ATTEMPTS):
@@ -232,3 +240,40 @@ def _read_at_most(fd: int, size: int) -> bytes:
         chunks.append(chunk)
         left -= len(chunk)
     return b"".join(chunks)
+
+
+TEMPORARY_NAME_CHARS = 180
+"""Of the file's own name, in its temporary file's name (a name has at most 255 bytes)."""
+
+
+def write_atomically(parent: int, name: str, data: bytes, mode: int) -> None:
+    """`name` in the folder `parent` holds `data` afterwards, with `mode`, or is exactly as it
+    was: written to a temporary file beside it, fsynced, renamed into place. A full disk fails
+    the write of the temporary file, which is removed; the file itself is never cut."""
+    temporary = f".{name[:TEMPORARY_NAME_CHARS]}.{secrets.token_hex(4)}.soba-write"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(temporary, flags, 0o600, dir_fd=parent)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=parent)
+        raise
+    with contextlib.suppress(OSError):  # the rename itself made durable
+        os.fsync(parent)
+
+
+def _exists(parent: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
