@@ -79,7 +79,9 @@ SCREENSHOT_CONTEXT_PX = 110
 
 NOTEBOOK = "budget.ipynb"
 LAYER: dict[str, Any] = {
-    "model": SMALL_LIMITS["model"],
+    # hardLimit 5,000 as with SMALL_LIMITS, with room for the long table answers below (2,280
+    # tokens): a stream past maxOutputTokens is stopped (SPEC §17), as a real server stops it.
+    "model": {"contextWindow": 8500, "maxOutputTokens": 3000},
     # The notebook decides when to compact (`%compact`); the soft threshold stays on.
     "compaction": {**SMALL_LIMITS["compaction"], "compactOnTurnComplete": False},
 }
