@@ -13,10 +13,7 @@ from soba_nb.compaction.summarizer import ProgressCallback, SummaryOutput
 from soba_nb.providers.base import ChatMessage, ModelRequest, Provider, SpendCheck
 from soba_nb.tokens import TokenCounter, choose_encoding
 from soba_nb.transcript.entries import UsageEntry
-from soba_nb.transcript.estimated import estimated_usage
-
-CHARS_PER_TOKEN_RECEIVED = 4
-"""A cut-off answer is known only by its length: tokens estimated as characters / 4, rounded up."""
+from soba_nb.transcript.estimated import estimated_usage, tokens_of_chars
 
 
 class ProviderSummarizer:
@@ -82,7 +79,7 @@ class ProviderSummarizer:
     def cut_off_usage(self, system: str, user: str, *, received_chars: int, operation_id: str) -> UsageEntry | None:
         if self.provider == EMBEDDED_PROVIDER:
             return None  # the embedded model costs nothing
-        received = -(-max(received_chars, 0) // CHARS_PER_TOKEN_RECEIVED)
+        received = tokens_of_chars(received_chars)
         return estimated_usage(
             self._sent(system, user, self._counter()), received, provider=self.provider, model=self.model,
             operation_id=operation_id, operation="compaction",

@@ -48,10 +48,8 @@ from soba_nb.providers.errors import RequestRejectedError
 from soba_nb.providers.responses import RESPONSES_KIND, ResponsesProvider, input_items
 from soba_nb.providers.responses import usage_from_wire as responses_usage
 from soba_nb.transcript.entries import NativeContinuation
-from soba_nb.transcript.estimated import estimated_usage
+from soba_nb.transcript.estimated import estimated_usage, tokens_of_chars
 
-CHARS_PER_TOKEN_RECEIVED = 4
-"""An answer without usage figures is priced at its length / 4 tokens, rounded up."""
 RESPONSES_COMPACTION_OBJECT = "response.compaction"
 COMPACTION_ITEM = "compaction"
 COMPACTION_BLOCK = "compaction"
@@ -91,7 +89,7 @@ class _Remembering:
         if usage is None:
             # No figures: priced from our own counts (SPEC §16): the request as counted, and
             # the answer by its length (an encrypted item is longer than its tokens: fail-closed).
-            received = -(-len(json.dumps(answer, ensure_ascii=False)) // CHARS_PER_TOKEN_RECEIVED)
+            received = tokens_of_chars(len(json.dumps(answer, ensure_ascii=False)))
             on_usage(estimated_usage(
                 request.input_tokens, received, provider=self.target.provider, model=self.target.model,
                 operation_id=request.operation_id, operation="compaction",

@@ -28,3 +28,13 @@ def estimated_usage(
         sent_tokens=max(sent, 0) if operation == "inference" else None,
         estimated=True,
     )
+
+
+CHARS_PER_TOKEN_RECEIVED = 4
+"""What is known of an answer only by its length is priced at this many characters a token."""
+
+
+def tokens_of_chars(chars: int) -> int:
+    """Our estimate of an answer known only by its length (a cut-off summary, an encrypted
+    native item): characters / 4, rounded up."""
+    return -(-max(chars, 0) // CHARS_PER_TOKEN_RECEIVED)
