@@ -298,6 +298,7 @@ def _long_session(tmp_path: Path, root: Path, on_tmpfs: bool, figures, monkeypat
     rng = random.Random(SEED)
     project = root / "project"
     project.mkdir()
+    monkeypatch.chdir(project)  # the kernel's folder: what the python tool's code writes lands there
     victims = tmp_path / "outside"
     victims.mkdir()
     monkeypatch.setenv("SOBA_NB_TEST_API_KEY", "sk-test-LongSession0123456789")
