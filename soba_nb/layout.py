@@ -37,6 +37,12 @@ FILE_VERSIONS_FOLDER = "files"
 """`<notebook-stem>.soba/files/<sha256>`: bytes of files the agent wrote, before and after."""
 ARTIFACTS_FOLDER = "artifacts"
 """`<notebook-stem>.soba/artifacts/<sha256>.png`: images the agent's calls displayed."""
+INBOX_FOLDER = "inbox"
+"""`<notebook-stem>.soba/inbox/<time_ns:020d>-<8 hex>.json`: messages from the sidebar to a
+running turn (steer, edit decisions), written by the Jupyter server, taken by the kernel
+(`soba_nb.inbox`)."""
+QUEUE_FILE = "queue.json"
+"""`<notebook-stem>.soba/queue.json`: the sidebar's queued requests (`soba_nb.server.queue`)."""
 REPAIRED_SUFFIX = ".repaired.jsonl"
 """`soba-nb verify --repair` writes the repaired copy beside the transcript."""
 PROJECT_FOLDER = Path(".soba")
@@ -137,6 +143,11 @@ class SessionLayout(Struct, frozen=True):
     def artifacts(self) -> Path:
         """The folder's images (`<sha256>.png` / `.jpg`), shared by its sessions."""
         return self.folder / ARTIFACTS_FOLDER
+
+    @property
+    def inbox(self) -> Path:
+        """The folder's mailbox (`soba_nb.inbox`): what the sidebar sends a running turn."""
+        return self.folder / INBOX_FOLDER
 
     @property
     def repaired(self) -> Path:

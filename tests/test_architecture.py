@@ -27,6 +27,7 @@ LAYERS = {
     "resolution": set(),
     "catalogue": set(),
     "own_files": {"layout"},
+    "inbox": {"layout"},
     "transcript": {"layout", "redact", "collector"},
     "compaction": {"transcript", "tokens", "plain_counts", "images", "messages", "redact", "text", "layout", "collector", "digest"},
     "config": {"compaction", "layout", "paths", "printable", "redact", "resolution", "text"},
@@ -38,7 +39,7 @@ LAYERS = {
     "capsule_files": {"compaction", "layout", "paths", "redact", "tokens", "transcript", "text", "printable"},
     "agent": {
         "capsule_files", "catalogue", "compaction", "config", "images", "layout", "messages", "own_files", "providers", "resolution",
-        "text", "tokens", "transcript", "window", "redact", "paths", "collector", "printable",
+        "text", "tokens", "transcript", "window", "redact", "paths", "collector", "printable", "inbox",
     },
     "demo": {"agent", "capsule_files", "compaction", "config", "layout"},
     "cli": {
@@ -47,7 +48,7 @@ LAYERS = {
     },
     "notebook": {
         "agent", "capsule_files", "compaction", "config", "images", "layout", "paths", "printable", "providers",
-        "redact", "transcript", "text", "window", "tokens", "messages",
+        "redact", "transcript", "text", "window", "tokens", "messages", "inbox",
     },
     "soba_nb": {"notebook"},
 }

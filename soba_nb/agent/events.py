@@ -51,4 +51,12 @@ class Notice:
     level: str = "info"
 
 
-AgentEvent = TextDelta | ToolStarted | ToolFinished | Notice | Waiting | CompactionEvent
+@dataclass(frozen=True)
+class Steered:
+    """A message the user sent into the running turn (the sidebar's steer, SPEC §18): it is
+    in the transcript and goes to the model with the next request."""
+
+    text: str
+
+
+AgentEvent = TextDelta | ToolStarted | ToolFinished | Notice | Waiting | Steered | CompactionEvent

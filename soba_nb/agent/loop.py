@@ -18,21 +18,22 @@ from dataclasses import dataclass, field
 
 from msgspec import UNSET
 
+from soba_nb.agent.answer_record import record_answer, truncated
 from soba_nb.agent.approval import DECLINED, NO_INPUT, ApprovalGate, Approver, describe_call
 from soba_nb.agent.artifacts import keep_images
-from soba_nb.agent.cost import EMBEDDED_PROVIDER, CostCapExceeded
+from soba_nb.agent.cost import CostCapExceeded
 from soba_nb.agent.events import AgentEvent, Notice, TextDelta, ToolFinished, ToolStarted, Waiting
-from soba_nb.agent.output_limit import CUT_SUMMARY, CutAnswer, cut_answer
+from soba_nb.agent.output_limit import CUT_SUMMARY, cut_answer
 from soba_nb.agent.rebuild import note_missing
 from soba_nb.agent.request_images import sent_image_tokens, unsent_image_tokens, with_images
 from soba_nb.agent.session import AgentSession
+from soba_nb.agent.steering import take_inbox
 from soba_nb.agent.tools import ToolContext, run_tool, summarize_arguments
 from soba_nb.agent.tools.base import DisplayCapture, NotebookAccess
-from soba_nb.agent.usage_evidence import cut_prompt, is_count, received_tokens
 from soba_nb.agent.vault import FileVault
 from soba_nb.compaction.cells_context import fit_cells
 from soba_nb.compaction.compactor import HardLimitExceeded
-from soba_nb.compaction.model_input import ModelInput, fixed_tokens
+from soba_nb.compaction.model_input import ModelInput
 from soba_nb.compaction.outcomes import CompactionResult, Outcome
 from soba_nb.compaction.triggers import TurnState
 from soba_nb.providers.base import ModelRequest, ModelResponse, ToolCall
@@ -43,10 +44,8 @@ from soba_nb.transcript.entries import (
     CellRecord,
     CellsEntry,
     MessageEntry,
-    ToolCallEntry,
     ToolResultEntry,
 )
-from soba_nb.transcript.estimated import estimated_usage
 from soba_nb.transcript.store import TranscriptWriteError
 
 MAX_COUNT_RATIO = 4.0
@@ -142,6 +141,7 @@ class TurnRunner:
             if block is not None:
                 session.transcript.append(block)
             text = prompt(block) if callable(prompt) else prompt
+            take_inbox(session.layout.inbox, session.transcript, self.emit)  # sent while idle: before the request
             session.transcript.append(MessageEntry(role="user", content=text, typed=typed))
             return self._loop()
         except KeyboardInterrupt:
@@ -159,7 +159,10 @@ class TurnRunner:
             self.emit(Notice(note, "warning"))
 
     def _loop(self) -> TurnResult:
+        session = self.session
         while self.result.steps < self.max_steps:
+            if self.result.steps:  # a tool boundary: what the user sent meanwhile goes with the results
+                take_inbox(session.layout.inbox, session.transcript, self.emit)
             preflight = self.session.compactor.preflight(self.turn, self.cancel)
             if preflight is not None:
                 self.result.compactions.append(preflight)
@@ -184,7 +187,11 @@ class TurnRunner:
             cut = cut_answer(response, self.session.limits.max_output_tokens)
             for line in cut.notices:
                 self.emit(Notice(line, "warning"))
-            self._record_answer(response, sent, truncated=self._truncated(response, model_input, sent), cut=cut)
+            figure_cut = truncated(session, self.emit, response, model_input, sent, self._sent_images)
+            record_answer(
+                session, response, sent, truncated=figure_cut, cut=cut,
+                operation_id=self._operation_id, sent_images=self._sent_images,
+            )
             response = cut.recorded(response)
             if not response.tool_calls:
                 self.result.answer = response.text
@@ -295,52 +302,6 @@ class TurnRunner:
             self._model_time_left -= time.monotonic() - started
         return response
 
-    def _truncated(self, response: ModelResponse, model_input: ModelInput, sent: int) -> bool:
-        """Whether the usage figure must not measure the budget: it is no count of a request,
-        or the server's counts stopped growing with what was sent — it cuts prompts silently
-        at that ceiling (`usage_evidence`): warn, and learn the window it really uses."""
-        usage, session = response.usage, self.session
-        if usage is None:
-            return False
-        system_alone = fixed_tokens(model_input.system, (), session.counter)
-        if not is_count(usage.input_tokens, system_alone):
-            self._warn_once(
-                "not a count",
-                f"the server counted {usage.input_tokens:,} input tokens where about {sent:,} were sent: "
-                "not a count to trust (less than the system prompt alone); the budget keeps its own"
-            )
-            return True
-        text = sent - self._sent_images  # images are the server's own business (SPEC §17)
-        conversation = text - fixed_tokens(model_input.system, model_input.tools, session.counter)
-        found = cut_prompt(session.transcript.path_view(), usage.input_tokens, text=text, messages_text=conversation)
-        if found is None:
-            return False  # another tokenizer, a gateway's own count: evidence, not a cut
-        cut_at, how = found
-        if not session.plausible_window(cut_at):
-            self._warn_once(
-                "ceiling below the fixed part",
-                f"the server counted {cut_at:,} input tokens where about {sent:,} were sent: a cut prompt, at a "
-                "size less than the system prompt and tools take: not taken as the window; the budget keeps its own"
-            )
-            return True
-        session.learn_window(cut_at, "truncation", f"the server's counts stopped growing at {cut_at:,} tokens")
-        self.emit(
-            Notice(
-                f"the server counted {usage.input_tokens:,} input tokens where about {sent:,} were sent, {how}: it cut the prompt silently "
-                "(Ollama does when num_ctx is smaller), so the answer may have missed part of the context. The window is now "
-                f"{session.limits.context_window:,} for this session; give the server a larger context "
-                "(Ollama: OLLAMA_CONTEXT_LENGTH or PARAMETER num_ctx) to use more",
-                "warning",
-            )
-        )
-        self._show_new_notes()
-        return True
-
-    def _warn_once(self, kind: str, text: str) -> None:
-        """A warning about the server's figures, shown once per session (not at every turn)."""
-        if self.session.first_time(f"usage: {kind}"):
-            self.emit(Notice(text, "warning"))
-
     def _recover(self, exc: ContextOverflowError, refused_tokens: int) -> TurnResult | None:
         if self._overflow_recovered:
             return self._end(
@@ -385,37 +346,6 @@ class TurnRunner:
                 f"ended {result.outcome.value}: {result.reason}. {self._advice()}",
             )
         return None
-
-    def _record_answer(self, response: ModelResponse, sent: int, *, truncated: bool, cut: CutAnswer) -> None:
-        """The answer, its calls (cut ones shortened) and its usage (priced on what came)."""
-        transcript = self.session.transcript
-        transcript.append(MessageEntry(role="assistant", content=response.text))
-        for call in cut.recorded(response).tool_calls:
-            transcript.append(ToolCallEntry(call_id=call.id, name=call.name, arguments=call.arguments))
-        if response.usage is not None:
-            transcript.append(
-                response.usage.entry(
-                    provider=response.provider,
-                    model=response.model,
-                    operation="inference",
-                    operation_id=self._operation_id,
-                    sent_tokens=sent,
-                    sent_image_tokens=self._sent_images,
-                    truncated=truncated,
-                )
-            )
-        elif self.session.config.model.provider != EMBEDDED_PROVIDER:
-            # The server sent no usage: priced from our own counts, marked so (SPEC §11, §16).
-            # (The embedded model reports none and costs nothing.)
-            transcript.append(
-                estimated_usage(
-                    sent,
-                    received_tokens(response.text, response.tool_calls, self.session.counter),
-                    provider=response.provider,
-                    model=response.model,
-                    operation_id=self._operation_id,
-                )
-            )
 
     def _record_partial(self, text: str) -> None:
         if text:

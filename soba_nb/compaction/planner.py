@@ -19,6 +19,7 @@ from soba_nb.compaction.model_input import (
     entry_tokens,
     latest_capsule_index,
 )
+from soba_nb.compaction.requests import is_request
 from soba_nb.tokens import TokenCounter
 from soba_nb.transcript.entries import (
     CapsuleEntry,
@@ -98,7 +99,8 @@ def region_start(path: Sequence[Entry], capsule_at: int | None) -> int:
 
 
 def current_request(path: Sequence[Entry]) -> MessageEntry | None:
-    """The user message that started the current turn: the latest one on the path.
+    """The user message that started the current turn: the latest request on the path (a
+    steer sent into a running turn is part of it, not a new one: `requests.is_request`).
 
     It may lie before any number of capsules (a long tool loop compacts several times in
     one turn), so the whole path is searched, not only the region being summarized; a
@@ -106,7 +108,7 @@ def current_request(path: Sequence[Entry]) -> MessageEntry | None:
     there.
     """
     for entry in reversed(path):
-        if isinstance(entry, MessageEntry) and entry.role == "user":
+        if isinstance(entry, MessageEntry) and is_request(entry):
             return entry
         if isinstance(entry, CapsuleEntry) and entry.source is not None:
             return None

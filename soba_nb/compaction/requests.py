@@ -9,7 +9,10 @@ its `## Goal and constraints` section, newest first, each marked:
 - `not answered`: a newer request came before any answer (a failed or cancelled turn).
 
 A slash command is quoted as the user typed it (`MessageEntry.typed`: `/fix`), never as
-soba's expansion. The requests fit `compaction.userRequestTokens`: the newest are quoted whole
+soba's expansion. A message the user sent into the running turn from the sidebar (`steer:
+true`, SPEC §18) is no new request: it is part of the request being worked on, quoted after it
+(`[steered during the turn] ...`) inside the same item, whose status it does not change; the
+message telling the model of an edit decision (`edit`) is soba's words, no request at all. The requests fit `compaction.userRequestTokens`: the newest are quoted whole
 while they fit; older ones are clipped to their head and tail, with a note; older still are
 counted in a last line. A request `in progress` is always whole (SPEC §5). Across repeated
 compactions the list rolls up: the previous capsule's requests come after (older than) the
@@ -55,6 +58,8 @@ REQUESTS_LABEL = (
 CLIPPED_NOTE = "clipped: its head and tail"
 OLDER_NOTE = "{count} older request(s) left out here; the transcript holds them"
 EXPANDED_LABEL = "which soba sent to the model as:"
+STEER_MARK = "[steered during the turn] "
+"""Before each steer message quoted with the request it steered."""
 OPENING_NOTE = "the session's first request"
 OPENING_CLIP_CHARS = 600
 """The session's first request (its goal, most often) is kept through every capsule, at least
@@ -110,17 +115,32 @@ def said(entry: MessageEntry) -> str:
     return entry.typed if entry.typed is not None else entry.content
 
 
-def _statuses(entries: Iterable[Entry]) -> list[tuple[MessageEntry | None, Status]]:
-    """Each user message with its status, oldest first. The first item (`None`) stands for a
-    request made before these entries: whether the entries answer it before any user message."""
-    found: list[tuple[MessageEntry | None, Status]] = [(None, IN_PROGRESS)]
+def is_request(entry: Entry) -> bool:
+    """A user message that is a request: not a steer into the running one, nor the message
+    telling the model of an edit decision."""
+    return type(entry) is MessageEntry and entry.role == "user" and entry.steer is not True and not entry.edit
+
+
+def _with_steers(text: str, steers: Sequence[str]) -> str:
+    return text + "".join(f"\n\n{STEER_MARK}{steer}" for steer in steers)
+
+
+def _statuses(entries: Iterable[Entry]) -> list[tuple[MessageEntry | None, Status, tuple[str, ...]]]:
+    """Each request with its status and the steers sent into it, oldest first. The first item
+    (`None`) stands for a request made before these entries: whether the entries answer it
+    before any user message (and what steered it)."""
+    found: list[tuple[MessageEntry | None, Status, tuple[str, ...]]] = [(None, IN_PROGRESS, ())]
     answered = False
     for entry in entries:
         if isinstance(entry, MessageEntry):
-            if entry.role == "user":
-                message, _ = found[-1]
-                found[-1] = (message, DONE if answered else NOT_ANSWERED)
-                found.append((entry, IN_PROGRESS))
+            if entry.role == "user" and not is_request(entry):
+                if entry.steer is True:
+                    message, status, steers = found[-1]
+                    found[-1] = (message, status, (*steers, entry.content))
+            elif entry.role == "user":
+                message, _, steers = found[-1]
+                found[-1] = (message, DONE if answered else NOT_ANSWERED, steers)
+                found.append((entry, IN_PROGRESS, ()))
                 answered = False
             elif entry.role == "assistant" and entry.content.strip():
                 answered = True  # an answer, unless a tool call follows (then it was a step)
@@ -128,14 +148,14 @@ def _statuses(entries: Iterable[Entry]) -> list[tuple[MessageEntry | None, Statu
             answered = False
         elif isinstance(entry, CheckpointEntry) and entry.kind == "turn":
             answered = True  # soba records a `turn` checkpoint when a turn completed
-    message, _ = found[-1]
-    found[-1] = (message, DONE if answered else IN_PROGRESS)
+    message, _, steers = found[-1]
+    found[-1] = (message, DONE if answered else IN_PROGRESS, steers)
     return found
 
 
-def _request(message: MessageEntry, status: Status) -> Request:
+def _request(message: MessageEntry, status: Status, steers: Sequence[str] = ()) -> Request:
     expanded = message.content if message.typed is not None and status == IN_PROGRESS else None
-    return Request(said(message), status, expanded=expanded)
+    return Request(_with_steers(said(message), steers), status, expanded=expanded)
 
 
 def _quotes(request: Request, text: str) -> bool:
@@ -164,24 +184,27 @@ def collect(
     `from_start`: `summarized` starts the session (no capsule before it): its first request is
     the session's opening one, kept through every later capsule."""
     statuses = _statuses(chain(summarized, kept))
-    in_span = sum(1 for entry in summarized if type(entry) is MessageEntry and entry.role == "user")
-    new = [_request(m, status) for m, status in statuses[1 : in_span + 1] if m is not None]
+    in_span = sum(1 for entry in summarized if is_request(entry))
+    new = [_request(m, status, steers) for m, status, steers in statuses[1 : in_span + 1] if m is not None]
     previous = previous or NONE
     if from_start and new and not previous:  # no capsule before: the first request opened the session
         new[0] = replace(new[0], opening=True)
     older = list(previous.items)
-    on_path = any(m is current for m, _ in statuses[1:])
+    on_path = any(m is current for m, _, _ in statuses[1:])
     if current is not None and not on_path:
-        if older and _quotes(older[0], said(current)):
+        if older and older[0].text.startswith(f"{said(current)}\n\n{STEER_MARK}"):
+            pass  # quoted whole already, with the steers sent into it
+        elif older and _quotes(older[0], said(current)):
             older[0] = replace(older[0], text=said(current), clipped=False)  # the newest: whole again
         else:
             older.insert(0, _request(current, IN_PROGRESS))
     if older and older[0].status == IN_PROGRESS:
         # The newest request of the previous capsule was still being worked on: what follows
-        # it now says whether it was answered (or left for a newer one).
-        _, status = statuses[0]
+        # it now says whether it was answered (or left for a newer one), and what steered it.
+        _, status, steers = statuses[0]
         status = status if status != IN_PROGRESS or not new else NOT_ANSWERED
-        older[0] = replace(older[0], status=status, expanded=older[0].expanded if status == IN_PROGRESS else None)
+        expanded = older[0].expanded if status == IN_PROGRESS else None
+        older[0] = replace(older[0], text=_with_steers(older[0].text, steers), status=status, expanded=expanded)
     return Requests((*reversed(new), *older), previous.older_left_out)
 
 

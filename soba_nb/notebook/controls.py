@@ -6,7 +6,10 @@ opens a comm to it when a button is used and sends one request per message:
 - ``{"type": "compact", "focus": str | None}`` — what `%compact [focus]` does;
 - ``{"type": "auto", "on": bool}`` — what `%auto_compact on|off` does;
 - ``{"type": "export", "path": str}`` — export the latest capsule on the path to `path`
-  (what `%capsule export <latest checkpoint> <path>` does).
+  (what `%capsule export <latest checkpoint> <path>` does);
+- ``{"type": "inbox"}`` — take the session folder's inbox now (`agent.steering`): what the
+  sidebar sent through the Jupyter server (a steer, an edit decision) becomes entries at once
+  instead of at the next turn; the answer lists what was taken, one line each.
 
 Each request is answered on the same comm with ``{"type": "done", "request": <type>, "ok":
 bool, "text": str}``: the lines the magic would have printed, or the one-line error. The
@@ -27,10 +30,16 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
+from soba_nb.agent.events import Notice
+from soba_nb.agent.steering import take_inbox
 from soba_nb.capsule_files.file import FILE_SUFFIX
+from soba_nb.inbox import pending
+from soba_nb.layout import INBOX_FOLDER
 from soba_nb.notebook import comm
 from soba_nb.notebook.capsule_commands import create_capsule_file
 from soba_nb.notebook.comm import kernel_comm_manager
+from soba_nb.notebook.location import locate
+from soba_nb.notebook.render import STEER_LABEL
 
 if TYPE_CHECKING:
     from soba_nb.notebook.holder import SessionHolder
@@ -87,10 +96,31 @@ def _quoted(path: str) -> str:
     raise UsageError("export: a path holding both kinds of quotes cannot be passed on; rename it")
 
 
+def _inbox(holder: SessionHolder, _data: dict[str, Any]) -> None:
+    """Take the mailbox into the session (opened only when something waits)."""
+    agent = holder.agent
+    inbox = agent.layout.inbox if agent is not None else locate(holder.shell.user_ns).sessions_dir / INBOX_FOLDER
+    if not pending(inbox):
+        print("inbox: nothing waiting")
+        return
+    agent = holder.get_session()
+    for entry in take_inbox(agent.layout.inbox, agent.transcript, _said):
+        if entry.edit:
+            print(f"edit of In [{entry.edit.execution_count}]: {entry.edit.decision}")
+        else:
+            print(f"{STEER_LABEL}{entry.content}")
+
+
+def _said(event: object) -> None:
+    if isinstance(event, Notice):  # a file set aside (steers are listed with what was taken)
+        print(event.text)
+
+
 HANDLERS: dict[str, Callable[[SessionHolder, dict[str, Any]], None]] = {
     "compact": _compact,
     "auto": _auto,
     "export": _export,
+    "inbox": _inbox,
 }
 
 

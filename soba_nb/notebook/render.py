@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from soba_nb.agent.events import Notice, TextDelta, ToolFinished, ToolStarted, Waiting
+from soba_nb.agent.events import Notice, Steered, TextDelta, ToolFinished, ToolStarted, Waiting
 from soba_nb.agent.loop import TurnResult
 from soba_nb.compaction.outcomes import CompactionEvent
 from soba_nb.notebook.monitor import (
@@ -108,6 +108,8 @@ def line_view(text: str) -> HtmlView:
     return HtmlView(f"<div><code>{html.escape(text)}</code></div>", text)
 
 
+STEER_LABEL = "steer: "
+"""How the cell shows a message the user sent into the running turn from the sidebar."""
 APPROVAL_HEADING = "Approval needed before this call runs:"
 APPROVAL_SCROLL_LINES = 30
 """A call longer than this many lines says so above its block, which scrolls (max-height)."""
@@ -215,6 +217,9 @@ class TurnRenderer:
             self._compaction(event)
         elif isinstance(event, Notice):
             self._held_notice = event
+        elif isinstance(event, Steered):  # the user's message into the running turn (SPEC §18)
+            self._end_answer()
+            self.show(f"{STEER_LABEL}{event.text}")
 
     __call__ = on_event
 

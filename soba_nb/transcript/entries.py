@@ -112,6 +112,15 @@ class SessionEntry(_Entry, tag="session", kw_only=True, frozen=True):
     """`provider/name` of the model at creation."""
 
 
+class EditDecision(Struct, kw_only=True, frozen=True, rename="camel", gc=False):
+    """The user's decision on a cell edit the agent proposed (SPEC §18): `call`, the id of the
+    `edit_cell` call that proposed it; `executionCount`, the cell `In [n]` it would change."""
+
+    call: NonEmpty
+    execution_count: Count
+    decision: Literal["accepted", "rejected"]
+
+
 class MessageEntry(_Entry, tag="message", kw_only=True, frozen=True):
     """A user, assistant or system message."""
 
@@ -121,6 +130,11 @@ class MessageEntry(_Entry, tag="message", kw_only=True, frozen=True):
     typed: str | None = None
     """On a user message soba expanded (a slash command such as `/fix`): what the user typed,
     as they typed it. Capsules quote this, never the expansion (SPEC §14)."""
+    steer: bool | UnsetType = UNSET
+    """`true` on a user message sent into a running turn from the sidebar (SPEC §18): part of
+    the request being worked on, not a new one. Absent otherwise."""
+    edit: EditDecision | UnsetType = UNSET
+    """On the user message telling the model what became of a proposed cell edit. Absent otherwise."""
 
 
 class ToolCallEntry(_Entry, tag="tool_call", kw_only=True, frozen=True):
@@ -511,21 +525,6 @@ def entry_from_dict(data: Any) -> Entry:
     except RecursionError:
         raise EntryError(NESTED_TOO_DEEPLY) from None
     return entry
-
-
-def is_json_error(exc: msgspec.DecodeError) -> bool:
-    """True when the text was not JSON at all (a torn line), not JSON of the wrong shape."""
-    return not isinstance(exc, EntryError)
-
-
-def describe_error(exc: msgspec.DecodeError) -> str:
-    """`field: what was wrong`, from a decode or validation error."""
-    message = str(exc)
-    text, _, where = message.partition(" - at `$")
-    if not where:
-        return "not a JSON object" if message.startswith("Expected `object`") else message
-    location = where.rstrip("`").lstrip(".") or "entry"
-    return f"{location}: {text}"
 
 
 def entry_to_dict(entry: Entry) -> dict[str, Any]:

@@ -3,6 +3,8 @@ the reader and the opener)."""
 
 from __future__ import annotations
 
+import msgspec
+
 
 class TranscriptError(ValueError):
     """The transcript file is malformed. The message names the file and line."""
@@ -30,3 +32,18 @@ class TranscriptWriteError(OSError):
 
 class TornLineWarning(UserWarning):
     """The last line was cut short by a crash; it is ignored."""
+
+
+def is_json_error(exc: msgspec.DecodeError) -> bool:
+    """True when the text was not JSON at all (a torn line), not JSON of the wrong shape."""
+    return not isinstance(exc, msgspec.ValidationError)  # `entries.EntryError`
+
+
+def describe_error(exc: msgspec.DecodeError) -> str:
+    """`field: what was wrong`, from a decode or validation error."""
+    message = str(exc)
+    text, _, where = message.partition(" - at `$")
+    if not where:
+        return "not a JSON object" if message.startswith("Expected `object`") else message
+    location = where.rstrip("`").lstrip(".") or "entry"
+    return f"{location}: {text}"

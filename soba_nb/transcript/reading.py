@@ -17,11 +17,14 @@ import msgspec
 from soba_nb.transcript.entries import (
     Entry,
     decode_lines,
-    describe_error,
     entry_from_json,
+)
+from soba_nb.transcript.errors import (
+    TornLineWarning,
+    TranscriptError,
+    describe_error,
     is_json_error,
 )
-from soba_nb.transcript.errors import TornLineWarning, TranscriptError
 
 READ_CHUNK_BYTES = 1 << 20
 

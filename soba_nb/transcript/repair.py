@@ -24,13 +24,12 @@ from soba_nb.redact import redact_entry_data
 from soba_nb.transcript.entries import (
     Entry,
     LeafEntry,
-    describe_error,
     entry_from_dict,
     entry_from_json,
     entry_to_dict,
     entry_to_json,
-    is_json_error,
 )
+from soba_nb.transcript.errors import describe_error, is_json_error
 from soba_nb.transcript.store import TORN_MARKER
 
 

@@ -52,7 +52,6 @@ from soba_nb.transcript.entries import (
     SessionEntry,
     SettingEntry,
     WindowEntry,
-    describe_error,
     entry_from_json,
     entry_to_dict,
     new_entry_id,
@@ -62,6 +61,7 @@ from soba_nb.transcript.errors import TornLineWarning as TornLineWarning  # re-e
 from soba_nb.transcript.errors import TranscriptError as TranscriptError  # re-exported
 from soba_nb.transcript.errors import TranscriptLockedError as TranscriptLockedError  # re-exported
 from soba_nb.transcript.errors import TranscriptWriteError as TranscriptWriteError  # re-exported
+from soba_nb.transcript.errors import describe_error
 from soba_nb.transcript.opening import check_header, identity, open_for_writing
 from soba_nb.transcript.reading import Parsed, read_entries
 
