@@ -23,7 +23,8 @@ export const NO_KERNEL = 'this notebook has no running kernel';
 export type ControlRequest =
   | { type: 'compact'; focus?: string | null }
   | { type: 'auto'; on: boolean }
-  | { type: 'export'; path: string };
+  | { type: 'export'; path: string }
+  | { type: 'inbox' };
 
 /** The kernel's answer: the lines the magic printed, or its one-line error. */
 export interface IControlAnswer {

@@ -17,17 +17,22 @@ import {
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 import { ICommandPalette } from '@jupyterlab/apputils';
-import { INotebookTracker } from '@jupyterlab/notebook';
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { capsuleFiles } from './capsule';
+import { ChatController } from './chat';
 import { proposedCells } from './cells';
 import { budgetIcon } from './icon';
-import { BudgetPanel } from './panel';
+import { FixButtons } from './fix';
+import { cellEdits } from './edits';
+import { BudgetPanel, PANEL_ID } from './panel';
 import { BudgetStatus, STATUS_ITEM_ID } from './statusbar';
 import { BudgetStore } from './store';
 
 const SHOW_BUDGET = 'soba:show-budget';
+const ASK = 'soba:ask';
 const SIDEBAR_RANK = 600;
 const STATUS_RANK = 50;
 
@@ -36,23 +41,36 @@ const budget: JupyterFrontEndPlugin<void> = {
   description: 'The soba-nb context budget of the current notebook, in the right sidebar.',
   autoStart: true,
   requires: [INotebookTracker],
-  optional: [ILabShell, ICommandPalette, ILayoutRestorer, IStatusBar],
+  optional: [ILabShell, ICommandPalette, ILayoutRestorer, IStatusBar, IRenderMimeRegistry],
   activate: (
     app: JupyterFrontEnd,
     tracker: INotebookTracker,
     labShell: ILabShell | null,
     palette: ICommandPalette | null,
     restorer: ILayoutRestorer | null,
-    statusBar: IStatusBar | null
+    statusBar: IStatusBar | null,
+    rendermime: IRenderMimeRegistry | null
   ): void => {
     const store = new BudgetStore();
-    tracker.forEach(notebook => store.track(notebook));
-    tracker.widgetAdded.connect((_, notebook) => store.track(notebook));
+    const chat = new ChatController(store);
+    const follow = (notebook: NotebookPanel) => {
+      store.track(notebook);
+      chat.follow(notebook);
+      fixButtons.follow(notebook);
+    };
+    const fixButtons = new FixButtons((notebook, count) => {
+      if (labShell) {
+        labShell.activateById(PANEL_ID);
+      }
+      void chat.fix(notebook, count);
+    });
+    tracker.forEach(follow);
+    tracker.widgetAdded.connect((_, notebook) => follow(notebook));
     if (!labShell) {
       return;
     }
 
-    const panel = new BudgetPanel(store);
+    const panel = new BudgetPanel(store, chat, rendermime);
     panel.title.icon = budgetIcon;
     labShell.add(panel, 'right', { rank: SIDEBAR_RANK });
     // Reopen the panel after a reload if it was open.
@@ -67,6 +85,17 @@ const budget: JupyterFrontEndPlugin<void> = {
       execute: () => labShell.activateById(panel.id)
     });
     palette?.addItem({ command: SHOW_BUDGET, category: 'soba' });
+    app.commands.addCommand(ASK, {
+      label: 'soba: ask in the sidebar',
+      caption: 'Open the soba sidebar and put the cursor in its prompt box',
+      icon: budgetIcon,
+      execute: () => {
+        labShell.activateById(panel.id);
+        panel.focusPrompt();
+      }
+    });
+    app.commands.addKeyBinding({ command: ASK, keys: ['Accel Alt S'], selector: 'body' });
+    palette?.addItem({ command: ASK, category: 'soba' });
 
     if (statusBar) {
       const item = new BudgetStatus(store, tracker, () => labShell.activateById(panel.id));
@@ -81,4 +110,4 @@ const budget: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default [budget, proposedCells, capsuleFiles];
+export default [budget, proposedCells, cellEdits, capsuleFiles];

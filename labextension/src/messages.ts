@@ -4,6 +4,8 @@
  * the budget sidebar's (`MonitorMessage`) and the cells the agent proposes (`IAddCell`).
  */
 
+import { ITurnMessage, parseTurn } from './conversation';
+
 /** The comm target registered on every notebook's kernel. */
 export const COMM_TARGET = 'soba_nb.monitor';
 
@@ -66,7 +68,7 @@ export interface IResult {
   degraded: boolean;
 }
 
-export type MonitorMessage = ISnapshot | IProgress | IResult;
+export type MonitorMessage = ISnapshot | IProgress | IResult | ITurnMessage;
 
 type Fields = Record<string, unknown>;
 
@@ -137,6 +139,8 @@ export function parseMessage(data: unknown): MonitorMessage | null {
             degraded: fields.degraded === true
           }
         : null;
+    case 'turn':
+      return parseTurn(fields);
     default:
       return null;
   }

@@ -17,12 +17,17 @@ import { InputDialog } from '@jupyterlab/apputils';
 import { NotebookPanel } from '@jupyterlab/notebook';
 import { Widget } from '@lumino/widgets';
 
+import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
+
+import { ChatController } from './chat';
+import { ChatView } from './chatview';
 import { capsuleFileName } from './controls';
 import { ISnapshot } from './messages';
 import { BudgetStore, IBudgetState } from './store';
 
 export const PANEL_ID = 'soba-budget-panel';
-export const PANEL_TITLE = 'soba budget';
+export const PANEL_TITLE = 'soba';
+export const PANEL_CAPTION = 'soba: the conversation and the context budget of this notebook';
 export const NO_NOTEBOOK = 'Open a notebook to see its context budget.';
 export const NO_DATA = 'Run %budget or %soba in this notebook';
 /** The public name (`data-soba-role`, SPEC §18) of the heads-up before an automatic compaction. */
@@ -157,11 +162,27 @@ export class BudgetPanel extends Widget {
   private readonly _answer = el('div', 'soba-Budget-answer');
   private readonly _body = el('div', 'soba-Budget-body');
 
-  constructor(private readonly _store: BudgetStore) {
+  private readonly _chatView: ChatView;
+
+  constructor(
+    private readonly _store: BudgetStore,
+    private readonly _chat: ChatController,
+    rendermime: IRenderMimeRegistry | null
+  ) {
     super();
+    this._chatView = new ChatView(
+      {
+        submit: text => this._withNotebook(panel => this._chat.submit(panel, text)),
+        steer: text => this._withNotebook(panel => this._chat.steer(panel, text)),
+        answer: value => this._withNotebook(async panel => this._chat.stateOf(panel).question?.answer(value)),
+        editQueued: (id, text) => this._withNotebook(panel => this._chat.editQueued(panel, id, text)),
+        removeQueued: id => this._withNotebook(panel => this._chat.removeQueued(panel, id))
+      },
+      rendermime
+    );
     this.id = PANEL_ID;
     this.addClass('soba-Budget');
-    this.title.caption = PANEL_TITLE;
+    this.title.caption = PANEL_CAPTION;
     this._compact = button(
       'Compact now',
       'soba-Budget-compact',
@@ -190,12 +211,30 @@ export class BudgetPanel extends Widget {
     const controls = el('div', 'soba-Budget-controls');
     controls.append(this._compact, this._auto, this._cancel, this._export);
     const heading = el('h2', 'soba-Budget-title', PANEL_TITLE);
-    this.node.append(heading, this._name, controls, this._answer, this._body);
-    _store.changed.connect((_, panel) => {
+    const budget = el('details', 'soba-Budget-section');
+    budget.setAttribute('open', '');
+    const summary = el('summary', 'soba-Budget-summary', 'context budget');
+    budget.append(summary, controls, this._answer, this._body);
+    this.node.append(heading, this._name, budget, this._chatView.node);
+    const redraw = (_: unknown, panel: NotebookPanel) => {
       if (panel === this._notebook) {
         this.update();
       }
-    });
+    };
+    _store.changed.connect(redraw);
+    _chat.changed.connect(redraw);
+  }
+
+  /** Put the cursor in the prompt box (the `soba:ask` command, Ctrl/Cmd+Alt+S). */
+  focusPrompt(): void {
+    this._chatView.focus();
+  }
+
+  private _withNotebook(action: (panel: NotebookPanel) => Promise<void>): void {
+    const notebook = this._live();
+    if (notebook) {
+      void action(notebook);
+    }
   }
 
   /** Show the budget of `notebook` (null: no notebook is current). */
@@ -254,11 +293,13 @@ export class BudgetPanel extends Widget {
     const state = notebook ? this._store.stateOf(notebook) : null;
     this._name.textContent = notebook ? notebook.title.label : '';
     this._updateControls(notebook, state);
+    this._chatView.node.hidden = !notebook;
     if (!notebook || !state) {
       this._body.replaceChildren(el('div', 'soba-Budget-empty', NO_NOTEBOOK));
       return;
     }
     this._body.replaceChildren(...render(state));
+    this._chatView.update(state, this._chat.stateOf(notebook));
   }
 
   private _updateControls(notebook: NotebookPanel | null, state: IBudgetState | null): void {

@@ -16,6 +16,7 @@ import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { ControlRequest, NO_KERNEL, sendControl } from './controls';
+import { IConversation, emptyConversation, reduceTurn } from './conversation';
 import {
   COMM_TARGET,
   IProgress,
@@ -52,6 +53,8 @@ export interface IBudgetState {
   lastAttempt: string | null;
   /** The last button's request and answer. */
   control: IControlState | null;
+  /** The conversation (SPEC §18): every turn, from the prompt box or a cell. */
+  conversation: IConversation;
 }
 
 const emptyState = (): IBudgetState => ({
@@ -59,7 +62,8 @@ const emptyState = (): IBudgetState => ({
   progress: null,
   lastResult: null,
   lastAttempt: null,
-  control: null
+  control: null,
+  conversation: emptyConversation()
 });
 
 /** A finished barrier: a completed one is the last compaction, any other the last attempt. */
@@ -89,6 +93,8 @@ export function reduce(state: IBudgetState, message: MonitorMessage): IBudgetSta
       return { ...state, progress: message, lastAttempt: null };
     case 'result':
       return finished(state, message);
+    case 'turn':
+      return { ...state, conversation: reduceTurn(state.conversation, message) };
   }
 }
 
@@ -127,6 +133,17 @@ export class BudgetStore {
   /** The state of `panel` (empty when its kernel has sent nothing yet). */
   stateOf(panel: NotebookPanel): IBudgetState {
     return this._states.get(panel) ?? emptyState();
+  }
+
+  /**
+   * The conversation as the transcript holds it, when nothing was shown yet (a page reload, a
+   * notebook opened again): the kernel's `turn` messages only cover turns that run from now.
+   */
+  setHistory(panel: NotebookPanel, conversation: IConversation): void {
+    const state = this._states.get(panel);
+    if (state && state.conversation.items.length === 0 && !state.conversation.running) {
+      this._set(panel, { ...state, conversation });
+    }
   }
 
   /** Start listening to `panel`'s kernel, now and after every kernel change. */
@@ -229,7 +246,7 @@ export class BudgetStore {
     }
     // A new connection to the same kernel (a reconnect) keeps the kernel's session.
     if (change.oldValue?.id !== change.newValue?.id) {
-      this._set(panel, emptyState());
+      this._set(panel, this._restarted(panel));
     }
     if (change.newValue) {
       void this._attach(panel, change.newValue);
@@ -242,8 +259,14 @@ export class BudgetStore {
       // A new kernel process: its session starts over, and so does what we show; its comms
       // went with the old process.
       this._comms.delete(panel);
-      this._set(panel, emptyState());
+      this._set(panel, this._restarted(panel));
     }
+  }
+
+  /** A new kernel: its figures start over; the conversation stays (the transcript keeps it). */
+  private _restarted(panel: NotebookPanel): IBudgetState {
+    const { items } = this.stateOf(panel).conversation;
+    return { ...emptyState(), conversation: { items, running: null, waiting: null } };
   }
 
   /**
@@ -301,6 +324,10 @@ export class BudgetStore {
    * Open a comm to the kernel's `soba_nb.monitor` target unless one is open. The kernel
    * answers with its last snapshot; a kernel without the target closes the comm at once.
    */
+  connect(panel: NotebookPanel): void {
+    this._connect(panel);
+  }
+
   private _connect(panel: NotebookPanel): void {
     const kernel = panel.sessionContext.session?.kernel;
     if (!kernel || !this._states.has(panel)) {

@@ -9,6 +9,8 @@ and the cell says why.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from IPython.core.error import StdinNotImplementedError
 
 from soba_nb.agent.approval import NoInput
@@ -18,12 +20,16 @@ from soba_nb.notebook.render import TurnRenderer
 class InputApprover:
     """Shows the call in the turn's output and asks with `input()`."""
 
-    def __init__(self, renderer: TurnRenderer):
+    def __init__(self, renderer: TurnRenderer, also_show: Callable[[str], None] | None = None):
         self.renderer = renderer
+        self.also_show = also_show
+        """The sidebar's conversation: it shows the question too (the answer may come from there)."""
 
     def ask(self, shown: str, question: str) -> str:
         if shown:
             self.renderer.show_call(shown)
+        if self.also_show is not None:
+            self.also_show(shown)
         try:
             return input(question)
         except StdinNotImplementedError:

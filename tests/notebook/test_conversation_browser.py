@@ -1,0 +1,256 @@
+"""SPEC §18: talking to soba in JupyterLab's sidebar — a real JupyterLab 4, Debian's chromium
+driven by Playwright, a real kernel, and the loopback LLM server scripted (and slow where a
+turn must be running).
+
+- The prompt box: a request typed there and sent with Enter runs as a turn in the notebook's
+  kernel (soba loaded quietly if the notebook had not); the server receives it; the panel shows
+  the user's message, the streamed answer and the receipts; the notebook's cells are not
+  touched; the transcript next to the notebook holds the turn.
+- Steer: while a turn's `python` call sleeps, a message sent with `steer` reaches the model in
+  the next request, after the call's result, as a user message; the call was not interrupted;
+  the transcript marks it `steer: true`.
+- Queue: Enter while the turn runs queues the request (`queue-item`); it runs after the turn.
+- Fix: a failed cell gets `fix-cell`; clicking it runs `/fix --cell N`; the model's `edit_cell`
+  shows as a diff on that cell; `accept-edit` replaces the cell's source (not run), and the
+  decision is an entry the next request carries.
+
+One server for the module (temporary root, random token, its own Jupyter folders); every
+server, kernel and browser is stopped. Skipped, with the reason, without chromium, Playwright
+or the built labextension. Screenshots of each state go into the test's temporary folder (and,
+with SOBA_SCREENSHOTS=DIR, into DIR: docs/notebook.md shows them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import TEST_KEY_ENV, TEST_KEY_VALUE, ScriptedModel, write_soba_json
+from jupyter_support import (
+    EXPOSE_APP,
+    LABEXTENSION_BUILD,
+    SOBA_LABEXTENSION,
+    UI_TIMEOUT_MS,
+    JupyterServer,
+    browser_page,
+    cell,
+    installed_data_dirs,
+    isolated_env,
+    jupyter_server,
+    require_browser,
+    run_all_cells,
+    wait_for_kernel_idle,
+    write_code_notebook,
+)
+from llm_server import LLMServer, RecordedRequest, text, tool_calls
+
+VIEWPORT: Any = {"width": 1400, "height": 900}
+LAYER: dict[str, Any] = {"model": {"contextWindow": 32_000, "maxOutputTokens": 1_000}}
+PAGE = "/lab/workspaces/{stem}/tree/{file}"
+
+
+@dataclass(frozen=True)
+class Served:
+    server: JupyterServer
+    model: ScriptedModel
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    require_browser()
+    if not installed_data_dirs(SOBA_LABEXTENSION):
+        pytest.skip(f"{SOBA_LABEXTENSION} is not built and installed ({LABEXTENSION_BUILD})")
+    tmp = tmp_path_factory.mktemp("conversation")
+    root = tmp / "root"
+    root.mkdir()
+    with LLMServer() as llm:
+        write_soba_json(root, llm.url, LAYER)
+        env = isolated_env(tmp / "jupyter", {TEST_KEY_ENV: TEST_KEY_VALUE})
+        with jupyter_server("jupyterlab", tmp / "jupyter", root, env, [EXPOSE_APP]) as server:
+            yield Served(server, ScriptedModel(llm))
+
+
+def open_notebook(page: Any, served: Served, name: str, sources: tuple[str, ...]) -> Path:
+    path = served.server.root / name
+    write_code_notebook(path, sources)
+    page.goto(served.server.url(PAGE.format(file=name, stem=Path(name).stem)))
+    wait_for_kernel_idle(page)
+    page.keyboard.press("Control+Alt+s")  # soba: ask in the sidebar
+    page.locator("[data-soba-role='prompt']").wait_for()
+    return path
+
+
+def screenshot(page: Any, tmp_path: Path, name: str) -> None:
+    for folder in filter(None, (tmp_path, os.environ.get("SOBA_SCREENSHOTS"))):
+        page.screenshot(path=str(Path(folder) / f"{name}.png"))
+
+
+def user_texts(request: RecordedRequest) -> list[str]:
+    """The user messages' text of a Chat Completions request."""
+    found = []
+    for message in request.body.get("messages", []):
+        if message["role"] != "user":
+            continue
+        content = message["content"]
+        found.append(content if isinstance(content, str) else " ".join(p.get("text", "") for p in content))
+    return found
+
+
+def transcript_entries(notebook: Path) -> list[dict[str, Any]]:
+    folder = notebook.with_suffix(".soba")
+    files = sorted(folder.glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
+    files = [f for f in files if f.name != "flight.jsonl"]
+    assert files, f"no transcript in {folder}"
+    return [json.loads(line) for line in files[-1].read_text(encoding="utf-8").splitlines()]
+
+
+def saved_sources(page: Any, path: Path) -> list[str]:
+    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+    deadline = time.monotonic() + 10
+    while True:
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        sources = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in cells]
+        if time.monotonic() > deadline or cells:
+            return sources
+        time.sleep(0.2)
+
+
+@pytest.mark.timeout(180)
+def test_a_request_typed_in_the_sidebar_runs_as_a_turn_in_the_notebooks_kernel(served: Served, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    served.model.inference.clear()
+    served.model.script(
+        tool_calls(("python", {"code": "print(sum(range(10)))"})),
+        text("The **sum** is 45 <img src=x onerror=alert(1)>.", chunks=4, chunk_delay_s=0.2),
+    )
+    before = len(served.model.inference_requests())
+    with browser_page(VIEWPORT) as page:
+        path = open_notebook(page, served, "typed.ipynb", ("x = 1",))
+        prompt = page.locator("[data-soba-role='prompt']")
+        prompt.fill("what is the sum of 0..9?")
+        prompt.press("Enter")
+
+        messages = page.locator("[data-soba-role='message']")
+        expect(messages.and_(page.locator("[data-soba-author='user']"))).to_have_text("what is the sum of 0..9?")
+        answer = page.locator("[data-soba-role='message'][data-soba-author='assistant']")
+        expect(answer).to_contain_text("The sum is 45", timeout=UI_TIMEOUT_MS)
+        expect(answer.locator("strong")).to_have_text("sum")  # Markdown, rendered
+        expect(answer.locator("img")).to_have_count(0)  # no handler runs, no URL is fetched
+        expect(answer).to_contain_text("[image not loaded: x]")
+        expect(page.locator("[data-soba-role='receipt']")).to_contain_text("python")
+        expect(page.locator("[data-soba-role='receipt']")).to_contain_text("45")
+        screenshot(page, tmp_path, "sidebar-conversation")
+
+        requests = served.model.inference_requests()[before:]
+        assert len(requests) == 2
+        assert user_texts(requests[0])[-1].endswith("what is the sum of 0..9?")
+        assert saved_sources(page, path) == ["x = 1"]  # the notebook is not touched
+    entries = transcript_entries(path)
+    users = [e for e in entries if e["type"] == "message" and e["role"] == "user"]
+    assert users and users[-1]["content"].endswith("what is the sum of 0..9?")
+    assert any(e["type"] == "tool_call" and e["name"] == "python" for e in entries)
+
+
+@pytest.mark.timeout(240)
+def test_steer_reaches_the_running_turn_at_its_next_tool_boundary_and_a_queued_request_runs_after(
+    served: Served, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    served.model.inference.clear()
+    served.model.script(
+        tool_calls(("python", {"code": "import time\ntime.sleep(6)\nprint('slept')"})),
+        text("Done: I used the median, as you asked."),
+        text("The second request's answer."),
+    )
+    before = len(served.model.inference_requests())
+    with browser_page(VIEWPORT) as page:
+        path = open_notebook(page, served, "steer.ipynb", ("import time",))
+        prompt = page.locator("[data-soba-role='prompt']")
+        prompt.fill("compute the average of the sensor readings")
+        prompt.press("Enter")
+        receipt = page.locator("[data-soba-role='receipt']")
+        expect(receipt).to_contain_text("running")
+
+        prompt.fill("use the median instead")
+        page.locator("[data-soba-role='steer']").click()
+        prompt.fill("then plot the readings")
+        prompt.press("Enter")
+        queued = page.locator("[data-soba-role='queue-item']")
+        expect(queued).to_have_count(1)
+        expect(queued.locator("textarea")).to_have_value("then plot the readings")
+        screenshot(page, tmp_path, "sidebar-steer-and-queue")
+
+        expect(page.locator("[data-soba-role='message'][data-soba-steer='true']")).to_have_text(
+            re.compile("use the median instead"), timeout=UI_TIMEOUT_MS
+        )
+        answers = page.locator("[data-soba-role='message'][data-soba-author='assistant']")
+        expect(answers.last).to_contain_text("The second request's answer.", timeout=UI_TIMEOUT_MS)
+        expect(queued).to_have_count(0)
+
+    requests = served.model.inference_requests()[before:]
+    assert len(requests) == 3
+    second = requests[1].body["messages"]
+    tool_index = max(i for i, m in enumerate(second) if m["role"] == "tool")
+    assert "slept" in second[tool_index]["content"]  # the call ran to its end
+    after_tool = [m for m in second[tool_index + 1 :] if m["role"] == "user"]
+    assert after_tool and "use the median instead" in after_tool[-1]["content"]
+    assert user_texts(requests[2])[-1].endswith("then plot the readings")
+    entries = transcript_entries(path)
+    steered = [e for e in entries if e["type"] == "message" and e.get("steer") is True]
+    assert [e["content"] for e in steered] == ["use the median instead"]
+
+
+FAILING = "sales = {'amount': [3, 4]}\nrevenue = sum(sales['revenue'])"
+FIXED = "sales = {'amount': [3, 4]}\nrevenue = sum(sales['amount'])"
+
+
+@pytest.mark.timeout(240)
+def test_fix_on_a_failed_cell_proposes_an_edit_the_user_accepts(served: Served, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    served.model.inference.clear()
+    before = len(served.model.inference_requests())
+    with browser_page(VIEWPORT) as page:
+        path = open_notebook(page, served, "fix.ipynb", ("%load_ext soba_nb", FAILING, "print('after')"))
+        run_all_cells(page)
+        fix = cell(page, 1).locator("[data-soba-role='fix-cell']")
+        expect(fix).to_be_visible(timeout=UI_TIMEOUT_MS)
+        count = int(fix.get_attribute("data-soba-count") or "0")
+        served.model.script(
+            tool_calls(("edit_cell", {"execution_count": count, "source": FIXED})),
+            text("The column is `amount`: I proposed the corrected cell above."),
+            text("ok"),
+        )
+        fix.click()
+        diff = cell(page, 1).locator("[data-soba-role='edit-diff']")
+        expect(diff).to_be_visible(timeout=UI_TIMEOUT_MS)
+        expect(diff).to_contain_text("- revenue = sum(sales['revenue'])")
+        expect(diff).to_contain_text("+ revenue = sum(sales['amount'])")
+        screenshot(page, tmp_path, "fix-cell-edit-diff")
+        wait_for_kernel_idle(page)
+        cell(page, 1).locator("[data-soba-role='accept-edit']").click()
+        expect(diff).to_have_count(0, timeout=UI_TIMEOUT_MS)
+        sources = saved_sources(page, path)
+        assert sources == ["%load_ext soba_nb", FIXED, "print('after')"]
+        # The decision is an entry the next request carries.
+        prompt = page.locator("[data-soba-role='prompt']")
+        prompt.fill("thanks")
+        prompt.press("Enter")
+        expect(page.locator("[data-soba-role='message'][data-soba-author='assistant']").last).to_have_text(
+            "ok", timeout=UI_TIMEOUT_MS
+        )
+    requests = served.model.inference_requests()[before:]
+    assert f"In [{count}]" in " ".join(user_texts(requests[0]))
+    assert any("accepted" in t and f"In [{count}]" in t for t in user_texts(requests[-1]))
+    entries = transcript_entries(path)
+    decisions = [e for e in entries if e["type"] == "message" and e.get("edit")]
+    assert [d["edit"]["decision"] for d in decisions] == ["accepted"]
