@@ -11,6 +11,8 @@ shows the same conversation whichever way the user talks to soba:
 - ``{"type": "turn", "phase": "tool", "turn": id, "call": id, "line": str, "status":
   "running" | "ok" | "error", "preview": str}`` — a call's receipt, once when it starts and
   once when it ends (the same words as the cell's receipt);
+- ``{"type": "turn", "phase": "steer", "turn": id, "text": str}`` — the running turn took a
+  message the user sent into it (`steer`): it goes to the model with the next request;
 - ``{"type": "turn", "phase": "notice", "turn": id, "line": str, "level": str}`` — a one-line
   notice (a stop, a cut answer, a steer taken);
 - ``{"type": "turn", "phase": "waiting", "turn": id, "line": str}`` — the model has not
@@ -32,7 +34,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from soba_nb.agent.events import Notice, TextDelta, ToolFinished, ToolStarted, Waiting
+from soba_nb.agent.events import Notice, Steered, TextDelta, ToolFinished, ToolStarted, Waiting
 from soba_nb.notebook.comm import publish
 from soba_nb.notebook.render import RUNNING, receipt_text
 from soba_nb.printable import printable
@@ -104,6 +106,8 @@ class ConversationFeed:
             self._message(
                 "tool", call=event.call_id, line=printable(line), status=status, preview=preview
             )
+        elif isinstance(event, Steered):
+            self._message("steer", text=printable(event.text, lines=True))
         elif isinstance(event, Notice):
             self._message("notice", line=printable(event.text, lines=True), level=event.level)
 
