@@ -1,13 +1,16 @@
 /**
- * soba-nb-labextension: the "soba budget" panel in JupyterLab's right sidebar (SPEC §9),
- * its status-bar item, the cells the agent proposes inserted below the running cell
- * (SPEC §10), and `.capsule.md` files opened as Markdown with their own icon.
+ * soba-nb-labextension: the "soba" panel in JupyterLab's right sidebar — the conversation
+ * with soba (SPEC §18: prompt box, queue, steer, approvals) above the context budget (SPEC §9)
+ * — its status-bar item, the cells the agent proposes inserted below the running cell
+ * (SPEC §10), the Fix button on failed cells and the cell edits the agent proposes
+ * (`edit_cell`, SPEC §18), and `.capsule.md` files opened as Markdown with their own icon.
  *
  * The budget store opens a comm to every notebook's kernel whose cells use soba, wherever
- * the extension loads; the panel itself is added only in JupyterLab (`ILabShell`), the
- * status-bar item where there is a status bar. Notebook 7 loads the same extensions but has
- * no such panel: there `%budget` renders inline, and the comm carries the proposed cells
- * (`cells.ts`, which needs nothing but the notebook tracker).
+ * the extension loads; the panel is added to JupyterLab's right sidebar (`ILabShell`) and to
+ * Notebook 7's right panel (its notebook page has one, opened from View > Right Sidebar or
+ * with Ctrl/Cmd+Alt+S), the status-bar item where there is a status bar. Where no panel can
+ * go, `%budget` renders inline and the comm still carries the proposed cells and edits
+ * (`cells.ts`, `edits.ts`: they need nothing but the notebook tracker).
  */
 
 import {
@@ -27,7 +30,7 @@ import { proposedCells } from './cells';
 import { budgetIcon } from './icon';
 import { FixButtons } from './fix';
 import { cellEdits } from './edits';
-import { BudgetPanel, PANEL_ID } from './panel';
+import { BudgetPanel } from './panel';
 import { BudgetStatus, STATUS_ITEM_ID } from './statusbar';
 import { BudgetStore } from './store';
 
@@ -35,6 +38,16 @@ const SHOW_BUDGET = 'soba:show-budget';
 const ASK = 'soba:ask';
 const SIDEBAR_RANK = 600;
 const STATUS_RANK = 50;
+
+/** Notebook 7's shell (`INotebookShell`): a right panel, opened by id. */
+interface IRightPanelShell {
+  expandRight(id?: string): void;
+}
+
+function rightPanelShell(shell: JupyterFrontEnd.IShell): IRightPanelShell | null {
+  const candidate = shell as unknown as Partial<IRightPanelShell>;
+  return typeof candidate.expandRight === 'function' ? (candidate as IRightPanelShell) : null;
+}
 
 const budget: JupyterFrontEndPlugin<void> = {
   id: 'soba-nb-labextension:plugin',
@@ -58,21 +71,28 @@ const budget: JupyterFrontEndPlugin<void> = {
       chat.follow(notebook);
       fixButtons.follow(notebook);
     };
+    let show = (): void => undefined;
     const fixButtons = new FixButtons((notebook, count) => {
-      if (labShell) {
-        labShell.activateById(PANEL_ID);
-      }
+      show();
       void chat.fix(notebook, count);
     });
     tracker.forEach(follow);
     tracker.widgetAdded.connect((_, notebook) => follow(notebook));
-    if (!labShell) {
+    // JupyterLab's right sidebar; Notebook 7's right panel (its shell has one on the
+    // notebook page, opened from View > Right Sidebar); elsewhere the magics remain.
+    const notebookShell = labShell ? null : rightPanelShell(app.shell);
+    if (!labShell && !notebookShell) {
       return;
     }
 
     const panel = new BudgetPanel(store, chat, rendermime);
     panel.title.icon = budgetIcon;
-    labShell.add(panel, 'right', { rank: SIDEBAR_RANK });
+    panel.title.label = labShell ? '' : 'soba';
+    app.shell.add(panel, 'right', { rank: SIDEBAR_RANK });
+    show = () => {
+      notebookShell?.expandRight(panel.id);
+      app.shell.activateById(panel.id);
+    };
     // Reopen the panel after a reload if it was open.
     restorer?.add(panel, panel.id);
     panel.showNotebook(tracker.currentWidget);
@@ -82,7 +102,7 @@ const budget: JupyterFrontEndPlugin<void> = {
       label: 'soba: show budget',
       caption: 'Show the context budget of the current notebook in the right sidebar',
       icon: budgetIcon,
-      execute: () => labShell.activateById(panel.id)
+      execute: show
     });
     palette?.addItem({ command: SHOW_BUDGET, category: 'soba' });
     app.commands.addCommand(ASK, {
@@ -90,7 +110,7 @@ const budget: JupyterFrontEndPlugin<void> = {
       caption: 'Open the soba sidebar and put the cursor in its prompt box',
       icon: budgetIcon,
       execute: () => {
-        labShell.activateById(panel.id);
+        show();
         panel.focusPrompt();
       }
     });
@@ -98,7 +118,7 @@ const budget: JupyterFrontEndPlugin<void> = {
     palette?.addItem({ command: ASK, category: 'soba' });
 
     if (statusBar) {
-      const item = new BudgetStatus(store, tracker, () => labShell.activateById(panel.id));
+      const item = new BudgetStatus(store, tracker, show);
       statusBar.registerStatusItem(STATUS_ITEM_ID, {
         item,
         align: 'left',

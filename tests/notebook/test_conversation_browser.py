@@ -254,3 +254,34 @@ def test_fix_on_a_failed_cell_proposes_an_edit_the_user_accepts(served: Served, 
     entries = transcript_entries(path)
     decisions = [e for e in entries if e["type"] == "message" and e.get("edit")]
     assert [d["edit"]["decision"] for d in decisions] == ["accepted"]
+
+
+@pytest.mark.timeout(180)
+def test_notebook_7_has_the_same_conversation_in_its_right_panel(served: Served, tmp_path: Path) -> None:
+    pytest.importorskip("notebook", minversion="7", reason="Notebook 7 is missing (pip install 'notebook>=7')")
+    from playwright.sync_api import expect
+
+    root = served.server.root
+    name = "seven.ipynb"
+    write_code_notebook(root / name, ("y = 2",))
+    served.model.inference.clear()
+    served.model.script(text("Hello from Notebook 7's right panel."))
+    before = len(served.model.inference_requests())
+    jupyter = tmp_path / "jupyter7"
+    env = isolated_env(jupyter, {TEST_KEY_ENV: TEST_KEY_VALUE})
+    with jupyter_server("notebook", jupyter, root, env) as server, browser_page(VIEWPORT) as page:
+        page.goto(server.url(f"/notebooks/{name}"))
+        wait_for_kernel_idle(page)
+        panel = page.locator("#soba-budget-panel")
+        expect(panel).to_be_hidden()  # closed until the user opens it
+        page.keyboard.press("Control+Alt+s")
+        expect(panel).to_be_visible()
+        prompt = panel.locator("[data-soba-role='prompt']")
+        expect(prompt).to_be_focused()
+        page.keyboard.type("say hello")
+        page.keyboard.press("Enter")
+        answer = panel.locator("[data-soba-role='message'][data-soba-author='assistant']")
+        expect(answer).to_have_text("Hello from Notebook 7's right panel.", timeout=UI_TIMEOUT_MS)
+        screenshot(page, tmp_path, "notebook7-right-panel")
+    requests = served.model.inference_requests()[before:]
+    assert len(requests) == 1 and user_texts(requests[0])[-1].endswith("say hello")
