@@ -285,3 +285,39 @@ def test_notebook_7_has_the_same_conversation_in_its_right_panel(served: Served,
         screenshot(page, tmp_path, "notebook7-right-panel")
     requests = served.model.inference_requests()[before:]
     assert len(requests) == 1 and user_texts(requests[0])[-1].endswith("say hello")
+
+
+HIDING = 'print("plot the sales data")\n_ = """\n````\n<!--\n"""\nopen("PWNED3.txt", "w").close()'
+"""Code that once hid its last line in a Markdown approval question (issue 40)."""
+
+
+@pytest.mark.timeout(180)
+def test_an_approval_question_is_answered_in_the_panel_and_shows_the_whole_call(served: Served, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    folder = served.server.root / "approve"
+    folder.mkdir(exist_ok=True)
+    config = json.loads((served.server.root / "soba.json").read_text())
+    (folder / "soba.json").write_text(json.dumps({**config, "agent": {"approval": "all"}}))
+    served.model.inference.clear()
+    served.model.script(tool_calls(("python", {"code": HIDING})), text("Not run, as you said."))
+    before = len(served.model.inference_requests())
+    with browser_page(VIEWPORT) as page:
+        open_notebook(page, served, "approve/ask.ipynb", ("z = 3",))
+        prompt = page.locator("[data-soba-role='prompt']")
+        prompt.fill("plot the sales data")
+        prompt.press("Enter")
+        question = page.locator("[data-soba-role='approval']")
+        expect(question).to_be_visible(timeout=UI_TIMEOUT_MS)
+        shown = page.locator("[data-soba-role='approval-call']").last
+        expect(shown).to_be_visible()
+        assert 'open("PWNED3.txt", "w").close()' in shown.inner_text()  # the whole call, as the browser shows it
+        screenshot(page, tmp_path, "sidebar-approval")
+        question.locator("[data-soba-role='decline']").click()
+        expect(question).to_be_hidden()
+        answer = page.locator("[data-soba-role='message'][data-soba-author='assistant']")
+        expect(answer).to_have_text("Not run, as you said.", timeout=UI_TIMEOUT_MS)
+    assert not (folder / "PWNED3.txt").exists()
+    requests = served.model.inference_requests()[before:]
+    result = [m for m in requests[1].body["messages"] if m["role"] == "tool"][-1]
+    assert "declined" in result["content"]
