@@ -2,7 +2,8 @@
  * The conversation in the sidebar (SPEC §18), as DOM: the messages, the approval question,
  * the queue and the prompt box. Its elements carry the public `data-soba-role` names:
  * `message` (with `data-soba-author` `user` or `assistant`), `prompt`, `send`, `steer`,
- * `queue-item`; and `receipt`, `approval`, `approve`, `decline`, `queue-remove`.
+ * `queue-item`; and `receipt`, `approval`, `approval-call`, `approve`, `decline`, `approve-all`,
+ * `steer-pending`, `queue-remove`.
  *
  * What the model or a server wrote is never HTML here: messages and receipts are text
  * (`textContent`); an answer's Markdown goes through JupyterLab's Markdown renderer as an
@@ -178,8 +179,11 @@ export class ChatView {
     const no = button('No', 'decline', 'Do not run it: the model is told (n)', () =>
       this._actions.answer('n')
     );
+    const all = button('All this turn', 'approve-all', 'Run this call and the rest of this turn without asking (a)', () =>
+      this._actions.answer('a')
+    );
     const answers = el('div', 'soba-Chat-answers');
-    answers.append(yes, no);
+    answers.append(yes, no, all);
     this._question.append(this._questionText, answers);
     this._queue.setAttribute('aria-label', 'queued requests: they run in order after the turn');
     const row = el('div', 'soba-Chat-actions');
