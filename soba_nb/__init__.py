@@ -22,6 +22,12 @@ def __getattr__(name: str) -> str:
         return "0.0.0"
 
 
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    """The Jupyter server extension (`soba_nb.server`: steer, queue, conversation), enabled by
+    the install's `jupyter_server_config.d/soba_nb.json`."""
+    return [{"module": "soba_nb.server"}]
+
+
 def load_ipython_extension(ipython: Any) -> None:
     """Register the magics on `ipython`; loading twice keeps the one instance."""
     from soba_nb.notebook.magics import register

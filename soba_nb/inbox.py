@@ -107,9 +107,9 @@ def post(inbox: Path, message: Message) -> str:
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
         try:
-            written = os.write(fd, data)
-            if written != len(data):
-                raise OSError(f"{temporary.name}: only {written} of {len(data)} bytes written")
+            view = memoryview(data)
+            while view:  # a short write goes on; a full disk raises ENOSPC
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)

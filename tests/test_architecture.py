@@ -50,6 +50,7 @@ LAYERS = {
         "agent", "capsule_files", "compaction", "config", "images", "layout", "paths", "printable", "providers",
         "redact", "transcript", "text", "window", "tokens", "messages", "inbox",
     },
+    "server": {"agent", "inbox", "layout", "printable", "transcript"},
     "soba_nb": {"notebook"},
 }
 """The layers, lowest first: a package imports only what is listed for it (the compaction core

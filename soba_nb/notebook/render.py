@@ -28,6 +28,7 @@ from typing import Any, TextIO
 
 from soba_nb.agent.events import Notice, Steered, TextDelta, ToolFinished, ToolStarted, Waiting
 from soba_nb.agent.loop import TurnResult
+from soba_nb.agent.receipts import receipt_text as receipt_text  # its home: agent/receipts
 from soba_nb.compaction.outcomes import CompactionEvent
 from soba_nb.notebook.monitor import (
     MAX_UPDATES_PER_S,
@@ -39,22 +40,12 @@ from soba_nb.notebook.monitor import (
 from soba_nb.printable import printable
 from soba_nb.providers.reading import READING
 
-MS_PER_S = 1000
 STATUS_UPDATES_PER_S = 2
 """The live status line ("waiting for the model · 3 s") changes at most this often."""
 PLAIN_READING_EVERY_S = 30.0
 """Plain output repeats the "the model is reading N tokens · 45 s" line this often."""
 RUNNING = "running"
 NOTICE_COLORS = {"error": "#c62828", "warning": "#ef6c00", "info": "#555", "muted": "#888"}
-
-
-def receipt_text(name: str, summary: str, status: str, duration_ms: int | None) -> str:
-    """`python: df.describe() · ok · 0.4 s` (the summary names the tool; else it is added)."""
-    parts = [summary if summary.startswith(name) else " · ".join(filter(None, (name, summary)))]
-    parts.append(status)
-    if duration_ms is not None:
-        parts.append(f"{duration_ms / MS_PER_S:.1f} s")
-    return " · ".join(parts)
 
 
 class TextView:
