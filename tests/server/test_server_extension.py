@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 import tomllib
-from conftest import TEST_KEY_VALUE
+from conftest import TEST_KEY_ENV, TEST_KEY_VALUE, write_soba_json
 from disk_support import small_disk
 from jupyter_support import (
     REPO_ROOT,
@@ -25,7 +26,7 @@ from jupyter_support import (
     jupyter_server,
     write_code_notebook,
 )
-from llm_server import text, tool_calls
+from llm_server import LLMServer, text, tool_calls
 
 from soba_nb.inbox import Edit, Steer, inbox_for, take
 
@@ -271,3 +272,59 @@ def test_the_conversation_of_a_real_session_comes_back_from_its_transcript(ip, n
     assert capsule["line"].startswith("Compacted (user) · ") and " tokens · ck_" in capsule["line"]
     assert items.index(capsule) == len(items) - 1
     assert [i["text"] for i in items if i["kind"] == "message" and i["role"] == "user"][-1] == "question 5"
+
+
+# -- a real kernel, steered through the server ---------------------------------------------
+
+
+@pytest.mark.timeout(240)
+def test_a_steer_posted_to_the_server_reaches_a_real_kernel_s_running_turn(tmp_path):
+    """A `%soba` cell in a real kernel whose `python` call sleeps; meanwhile the steer is
+    POSTed to the server extension. The next request carries it after the call's result, the
+    call ran to its end, the cell says `steer: …`."""
+    from jupyter_client.manager import start_new_kernel
+
+    steer = "use the region column, not the city"
+    project = tmp_path / "project"
+    project.mkdir()
+    write_code_notebook(project / NOTEBOOK, ["%load_ext soba_nb"])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SOBA_")}
+    env.update({
+        TEST_KEY_ENV: TEST_KEY_VALUE, "HOME": str(tmp_path), "JPY_SESSION_NAME": str(project / NOTEBOOK),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+    })
+    with LLMServer() as llm, start(tmp_path, project) as server:
+        write_soba_json(project, llm.url)
+        code = "import time\ntime.sleep(3)\nprint('slept')"
+        llm.script(tool_calls(("python", {"code": code})), text("By region, then."))
+        manager, client = start_new_kernel(kernel_name="python3", cwd=str(project), env=env)
+        try:
+            client.execute_interactive("%load_ext soba_nb", timeout=60)
+            outputs: list[str] = []
+            running = client.execute("%soba count the orders by city")
+            deadline = time.monotonic() + 60
+            while not [r for r in llm.requests if r.operation == "inference"] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.5)  # the python call sleeps now
+            status, answer = call(server, "POST", "inbox", {"path": NOTEBOOK, "message": {"kind": "steer", "text": steer}})
+            assert status == 201, answer
+            while True:
+                message = client.get_iopub_msg(timeout=120)
+                if message["parent_header"].get("msg_id") != running:
+                    continue
+                content = message["content"]
+                outputs += [content.get("text", ""), str(content.get("data", {}).get("text/plain", ""))]
+                if message["msg_type"] == "status" and content["execution_state"] == "idle":
+                    break
+        finally:
+            client.stop_channels()
+            manager.shutdown_kernel(now=True)
+    first, second = [r for r in llm.requests if r.operation == "inference"]
+    messages = second["messages"]
+    assert [m["role"] for m in messages[-3:]] == ["assistant", "tool", "user"]
+    assert messages[-2]["content"].strip().endswith("slept")  # not interrupted
+    assert messages[-1]["content"] == steer and steer not in json.dumps(first.body)
+    assert any(f"steer: {steer}" in output for output in outputs), outputs
+    transcripts = list((project / "analysis.soba").glob("*.jsonl"))
+    lines = [json.loads(line) for path in transcripts for line in path.read_text().splitlines()]
+    assert [line["content"] for line in lines if line.get("steer") is True] == [steer]
