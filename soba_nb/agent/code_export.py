@@ -15,6 +15,7 @@ from pathlib import Path
 
 from soba_nb.agent.provenance import PYTHON_TOOL
 from soba_nb.capsule_files.file import CapsuleFileError, write_file_atomically
+from soba_nb.compaction.requests import is_request
 from soba_nb.text import one_line
 from soba_nb.transcript.entries import Entry, MessageEntry, ToolCallEntry, ToolResultEntry
 
@@ -46,7 +47,7 @@ def code_steps(path: Sequence[Entry]) -> list[CodeStep]:
     steps: list[CodeStep] = []
     request = ""
     for entry in path:
-        if isinstance(entry, MessageEntry) and entry.role == "user":
+        if isinstance(entry, MessageEntry) and is_request(entry):  # a steer is part of its request
             request = entry.content
         elif isinstance(entry, ToolCallEntry) and entry.name == PYTHON_TOOL:
             code = _code_of(entry)

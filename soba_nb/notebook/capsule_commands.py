@@ -39,6 +39,7 @@ from soba_nb.capsule_files.export import (
 from soba_nb.capsule_files.file import FILE_SUFFIX, CapsuleFileError, write_capsule_file
 from soba_nb.capsule_files.load import LoadSummary, load_capsule, signature_note, summarize_load
 from soba_nb.capsule_files.memory import MemoryCapsule, list_memory, memory_dir
+from soba_nb.compaction.requests import is_request
 from soba_nb.notebook.arguments import error_line, parse
 from soba_nb.notebook.capsule_check import (
     capsule_amend,
@@ -186,7 +187,7 @@ def path_checkpoint_lines(path: Sequence[Entry], *, limit: int | None = LIST_LIM
     changed: dict[str, None] = {}
     """Files the agent wrote or edited since the previous checkpoint (SPEC §11)."""
     for entry in path:
-        if isinstance(entry, MessageEntry) and entry.role == "user":
+        if isinstance(entry, MessageEntry) and is_request(entry):  # a steer is part of its request
             request = entry.content
         elif isinstance(entry, ToolResultEntry) and entry.files:
             changed.update((change.path, None) for change in entry.files)

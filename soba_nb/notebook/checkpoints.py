@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from soba_nb.compaction.requests import is_request
 from soba_nb.printable import note_line
 from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry, Entry, MessageEntry
 from soba_nb.transcript.store import Transcript
@@ -72,11 +73,12 @@ def _note(transcript: Transcript, entry: Marked) -> str:
 
 
 def _request_of(transcript: Transcript, entry: Entry) -> str | None:
-    """The user message that started the turn `entry` ends (walking up its parents)."""
+    """The user message that started the turn `entry` ends (walking up its parents; a steer
+    sent into the turn is part of it, not its request)."""
     current: Entry | None = entry
     while current is not None and current.parent_id is not None:
         current = transcript.get(current.parent_id)
-        if isinstance(current, MessageEntry) and current.role == "user":
+        if isinstance(current, MessageEntry) and is_request(current):
             return current.content
         if isinstance(current, CheckpointEntry) and current.kind == "turn":
             return None

@@ -139,8 +139,27 @@ def test_the_inbox_control_takes_the_mailbox_when_the_kernel_is_idle(ip, nb_dir,
     ]
     path = transcript_of(ip).path()
     assert [e.content for e in path[-2:] if isinstance(e, MessageEntry)] == [
-        "The user accepted your proposed edit of In [2]: the cell now holds it (not run yet).",
+        "The user accepted your proposed edit of In [2]: the cell now holds it (not run yet; "
+        "read_cells shows In [2] as it ran, and its next run gets a new number).",
         "and mind the nulls",
     ]
     assert sorted(p.name for p in inbox.iterdir()) == ["00000000000000000001-deadbeef.json.bad"]
     assert controls.handle(holder, {"type": "inbox"})["text"] == "inbox: nothing waiting"
+
+
+def test_a_steered_turn_is_named_by_its_request_not_the_steer(ip, nb_dir, scripted):
+    """`%rewind`'s and `%capsule list`'s turn lines and `/code`'s comments name the request."""
+    from soba_nb.agent.code_export import code_steps
+    from soba_nb.notebook.capsule_commands import path_checkpoint_lines
+    from soba_nb.notebook.checkpoints import checkpoint_lines
+
+    inbox = inbox_for(nb_dir / NOTEBOOK_NAME)
+    code = f"from pathlib import Path\nfrom soba_nb.inbox import Steer, post\npost(Path({str(inbox)!r}), Steer(text={STEER!r}))"
+    scripted.script(tool_calls(("python", {"code": code})), tool_calls(("python", {"code": "1 + 1"})), text("Done."))
+    ip.run_line_magic("soba", "count the orders")
+    transcript = transcript_of(ip)
+    [line] = checkpoint_lines(transcript)
+    assert line.endswith('· "count the orders"') and STEER not in line
+    [listed] = path_checkpoint_lines(transcript.path())
+    assert "count the orders" in listed and STEER not in listed
+    assert [step.request for step in code_steps(transcript.path())] == ["count the orders", "count the orders"]
