@@ -22,6 +22,7 @@ import contextlib
 import os
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -138,10 +139,12 @@ def pending(inbox: Path) -> list[str]:
     return sorted(n for n in names if n.endswith(MESSAGE_SUFFIX) and not n.startswith(TEMPORARY_PREFIX))
 
 
-def take(inbox: Path) -> Taken:
+def take(inbox: Path, accept: Callable[[Message], object] | None = None) -> Taken:
     """Every waiting message, oldest first, each read then removed; a file that is no message
     (or a link, or too large) is renamed `<name>.bad` and named in `problems`. An inbox that
-    is a link is not read at all."""
+    is a link is not read at all. `accept` is called with each message before its file is
+    removed: if it raises (the transcript could not be written), the file stays for next time
+    and the exception goes on."""
     taken = Taken()
     if inbox.is_symlink():
         taken.problems.append(f"inbox: {inbox} is a link; not read")
@@ -160,14 +163,15 @@ def take(inbox: Path) -> Taken:
         except MessageError as exc:
             taken.problems.append(_set_aside(path, str(exc)))
             continue
+        if accept is not None:
+            accept(message)
+        taken.messages.append(message)
         try:
             os.unlink(path)
         except FileNotFoundError:
-            continue
+            pass
         except OSError as exc:
-            taken.problems.append(f"inbox: {name} could not be removed ({exc.strerror}); not taken")
-            continue
-        taken.messages.append(message)
+            taken.problems.append(f"inbox: {name} was taken but could not be removed ({exc.strerror})")
     return taken
 
 

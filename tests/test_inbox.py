@@ -85,3 +85,20 @@ def test_a_full_disk_leaves_no_half_written_message(tmp_path: Path):
             post(inbox, Steer(text="y" * 90_000))
         assert [n for n in os.listdir(inbox)] == pending(inbox) and len(pending(inbox)) == 1
         assert [m.text for m in take(inbox).messages if isinstance(m, Steer)] == ["fits"]
+
+
+def test_a_message_whose_entry_could_not_be_written_stays_for_next_time(tmp_path: Path):
+    inbox = tmp_path / "inbox"
+    post(inbox, Steer(text="first"))
+    post(inbox, Steer(text="second"))
+    accepted: list[str] = []
+
+    def full_disk(message: object) -> None:
+        if accepted:
+            raise OSError(28, "No space left on device")
+        accepted.append(getattr(message, "text", ""))
+
+    with pytest.raises(OSError):
+        take(inbox, full_disk)
+    assert accepted == ["first"] and len(pending(inbox)) == 1
+    assert [m.text for m in take(inbox).messages if isinstance(m, Steer)] == ["second"]

@@ -13,41 +13,34 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from soba_nb.agent.cell_edits import decision_entry
 from soba_nb.agent.events import AgentEvent, Notice, Steered
 from soba_nb.inbox import Edit, Steer, take
-from soba_nb.transcript.entries import EditDecision, MessageEntry
+from soba_nb.transcript.entries import MessageEntry
 from soba_nb.transcript.store import Transcript
-
-ACCEPTED = "The user accepted your proposed edit of In [{n}]: the cell now holds it (not run yet)."
-REJECTED = "The user rejected your proposed edit of In [{n}]; the cell keeps its source."
-
-
-def decision_text(edit: Edit) -> str:
-    """What the model is told of the user's decision."""
-    return (ACCEPTED if edit.decision == "accepted" else REJECTED).format(n=edit.execution_count)
 
 
 def entry_of(message: Steer | Edit) -> MessageEntry:
     """The transcript entry a message becomes."""
     if isinstance(message, Steer):
         return MessageEntry(role="user", content=message.text, steer=True)
-    decision = EditDecision(call=message.call, execution_count=message.execution_count, decision=message.decision)
-    return MessageEntry(role="user", content=decision_text(message), edit=decision)
+    return decision_entry(message.call, message.execution_count, message.decision)
 
 
 def take_inbox(inbox: Path, transcript: Transcript, emit: Callable[[AgentEvent], None]) -> list[MessageEntry]:
     """Every message waiting in `inbox` (`SessionLayout.inbox`), appended to `transcript` in
     sending order; each steer is told (`Steered`), each file set aside said in one line. The
-    entries appended."""
-    taken = take(inbox)
-    for problem in taken.problems:
-        emit(Notice(problem, "warning"))
-    appended = []
-    for message in taken.messages:
+    entries appended. A message is removed only once its entry is written: a transcript that
+    cannot be written (`TranscriptWriteError`) leaves it for next time."""
+    appended: list[MessageEntry] = []
+
+    def accept(message: Steer | Edit) -> None:
         entry = entry_of(message)
         transcript.append(entry)
         appended.append(entry)
         if isinstance(message, Steer):
             emit(Steered(message.text))
-    return appended
 
+    for problem in take(inbox, accept).problems:
+        emit(Notice(problem, "warning"))
+    return appended
