@@ -194,6 +194,11 @@ class TurnRunner:
             )
             response = cut.recorded(response)
             if not response.tool_calls:
+                # A steer sent while the answer streamed: the answer is a boundary too, and
+                # the model answers the steer before the turn ends (never left for later).
+                taken = take_inbox(session.layout.inbox, session.transcript, self.emit)
+                if any(entry.steer is True for entry in taken):
+                    continue
                 self.result.answer = response.text
                 self.result.checkpoint_id = self.session.compactor.record_turn_complete().checkpoint_id
                 return self._end("completed", "")

@@ -163,3 +163,30 @@ def test_a_steered_turn_is_named_by_its_request_not_the_steer(ip, nb_dir, script
     [listed] = path_checkpoint_lines(transcript.path())
     assert "count the orders" in listed and STEER not in listed
     assert [step.request for step in code_steps(transcript.path())] == ["count the orders", "count the orders"]
+
+
+def test_a_steer_sent_while_the_final_answer_streams_is_answered_before_the_turn_ends(ip, nb_dir, scripted):
+    scripted.script(
+        text("The orders by city: Paris 4, Lyon 2, Nice 1.", chunks=8, chunk_delay_s=0.25),
+        text("By region: Île-de-France 4, Auvergne-Rhône-Alpes 2, PACA 1."),
+    )
+    inbox = inbox_for(nb_dir / NOTEBOOK_NAME)
+
+    def steer_meanwhile() -> None:
+        deadline = time.monotonic() + 30
+        while not scripted.inference_requests() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)  # the answer is streaming now: no tool boundary is coming
+        post(inbox, Steer(text=STEER, sent=sent_now()))
+
+    writer = threading.Thread(target=steer_meanwhile)
+    writer.start()
+    ip.run_line_magic("soba", "count the orders by city")
+    writer.join()
+
+    first, second = scripted.inference_requests()  # the steer got its own answer, in the same turn
+    assert [m["role"] for m in second["messages"][-2:]] == ["assistant", "user"]
+    assert second["messages"][-1]["content"] == STEER
+    magics = ip.magics_manager.registry["SobaMagics"]
+    assert magics.last_result.status == "completed" and "By region" in magics.last_result.answer
+    assert list(inbox.iterdir()) == []
