@@ -15,8 +15,10 @@
  * while a turn streams never swallows what the user is typing or a click.
  */
 
+import { URLExt } from '@jupyterlab/coreutils';
 import { IRenderMimeRegistry, MimeModel } from '@jupyterlab/rendermime';
 import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
+import { ServerConnection } from '@jupyterlab/services';
 
 import { IItem } from './conversation';
 import { IChatState } from './chat';
@@ -115,6 +117,14 @@ function itemNode(item: IItem, rendermime: IRenderMimeRegistry | null): HTMLElem
       if (item.preview) {
         node.append(el('pre', 'soba-Chat-preview', item.preview));
       }
+      for (const path of item.images ?? []) {
+        // The call's image as kept in the session folder, from this Jupyter server.
+        const image = document.createElement('img');
+        image.className = 'soba-Chat-image';
+        image.alt = `image the call displayed: ${path}`;
+        image.src = URLExt.join(ServerConnection.makeSettings().baseUrl, 'files', URLExt.encodeParts(path));
+        node.append(image);
+      }
       return node;
     }
     case 'approval': {
@@ -131,7 +141,16 @@ function itemNode(item: IItem, rendermime: IRenderMimeRegistry | null): HTMLElem
 }
 
 const keyOf = (item: IItem): string =>
-  [item.kind, item.turn, item.call ?? '', item.status ?? '', item.text.length, item.text.slice(-64), item.preview ?? ''].join('\u0000');
+  [
+    item.kind,
+    item.turn,
+    item.call ?? '',
+    item.status ?? '',
+    item.text.length,
+    item.text.slice(-64),
+    item.preview ?? '',
+    (item.images ?? []).join('\n')
+  ].join('\u0000');
 
 export class ChatView {
   readonly node = el('section', 'soba-Chat');

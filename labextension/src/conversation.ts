@@ -21,6 +21,8 @@ export interface IItem {
   status?: string;
   /** A receipt's first lines of output. */
   preview?: string;
+  /** A receipt's images: paths relative to the server's root (served under `files/`). */
+  images?: string[];
   /** A user message sent into a running turn. */
   steer?: boolean;
 }
@@ -52,6 +54,8 @@ export interface ITurnMessage {
   status?: string;
   preview?: string;
   level?: string;
+  /** A receipt's images, relative to the server's root (the store resolves the kernel's). */
+  images?: string[];
 }
 
 const PHASES: readonly ITurnMessage['phase'][] = [
@@ -71,6 +75,9 @@ export const MAX_ITEMS = 500;
 const str = (value: unknown): string | undefined =>
   typeof value === 'string' ? value : undefined;
 
+const strings = (value: unknown): string[] | undefined =>
+  Array.isArray(value) ? value.filter((item): item is string => typeof item === 'string') : undefined;
+
 /** The turn message in a comm payload, or null when it is not one. */
 export function parseTurn(data: Record<string, unknown>): ITurnMessage | null {
   const phase = PHASES.find(known => known === data.phase);
@@ -88,7 +95,8 @@ export function parseTurn(data: Record<string, unknown>): ITurnMessage | null {
     call: str(data.call),
     status: str(data.status),
     preview: str(data.preview),
-    level: str(data.level)
+    level: str(data.level),
+    images: strings(data.images)
   };
 }
 
@@ -116,7 +124,8 @@ function withReceipt(items: IItem[], message: ITurnMessage): IItem[] {
     call: message.call,
     text: message.line ?? '',
     status: message.status,
-    preview: message.preview
+    preview: message.preview,
+    images: message.images
   };
   if (index < 0) {
     return appended(items, item);
@@ -181,14 +190,12 @@ export function reduceTurn(state: IConversation, message: ITurnMessage): IConver
   }
 }
 
-/** An item of the server's `/soba/api/conversation` answer (the transcript, read back). */
-export interface ITranscriptItem {
-  kind: string;
-  text: string;
-  steer?: boolean;
-}
-
-/** The conversation as the transcript has it (after a page reload), or null if unreadable. */
+/**
+ * The conversation as the transcript has it (after a page reload), or null if unreadable:
+ * the server's `/soba/api/conversation` items (`soba_nb/server/conversation.py`) —
+ * `{kind: "message", role, text, steer, edit?}`, `{kind: "tool", line, isError, images}`,
+ * `{kind: "capsule", line}`.
+ */
 export function fromTranscript(data: unknown): IConversation | null {
   if (typeof data !== 'object' || data === null) {
     return null;
@@ -203,15 +210,19 @@ export function fromTranscript(data: unknown): IConversation | null {
       continue;
     }
     const fields = raw as Record<string, unknown>;
-    const text = str(fields.text) ?? str(fields.content) ?? str(fields.line);
-    const kind = str(fields.kind) ?? str(fields.role);
-    if (text === undefined || kind === undefined) {
+    const kind = str(fields.kind);
+    const text = str(fields.text) ?? str(fields.line);
+    const role = str(fields.role);
+    if (text === undefined) {
       continue;
     }
-    if (kind === 'user' || kind === 'assistant') {
-      items.push({ kind, turn: '', text, steer: fields.steer === true });
+    if (kind === 'message' && fields.edit) {
+      items.push({ kind: 'notice', turn: '', text }); // an edit decision: what the model was told
+    } else if (kind === 'message' && (role === 'user' || role === 'assistant')) {
+      items.push({ kind: role, turn: '', text, steer: fields.steer === true });
     } else if (kind === 'tool') {
-      items.push({ kind: 'tool', turn: '', text, status: str(fields.status) });
+      const status = fields.isError === true ? 'error' : 'ok';
+      items.push({ kind: 'tool', turn: '', text, status, images: strings(fields.images) });
     } else {
       items.push({ kind: 'notice', turn: '', text });
     }

@@ -11,6 +11,7 @@
  */
 
 import { ISessionContext } from '@jupyterlab/apputils';
+import { PathExt } from '@jupyterlab/coreutils';
 import { Notebook, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
 import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { ISignal, Signal } from '@lumino/signaling';
@@ -352,6 +353,12 @@ export class BudgetStore {
     const message = parseMessage(msg.content.data);
     if (!message || !this._states.has(panel)) {
       return;
+    }
+    if (message.type === 'turn' && message.images) {
+      // The kernel names images relative to the notebook's folder; the panel shows them
+      // from the server's root.
+      const folder = PathExt.dirname(panel.context.path);
+      message.images = message.images.map(image => PathExt.join(folder, image));
     }
     if (message.type === 'progress' && msg.parent_header.msg_id) {
       this._barrierRequests.set(panel, msg.parent_header.msg_id);

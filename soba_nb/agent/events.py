@@ -31,6 +31,9 @@ class ToolFinished:
     duration_ms: int
     preview: str
     """The first lines of the output, for a collapsed receipt."""
+    images: tuple[str, ...] = ()
+    """The images the call displayed, kept as artifacts: their paths relative to the notebook's
+    folder (`<notebook-stem>.soba/artifacts/<sha256>.png`)."""
 
 
 @dataclass(frozen=True)

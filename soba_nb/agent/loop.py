@@ -410,7 +410,8 @@ class TurnRunner:
                 )
             )
             preview = "\n".join(outcome.content.splitlines()[:PREVIEW_LINES])[:PREVIEW_CHARS]
-            self.emit(ToolFinished(call.id, call.name, summary, outcome.is_error, duration, preview))
+            images = tuple(artifact.path for artifact in artifacts or ())
+            self.emit(ToolFinished(call.id, call.name, summary, outcome.is_error, duration, preview, images))
         return True
 
     def _approved(self, call: ToolCall, summary: str) -> bool:

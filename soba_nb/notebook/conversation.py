@@ -9,8 +9,10 @@ shows the same conversation whichever way the user talks to soba:
 - ``{"type": "turn", "phase": "text", "turn": id, "text": str}`` — a piece of the answer
   (pieces are joined and sent at most `TEXT_UPDATES_PER_S` times a second);
 - ``{"type": "turn", "phase": "tool", "turn": id, "call": id, "line": str, "status":
-  "running" | "ok" | "error", "preview": str}`` — a call's receipt, once when it starts and
-  once when it ends (the same words as the cell's receipt);
+  "running" | "ok" | "error", "preview": str, "images": [path]}`` — a call's receipt, once
+  when it starts and once when it ends (the same words as the cell's receipt), with the
+  images the call displayed (paths relative to the notebook's folder, in its session
+  folder's `artifacts/`);
 - ``{"type": "turn", "phase": "steer", "turn": id, "text": str}`` — the running turn took a
   message the user sent into it (`steer`): it goes to the model with the next request;
 - ``{"type": "turn", "phase": "notice", "turn": id, "line": str, "level": str}`` — a one-line
@@ -103,8 +105,14 @@ class ConversationFeed:
             status = "error" if event.is_error else "ok"
             line = receipt_text(event.name, event.summary, status, event.duration_ms)
             preview = printable(event.preview[:PREVIEW_CHARS], lines=True)
+            images = list(event.images)
             self._message(
-                "tool", call=event.call_id, line=printable(line), status=status, preview=preview
+                "tool",
+                call=event.call_id,
+                line=printable(line),
+                status=status,
+                preview=preview,
+                images=images,
             )
         elif isinstance(event, Steered):
             self._message("steer", text=printable(event.text, lines=True))

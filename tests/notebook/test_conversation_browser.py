@@ -103,6 +103,22 @@ def user_texts(request: RecordedRequest) -> list[str]:
     return found
 
 
+PLOT = (
+    "import io\nfrom PIL import Image\nfrom IPython.display import Image as Shown, display\n"
+    "buffer = io.BytesIO()\nImage.new('RGB', (40, 30), 'red').save(buffer, 'PNG')\n"
+    "display(Shown(buffer.getvalue()))\nprint(sum(range(10)))"
+)
+"""A call that displays a 40×30 image and prints 45."""
+
+
+def check_image_loaded(image: Any) -> None:
+    from playwright.sync_api import expect
+
+    expect(image).to_have_count(1)
+    image.scroll_into_view_if_needed()
+    expect(image).to_have_js_property("naturalWidth", 40)
+
+
 def transcript_entries(notebook: Path) -> list[dict[str, Any]]:
     folder = notebook.with_suffix(".soba")
     files = sorted(folder.glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
@@ -128,7 +144,7 @@ def test_a_request_typed_in_the_sidebar_runs_as_a_turn_in_the_notebooks_kernel(s
 
     served.model.inference.clear()
     served.model.script(
-        tool_calls(("python", {"code": "print(sum(range(10)))"})),
+        tool_calls(("python", {"code": PLOT})),
         text("The **sum** is 45 <img src=x onerror=alert(1)>.", chunks=4, chunk_delay_s=0.2),
     )
     before = len(served.model.inference_requests())
@@ -145,14 +161,25 @@ def test_a_request_typed_in_the_sidebar_runs_as_a_turn_in_the_notebooks_kernel(s
         expect(answer.locator("strong")).to_have_text("sum")  # Markdown, rendered
         expect(answer.locator("img")).to_have_count(0)  # no handler runs, no URL is fetched
         expect(answer).to_contain_text("[image not loaded: x]")
-        expect(page.locator("[data-soba-role='receipt']")).to_contain_text("python")
-        expect(page.locator("[data-soba-role='receipt']")).to_contain_text("45")
+        receipt = page.locator("[data-soba-role='receipt']")
+        expect(receipt).to_contain_text("python")
+        expect(receipt).to_contain_text("45")
+        check_image_loaded(receipt.locator("img"))  # the plot the call displayed, from this server
         screenshot(page, tmp_path, "sidebar-conversation")
 
         requests = served.model.inference_requests()[before:]
         assert len(requests) == 2
         assert user_texts(requests[0])[-1].endswith("what is the sum of 0..9?")
         assert saved_sources(page, path) == ["x = 1"]  # the notebook is not touched
+
+        # A reload: the conversation comes back from the transcript.
+        page.reload()
+        wait_for_kernel_idle(page)
+        page.keyboard.press("Control+Alt+s")
+        expect(messages.and_(page.locator("[data-soba-author='user']"))).to_have_text("what is the sum of 0..9?")
+        expect(answer).to_contain_text("The sum is 45")
+        expect(answer.locator("img")).to_have_count(0)
+        check_image_loaded(page.locator("[data-soba-role='receipt'] img"))
     entries = transcript_entries(path)
     users = [e for e in entries if e["type"] == "message" and e["role"] == "user"]
     assert users and users[-1]["content"].endswith("what is the sum of 0..9?")
