@@ -313,7 +313,8 @@ export class BudgetPanel extends Widget {
       auto === undefined ? 'Auto-compact' : `Auto-compact: ${auto ? 'on' : 'off'}`;
     this._auto.setAttribute('aria-checked', String(auto === true));
     const status = notebook?.sessionContext.kernelDisplayStatus;
-    this._cancel.disabled = !notebook || (status !== 'busy' && !state?.progress);
+    const running = state?.conversation.running ?? null;
+    this._cancel.disabled = !notebook || (status !== 'busy' && !state?.progress && running === null);
     const control = state?.control;
     this._answer.textContent = control?.text ?? '';
     this._answer.dataset.ok = String(control?.ok ?? true);
