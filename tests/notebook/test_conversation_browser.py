@@ -348,3 +348,37 @@ def test_an_approval_question_is_answered_in_the_panel_and_shows_the_whole_call(
     requests = served.model.inference_requests()[before:]
     result = [m for m in requests[1].body["messages"] if m["role"] == "tool"][-1]
     assert "declined" in result["content"]
+
+
+@pytest.mark.timeout(180)
+def test_with_two_notebooks_open_the_panel_follows_the_active_one(served: Served, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    served.model.inference.clear()
+    served.model.script(text("Answer in first."), text("Answer in second."))
+    with browser_page(VIEWPORT) as page:
+        first = open_notebook(page, served, "first.ipynb", ("a = 1",))
+        second = served.server.root / "second.ipynb"
+        write_code_notebook(second, ("b = 2",))
+        prompt = page.locator("[data-soba-role='prompt']")
+        users = page.locator("[data-soba-role='message'][data-soba-author='user']")
+        answers = page.locator("[data-soba-role='message'][data-soba-author='assistant']")
+        prompt.fill("question for first")
+        prompt.press("Enter")
+        expect(answers).to_have_text(["Answer in first."], timeout=UI_TIMEOUT_MS)
+
+        page.evaluate("() => window.jupyterapp.commands.execute('docmanager:open', {path: 'second.ipynb'})")
+        expect(page.locator(".soba-Budget-notebook")).to_have_text("second.ipynb")
+        expect(users).to_have_count(0)  # the second notebook's conversation: empty so far
+        prompt.fill("question for second")
+        prompt.press("Enter")
+        expect(answers).to_have_text(["Answer in second."], timeout=UI_TIMEOUT_MS)
+
+        page.evaluate("() => window.jupyterapp.commands.execute('docmanager:open', {path: 'first.ipynb'})")
+        expect(page.locator(".soba-Budget-notebook")).to_have_text("first.ipynb")
+        expect(users).to_have_text(["question for first"])
+        expect(answers).to_have_text(["Answer in first."])
+    # Each turn ran in its own notebook's kernel and session.
+    for notebook, asked in ((first, "question for first"), (second, "question for second")):
+        contents = [e["content"] for e in transcript_entries(notebook) if e["type"] == "message" and e["role"] == "user"]
+        assert contents == [asked]
