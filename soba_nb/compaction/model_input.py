@@ -19,6 +19,7 @@ from msgspec import Struct, field
 from soba_nb.collector import collector_paused
 from soba_nb.compaction.cells_context import cell_images, cell_label, render_cells
 from soba_nb.compaction.given_way import given_way_form, model_text
+from soba_nb.compaction.instructions import split_instructions, with_instructions
 from soba_nb.compaction.native_continuation import NativeTarget, native_tokens, request_message
 from soba_nb.digest import digest
 from soba_nb.messages import IMAGES_LABEL, ChatMessage, ImagePart, ToolCall, ToolSchema, image_label
@@ -91,11 +92,13 @@ def capsule_text(capsule: CapsuleEntry) -> str:
 
 
 def system_text(system: str, skills: Sequence[SkillEntry]) -> str:
-    """The system prompt with the active skills' instructions appended (re-sent always)."""
+    """The system prompt with the active skills' instructions appended (re-sent always), and
+    the project's instructions after them (`soba_nb.compaction.instructions`)."""
     if not skills:
         return system
+    prompt, instructions = split_instructions(system)
     parts = [f"## Skill: {skill.name}\n\n{skill.content.strip()}" for skill in skills]
-    return system + SKILLS_HEADING + "\n\n".join(parts)
+    return with_instructions(prompt + SKILLS_HEADING + "\n\n".join(parts), instructions)
 
 
 def entry_tokens(entry: Entry, counter: TokenCounter) -> int:
@@ -317,10 +320,14 @@ def fixed_tokens(system: str, tools: Sequence[ToolSchema], counter: TokenCounter
     A prompt that ends with a session's environment line (`ENVIRONMENT_MARK`) is counted as
     the part every session shares — whose count is known ahead (`agent.fixed_counts`) — and
     the line apart: the cut falls where the encoding's pieces do (after the blank line,
-    before a word), so the sum is the whole's count."""
+    before a word), so the sum is the whole's count. The project's instructions after it
+    (`INSTRUCTIONS_MARK`) are counted as the message of their own they are sent as."""
     schemas = [msgspec.structs.asdict(tool) for tool in tools]
 
     def compute() -> int:
+        prompt, instructions = split_instructions(system)
+        if instructions is not None:
+            return fixed_tokens(prompt, tools, counter) + counter.count_message("user", instructions)
         shared, mark, own = system.partition(ENVIRONMENT_MARK)
         if mark:
             cut = len(shared) + 2  # the blank line stays with the shared part
@@ -471,6 +478,9 @@ def assemble(
     if fit_to is not None and total > fit_to:
         total = _emergency_clip(context, counter, limits, total, fit_to, notes, results_total)
     messages = _messages(context, limits)
+    full_system, instructions = split_instructions(full_system)
+    if instructions:  # the first message, after the system prompt: never summarized, never cut
+        messages.insert(0, ChatMessage(role="user", content=instructions))
     problems, clean = _check_pairing(messages)
     if problems:
         if strict:

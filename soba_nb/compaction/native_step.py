@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from soba_nb.compaction.instructions import without_instructions
 from soba_nb.compaction.model_input import VISIBLE_TYPES, VisibleContext, assemble
 from soba_nb.compaction.native_continuation import (
     NativeCompactor,
@@ -62,7 +63,9 @@ def native_request(
     previous = cut.previous
     native = previous.native if previous is not None and target.accepts(previous.native) else None
     context = VisibleContext(previous, region, tuple(skills), native)
-    built = assemble(context, system=system, tools=tools, counter=counter, fit_to=hard_limit)
+    # The project's instructions stay out of the provider's item: every request after it
+    # carries them on their own (SPEC §19), not twice.
+    built = assemble(context, system=without_instructions(system), tools=tools, counter=counter, fit_to=hard_limit)
     return NativeRequest(
         operation_id=operation_id,
         system=built.system,
