@@ -34,14 +34,22 @@ _turn: str | None = None
 """The id of the turn whose cells are being proposed (a new one at each turn's first)."""
 
 
-def announce(shell: Any, source: str, kind: CellKind, index: int) -> bool:
-    """Send the `index`-th cell proposed in this turn (0 starts a new turn) to the labextension;
-    True when a frontend's comm took it, False otherwise (nothing raised)."""
+def new_turn_id() -> str:
+    """A fresh id for a turn's proposals (`add_cell` and `edit_cell` messages name it)."""
+    return uuid.uuid4().hex[:TURN_ID_CHARS]
+
+
+def announce(shell: Any, source: str, kind: CellKind, index: int, turn: str | None = None) -> bool:
+    """Send the `index`-th cell proposed in this turn to the labextension (`turn`: the turn's id;
+    without it, index 0 starts a new turn); True when a frontend's comm took it, False
+    otherwise (nothing raised)."""
     global _turn
     try:
         with _lock:
-            if index == 0 or _turn is None:
-                _turn = uuid.uuid4().hex[:TURN_ID_CHARS]
+            if turn is not None:
+                _turn = turn
+            elif index == 0 or _turn is None:
+                _turn = new_turn_id()
             turn = _turn
         message = {
             "type": ADD_CELL,

@@ -81,6 +81,10 @@ class RecordedCell:
     not_kept: dict[str, int] = field(default_factory=dict)
     """`mime not kept: why` → how many of the images it displayed the record did not keep
     (too large, too many, bytes that are not base64, dropped to bound the record)."""
+    cell_id: str | None = None
+    """The notebook cell's id, as JupyterLab and Notebook 7 send it in the execute_request's
+    metadata (IPython's `ExecutionInfo.cell_id`); None from other frontends. `edit_cell` names
+    the cell by it."""
 
     def record(self) -> CellRecord:
         """What the model is told of the cell, redacted (then measured and clipped: a secret
@@ -222,7 +226,10 @@ class CellRecorder:
         source = getattr(info, "raw_cell", "") or ""
         if not getattr(info, "store_history", True) or SOBA_MAGICS.search(source):
             return
-        self._capture = _Capture(RecordedCell(execution_count=None, source=clip_words(source, SOURCE_CHARS)))
+        cell_id = getattr(info, "cell_id", None)
+        cell = RecordedCell(execution_count=None, source=clip_words(source, SOURCE_CHARS))
+        cell.cell_id = cell_id if isinstance(cell_id, str) and cell_id else None
+        self._capture = _Capture(cell)
         self._install_tees()
 
     def post_run_cell(self, result: Any) -> None:

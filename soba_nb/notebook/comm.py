@@ -41,6 +41,13 @@ Messages (JSON objects, discriminated on "type"):
   one (every open comm gets each message, and several may be open). One that no comm took
   (the cell that ran ``%load_ext soba_nb`` also ran the turn, so the frontend had no comm
   open yet) is kept, with the rest of its turn only, and sent to the next comm that opens.
+- ``{"type": "edit_cell", "call": str | None, "executionCount": int, "cellId": str | None,
+  "old": str, "new": str, "turn": str}`` — the agent proposed a new source for the cell the
+  user ran as ``In [executionCount]`` (`edit_cell`, SPEC §18; `soba_nb.notebook.cell_edit`):
+  the labextension shows the change as a diff on that cell (``cellId``: its id from the
+  execute_request that ran it, when the frontend sent one) with accept and reject; ``call``
+  is the tool call's id, which the decision names. ``old`` is the source as it ran. Kept when
+  no comm took it, like ``add_cell`` (with the proposed cells of its turn).
 
 The frontend opens the comm, never the kernel: a kernel that opened comms on its own would
 reach frontends without the target (nbclient and nbconvert log "No handler found for comm
@@ -71,7 +78,10 @@ TARGET_NAME = "soba_nb.monitor"
 ADD_CELL = "add_cell"
 """The message of a cell the agent proposed (`soba_nb.notebook.cell_insert` words it)."""
 
-MESSAGE_TYPES = frozenset({"snapshot", "progress", "result", ADD_CELL})
+EDIT_CELL = "edit_cell"
+"""The message of a cell edit the agent proposed (`soba_nb.notebook.cell_edit` words it)."""
+
+MESSAGE_TYPES = frozenset({"snapshot", "progress", "result", ADD_CELL, EDIT_CELL})
 """The kernel → frontend message types (see the module docstring for their fields)."""
 
 REFRESH = "refresh"
@@ -88,7 +98,7 @@ _comms: list[Any] = []
 _last_snapshot: dict[str, Any] | None = None
 _last_result: dict[str, Any] | None = None
 _undelivered_cells: list[dict[str, Any]] = []
-"""`add_cell` messages of the latest turn that no comm took, oldest first."""
+"""`add_cell` and `edit_cell` messages of the latest turn that no comm took, oldest first."""
 
 
 def publish(message: dict[str, Any]) -> bool:
@@ -104,7 +114,7 @@ def publish(message: dict[str, Any]) -> bool:
             _remember(message)
             comms = list(_comms)
         delivered = sum(_send(channel, message) for channel in comms) > 0
-        if not delivered and message["type"] == ADD_CELL:
+        if not delivered and message["type"] in (ADD_CELL, EDIT_CELL):
             with _lock:
                 _keep_undelivered(message)
         return delivered

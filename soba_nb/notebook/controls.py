@@ -7,6 +7,10 @@ opens a comm to it when a button is used and sends one request per message:
 - ``{"type": "auto", "on": bool}`` — what `%auto_compact on|off` does;
 - ``{"type": "export", "path": str}`` — export the latest capsule on the path to `path`
   (what `%capsule export <latest checkpoint> <path>` does);
+- ``{"type": "edit", "call": str, "executionCount": int, "decision": "accepted" | "rejected"}``
+  — the user's decision on a cell edit the agent proposed (`edit_cell`), recorded at once as
+  the entry the model reads (`agent.cell_edits`); refused in one line when the session has no
+  such call or it was decided already;
 - ``{"type": "inbox"}`` — take the session folder's inbox now (`agent.steering`): what the
   sidebar sent through the Jupyter server (a steer, an edit decision) becomes entries at once
   instead of at the next turn; the answer lists what was taken, one line each.
@@ -30,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
+from soba_nb.agent.cell_edits import DecisionError, record_decision
 from soba_nb.agent.events import Notice
 from soba_nb.agent.steering import take_inbox
 from soba_nb.capsule_files.file import FILE_SUFFIX
@@ -111,6 +116,18 @@ def _inbox(holder: SessionHolder, _data: dict[str, Any]) -> None:
             print(f"{STEER_LABEL}{entry.content}")
 
 
+def _edit(holder: SessionHolder, data: dict[str, Any]) -> None:
+    """The user's decision on a proposed cell edit, as an entry now (the sidebar sends it
+    this way when the kernel is idle)."""
+    agent = holder.get_session()
+    try:
+        entry = record_decision(agent.transcript, data.get("call"), data.get("executionCount"), data.get("decision"))
+    except DecisionError as exc:
+        raise UsageError(str(exc)) from None
+    assert entry.edit
+    print(f"edit of In [{entry.edit.execution_count}]: {entry.edit.decision}")
+
+
 def _said(event: object) -> None:
     if isinstance(event, Notice):  # a file set aside (steers are listed with what was taken)
         print(event.text)
@@ -121,6 +138,7 @@ HANDLERS: dict[str, Callable[[SessionHolder, dict[str, Any]], None]] = {
     "auto": _auto,
     "export": _export,
     "inbox": _inbox,
+    "edit": _edit,
 }
 
 

@@ -37,7 +37,15 @@ from soba_nb.compaction.cells_context import FIRST_TURN_CELLS
 from soba_nb.config import ConfigError, load_config
 from soba_nb.layout import session_transcripts
 from soba_nb.notebook.arguments import error_line
+from soba_nb.notebook.cell_edit import (
+    IN_THE_OUTPUT,
+    ON_THE_CELL,
+    ProposedEdit,
+    announce_edit,
+    running_call,
+)
 from soba_nb.notebook.cell_insert import announce as announce_cell
+from soba_nb.notebook.cell_insert import new_turn_id
 from soba_nb.notebook.cells import CellRecorder, RecordedCell
 from soba_nb.notebook.location import locate
 from soba_nb.notebook.monitor import SidebarPublisher, snapshot_of
@@ -76,8 +84,11 @@ class SessionHolder:
         """The JupyterLab sidebar's feed (a no-op without a kernel)."""
         self.recorder = CellRecorder(shell)
         """The cells the user runs (registered with the magics)."""
-        self.proposed: list[tuple[str, CellKind]] = []
-        """Cells the agent proposed (`add_cell`) in the running turn."""
+        self.proposed: list[tuple[str, CellKind] | ProposedEdit] = []
+        """Cells the agent proposed (`add_cell`) in the running turn, and the edits
+        (`edit_cell`) no labextension took, in order."""
+        self.turn_id = new_turn_id()
+        """The running turn's id, as its `add_cell` and `edit_cell` messages name it."""
         self._cells_session: str | None = None
         """The session the cells were last taken for (a new one starts with the last few)."""
         self._announced: set[str] = set()
@@ -138,12 +149,34 @@ class SessionHolder:
         self._announced.add(agent.session_id)
         return True
 
-    def notebook_access(self) -> NotebookAccess:
-        """What the notebook tools read and where their proposed cells go, for one turn."""
+    def notebook_access(self, turn: str | None = None) -> NotebookAccess:
+        """What the notebook tools read and where their proposed cells and edits go, for one
+        turn (`turn`: its id, when the caller has one)."""
         self.proposed = []
+        self.turn_id = turn or new_turn_id()
         agent = self.agent
         notebook = Path(agent.notebook) if agent is not None and agent.notebook else None
-        return NotebookAccess(cells=self._cells_by_count, propose=self._propose, notebook=notebook)
+        return NotebookAccess(
+            cells=self._cells_by_count,
+            propose=self._propose,
+            notebook=notebook,
+            recorded=self._recorded_counts,
+            edit=self._propose_edit,
+        )
+
+    def _recorded_counts(self) -> list[int]:
+        return [cell.execution_count for cell in self.recorder.cells if cell.execution_count is not None]
+
+    def _propose_edit(self, count: int, source: str) -> str:
+        """Send the edit of In [count] to the labextension; else keep it for the output and
+        the next cell (`place_proposed`). How it reaches the user, in one line."""
+        cell = self.recorder.by_count(count, count)[-1]
+        call = running_call(self.agent.transcript) if self.agent is not None else None
+        edit = ProposedEdit(count, cell.source, source, call=call, cell_id=cell.cell_id)
+        if announce_edit(edit, self.turn_id):
+            return ON_THE_CELL
+        self.proposed.append(edit)
+        return IN_THE_OUTPUT
 
     def _cells_by_count(self, first: int | None, last: int | None) -> list[CellRecord]:
         return self._records(self.recorder.by_count(first, last))
@@ -161,19 +194,22 @@ class SessionHolder:
 
     def _propose(self, source: str, kind: CellKind) -> str:
         self.proposed.append((source, kind))
+        index = sum(1 for proposal in self.proposed if not isinstance(proposal, ProposedEdit)) - 1
         # The labextension inserts it now (in order, with its kind); `place_proposed` still
         # sends the last one as `set_next_input` for every other frontend.
-        if announce_cell(self.shell, source, kind, index=len(self.proposed) - 1):
+        if announce_cell(self.shell, source, kind, index=index, turn=self.turn_id):
             return "it is put below this cell now, for the user to read and run"
         return "it goes below this cell when the turn ends, for the user to read and run"
 
-    def place_proposed(self) -> list[tuple[str, CellKind]]:
-        """Put the turn's last proposed cell below the running one (IPython's `set_next_input`:
-        JupyterLab, Notebook 7 and VS Code insert it, a terminal pre-fills the next prompt);
-        returns every proposed cell, for the cell output to show."""
+    def place_proposed(self) -> list[tuple[str, CellKind] | ProposedEdit]:
+        """Put the turn's last proposal below the running one (IPython's `set_next_input`:
+        JupyterLab, Notebook 7 and VS Code insert it, a terminal pre-fills the next prompt) — a
+        cell, or the new source of an edit no labextension took; returns every proposal, for
+        the cell output to show."""
         proposed, self.proposed = self.proposed, []
         if proposed:
-            source, kind = proposed[-1]
+            last = proposed[-1]
+            source, kind = (last.new, "code") if isinstance(last, ProposedEdit) else last
             text = source if kind == "code" else _as_markdown_cell(source)
             # A shell without a next input (a script): the output shows the cell all the same.
             with contextlib.suppress(Exception):

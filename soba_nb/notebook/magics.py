@@ -58,6 +58,7 @@ from soba_nb.notebook.arguments import (
     unquote_prompt,
 )
 from soba_nb.notebook.capsule_commands import CAPSULE_ERRORS, CapsuleMagics
+from soba_nb.notebook.cell_edit import ProposedEdit
 from soba_nb.notebook.checkpoints import KINDS as CHECKPOINT_KINDS
 from soba_nb.notebook.checkpoints import checkpoint_ids, checkpoint_lines, resume_line
 from soba_nb.notebook.displays import ShellDisplays
@@ -248,8 +249,11 @@ class SobaMagics(Magics, Configurable):
             except ProviderError as exc:
                 result = TurnResult("failed", message=error_line(exc))
         renderer.finish(result)
-        for source, kind in self.holder.place_proposed():
-            renderer.show_cell(source, kind)
+        for proposal in self.holder.place_proposed():
+            if isinstance(proposal, ProposedEdit):
+                renderer.show_edit(proposal.heading(), proposal.diff())
+            else:
+                renderer.show_cell(*proposal)
         self._turn_end_figures(agent, renderer)
         self.last_result = result
         return result

@@ -332,6 +332,14 @@ class TurnRenderer:
         else:
             self.print_line(f"{heading}\n{source}")
 
+    def show_edit(self, heading: str, diff: str) -> None:
+        """A cell edit the agent proposed, as a diff shown whole, escaped like a proposed cell."""
+        if self.rich:
+            self._end_answer()
+            self.display(whole_block_view(heading, diff, "soba-proposed-edit"))
+        else:
+            self.print_line(f"{heading}\n{diff}")
+
     def show_call(self, shown: str) -> None:
         """A call waiting for the user's approval: what it would run or change, whole."""
         shown = printable(shown, lines=True)

@@ -50,6 +50,7 @@ EXPECTED_PARAMETERS = {
     "read_cells": (["first", "last"], []),
     "read_notebook": (["path"], []),
     "add_cell": (["source", "kind"], ["source"]),
+    "edit_cell": (["execution_count", "source"], ["execution_count", "source"]),
 }
 
 
@@ -58,7 +59,7 @@ def test_schemas_have_exactly_the_contract_names_and_parameters() -> None:
     for schema in TOOL_SCHEMAS:
         parameters, required = EXPECTED_PARAMETERS[schema.name]
         assert schema.parameters["type"] == "object"
-        assert schema.parameters["additionalProperties"] is False
+        assert "additionalProperties" not in schema.parameters  # unknown ones are refused when a call comes
         assert list(schema.parameters["properties"]) == parameters
         assert sorted(schema.parameters.get("required", [])) == sorted(required)
         assert schema.description
@@ -427,7 +428,7 @@ def test_unknown_tool_lists_the_known_tools(ctx: ToolContext) -> None:
     assert outcome.is_error
     assert outcome.content == (
         "unknown tool 'run_sql'; known tools: "
-        "python, read_file, write_file, edit_file, list_files, shell, checkpoint, read_cells, read_notebook, add_cell"
+        "python, read_file, write_file, edit_file, list_files, shell, checkpoint, read_cells, read_notebook, add_cell, edit_cell"
     )
 
 

@@ -152,7 +152,7 @@ def test_an_unknown_request_is_answered_not_raised(ip):
         "type": "done",
         "request": "nope",
         "ok": False,
-        "text": "unknown request 'nope'; known: compact, auto, export, inbox",
+        "text": "unknown request 'nope'; known: compact, auto, export, inbox, edit",
     }
     assert handle(magics(ip).holder, {})["ok"] is False
 

@@ -36,6 +36,11 @@ class NotebookAccess:
     """Put a proposed cell below the current one; returns how it was put there (one line)."""
     notebook: Path | None = None
     """This notebook's file, when the kernel knows it."""
+    recorded: Callable[[], Sequence[int]] = tuple
+    """The execution counts of the recorded cells, oldest first (`edit_cell` names them)."""
+    edit: Callable[[int, str], str] | None = None
+    """Propose a new source for the recorded cell In [n] (it must be one of `recorded`); returns
+    how the proposal reaches the user (one line). None: edits cannot be proposed here."""
 
 
 @dataclass(frozen=True)

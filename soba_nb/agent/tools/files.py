@@ -67,8 +67,8 @@ class ListFilesArguments(ToolArguments):
     path: str = Field(".", description=_PATH_DESCRIPTION)
 
 
-READ_FILE_DESCRIPTION = "Read a text file in the project folder, whole or lines start_line to end_line." + CLIPPED
-WRITE_FILE_DESCRIPTION = "Create or overwrite a text file in the project folder." + CLIPPED
+READ_FILE_DESCRIPTION = "Read a project text file, whole or lines start_line to end_line." + CLIPPED
+WRITE_FILE_DESCRIPTION = "Create or overwrite a project text file." + CLIPPED
 EDIT_FILE_DESCRIPTION = "Replace the one exact occurrence of `old` with `new` in a file." + CLIPPED
 LIST_FILES_DESCRIPTION = "List a project folder, sorted; folders end with '/'." + CLIPPED
 

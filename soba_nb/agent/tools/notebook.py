@@ -1,9 +1,11 @@
-"""Notebook tools (SPEC §10): `read_cells`, `read_notebook`, `add_cell`.
+"""Notebook tools (SPEC §10, §18): `read_cells`, `read_notebook`, `add_cell`, `edit_cell`.
 
 The agent sees the notebook the way the user does — the cells this kernel ran (recorded as
 they ran, with their errors) and any saved notebook of the project — and its work lands in
 the notebook as cells it proposes: `add_cell` never runs anything; the cell is put below the
-current one for the user to read and run.
+current one for the user to read and run. `edit_cell` changes nothing either: it proposes a
+new source for a cell the user ran, which the user accepts or rejects (the decision reaches
+the model later, as a user message: `soba_nb.agent.cell_edits`).
 """
 
 from __future__ import annotations
@@ -47,11 +49,22 @@ class AddCellArguments(ToolArguments):
     kind: CellKind = "code"
 
 
+class EditCellArguments(ToolArguments):
+    execution_count: int = Field(description="n of In [n].")
+    source: str = Field(description="The whole new source.")
+
+
 # Short on purpose: every request carries the tool schemas, and a small local model's whole
 # window may be 2,048 tokens.
 READ_CELLS_DESCRIPTION = "Read cells the user ran (source, output, error) by In [n]." + CLIPPED
 READ_NOTEBOOK_DESCRIPTION = "Read a saved notebook's cells in order, outputs as text." + CLIPPED
-ADD_CELL_DESCRIPTION = "Propose a cell (code or markdown) below the current one, for the user to run." + CLIPPED
+ADD_CELL_DESCRIPTION = "Propose a cell (code or markdown) below this one, not run." + CLIPPED
+EDIT_CELL_DESCRIPTION = "Propose a new source for In [n]; the user accepts or rejects it." + CLIPPED
+EDIT_PROPOSED = (
+    "proposed a new source for In [{count}] ({lines} line{plural}), not applied: the user accepts or rejects it, "
+    "and their decision comes to you as a message; until then the cell keeps its source. {where}"
+)
+"""The result of an `edit_cell` call: a proposal, awaiting the user's decision."""
 
 
 def _access(ctx: ToolContext, tool: str) -> NotebookAccess:
@@ -142,6 +155,35 @@ def add_cell(arguments: AddCellArguments, ctx: ToolContext) -> ToolOutcome:
     return ToolOutcome(f"proposed a {arguments.kind} cell ({lines} line{'' if lines == 1 else 's'}), not run: {where}")
 
 
+def edit_cell(arguments: EditCellArguments, ctx: ToolContext) -> ToolOutcome:
+    access = _access(ctx, "edit_cell")
+    count = arguments.execution_count
+    if access.edit is None:
+        raise ToolError("edit_cell: this notebook cannot take edits; propose a cell with add_cell")
+    recorded = list(access.recorded())
+    if count not in recorded:
+        raise ToolError(f"edit_cell: no cell In [{count}] was recorded in this kernel; {_recorded_counts(recorded)}")
+    if not arguments.source.strip():
+        raise ToolError("edit_cell: the source is empty")
+    where = access.edit(count, arguments.source)
+    lines = len(arguments.source.splitlines())
+    return ToolOutcome(EDIT_PROPOSED.format(count=count, lines=lines, plural="" if lines == 1 else "s", where=where))
+
+
+def _recorded_counts(counts: list[int]) -> str:
+    """`recorded: In [1]–In [3], In [7]` (runs of counts joined), or why there are none."""
+    if not counts:
+        return "none is (cells run before `%load_ext soba_nb` are not recorded)"
+    runs: list[list[int]] = []
+    for count in sorted(set(counts)):
+        if runs and count == runs[-1][-1] + 1:
+            runs[-1].append(count)
+        else:
+            runs.append([count])
+    shown = [f"In [{run[0]}]" if len(run) == 1 else f"In [{run[0]}]–In [{run[-1]}]" for run in runs]
+    return "recorded: " + ", ".join(shown)
+
+
 def summarize_read_cells(arguments: ReadCellsArguments) -> str:
     if not arguments.first and not arguments.last:
         return "read_cells (the last 10)"
@@ -155,3 +197,8 @@ def summarize_read_notebook(arguments: ReadNotebookArguments) -> str:
 def summarize_add_cell(arguments: AddCellArguments) -> str:
     first = next((line for line in arguments.source.splitlines() if line.strip()), "")
     return f"add_cell {arguments.kind}: {first}"
+
+
+def summarize_edit_cell(arguments: EditCellArguments) -> str:
+    first = next((line for line in arguments.source.splitlines() if line.strip()), "")
+    return f"edit_cell In [{arguments.execution_count}]: {first}"

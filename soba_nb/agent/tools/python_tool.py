@@ -71,8 +71,9 @@ from soba_nb.agent.tools.time_limit import TimeLimit
 
 NAME = "python"
 DESCRIPTION = (
-    "Run code in the notebook's kernel like a cell (IPython syntax works), in the user's "
-    "namespace. Reports stdout, stderr, the last expression's repr, errors and displayed images." + CLIPPED
+    # Where it runs (the kernel, the user's namespace) the system prompt says.
+    "Run code like a cell (IPython syntax works); returns stdout, stderr, the result's repr, errors and images."
+    + CLIPPED
 )
 
 MAX_RESULT_REPR_CHARS = 20_000
@@ -94,7 +95,7 @@ class PythonArguments(ToolArguments):
         None,
         gt=0,
         le=MAX_TIMEOUT_S,
-        description=f"Seconds (at most {MAX_TIMEOUT_S}) before it is interrupted; default: the turn's time left.",
+        description=f"Seconds (at most {MAX_TIMEOUT_S}); default: the turn's time left.",
         json_schema_extra=optional_parameter,
     )
 

@@ -50,8 +50,8 @@ from soba_nb.agent.tools.base import (
 
 NAME = "shell"
 DESCRIPTION = (
-    "Run a shell command in the project folder (stdin empty; background processes stopped at "
-    "the end); returns the exit status, stdout and stderr." + CLIPPED
+    "Run a shell command in the project folder (no stdin; background processes stopped); "
+    "returns exit status, stdout, stderr." + CLIPPED
 )
 
 DEFAULT_TIMEOUT_S = 60
