@@ -31,6 +31,9 @@ Messages (JSON objects, discriminated on "type"):
 - ``{"type": "result", "line": str, "outcome": str, "degraded": bool}`` — the barrier
   finished; the live line collapses to this result line, the one the cell shows.
   ``outcome`` is ``completed``, ``skipped``, ``cancelled``, ``stale`` or ``failed``.
+- ``{"type": "turn", "phase": ..., "turn": str, ...}`` — the sidebar's conversation: a turn
+  as it happens, typed in the sidebar or run in a cell (`soba_nb.notebook.conversation`
+  documents the phases).
 - ``{"type": "add_cell", "source": str, "kind": "code" | "markdown", "cellId": str | None,
   "executionCount": int | None, "turn": str, "index": int}`` — the agent proposed a cell
   (`add_cell`, SPEC §10), sent while the turn runs (`soba_nb.notebook.cell_insert`): the
@@ -81,7 +84,10 @@ ADD_CELL = "add_cell"
 EDIT_CELL = "edit_cell"
 """The message of a cell edit the agent proposed (`soba_nb.notebook.cell_edit` words it)."""
 
-MESSAGE_TYPES = frozenset({"snapshot", "progress", "result", ADD_CELL, EDIT_CELL})
+TURN = "turn"
+"""A turn as it happens, for the sidebar's conversation (`soba_nb.notebook.conversation`)."""
+
+MESSAGE_TYPES = frozenset({"snapshot", "progress", "result", ADD_CELL, TURN, EDIT_CELL})
 """The kernel → frontend message types (see the module docstring for their fields)."""
 
 REFRESH = "refresh"
