@@ -1,4 +1,6 @@
-"""`/fix`: the request about the latest cell that raised (SPEC §10, §15).
+"""`/fix`: the request about the latest cell that raised, or the one named (`/fix --cell 4`, the
+sidebar's Fix button), SPEC §10, §15, §18; the model is asked to propose the corrected source
+with `edit_cell` on that cell.
 
 The failed cell's source and traceback reach the model in ONE place. When the cells block
 appended ahead of the request carries that cell (as the block carries any cell: only its usual
@@ -32,9 +34,11 @@ from soba_nb.transcript.entries import CellRecord, CellsEntry
 
 INSTRUCTIONS = (
     "Find the cause (check your idea with the python tool if it helps, without changing the "
-    "user's variables), then propose the corrected cell with add_cell and say in one or two "
-    "sentences what was wrong."
+    "user's variables), then propose the corrected source of In [{count}] with edit_cell (not a "
+    "copy with add_cell) and say in one or two sentences what was wrong."
 )
+"""The user accepts or rejects the edit on the cell itself (SPEC §18): the notebook keeps one
+cell, not the broken one and its fixed copy."""
 FIX_REQUEST = """\
 Fix the notebook cell In [{count}], which failed. Its source:
 

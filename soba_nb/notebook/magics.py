@@ -59,6 +59,7 @@ from soba_nb.notebook.arguments import (
 )
 from soba_nb.notebook.capsule_commands import CAPSULE_ERRORS, CapsuleMagics
 from soba_nb.notebook.cell_edit import ProposedEdit
+from soba_nb.notebook.cells import RecordedCell
 from soba_nb.notebook.checkpoints import KINDS as CHECKPOINT_KINDS
 from soba_nb.notebook.checkpoints import checkpoint_ids, checkpoint_lines, resume_line
 from soba_nb.notebook.displays import ShellDisplays
@@ -87,6 +88,8 @@ SLASH_COMMANDS = {
 """`%soba /NAME …` → the line magic that does the same (or this class's method: `SLASH_ONLY`)."""
 SLASH_ONLY = frozenset({"rebuild", "fix", "code"})
 """Slash commands with no magic of their own."""
+_FIX_CELL = re.compile(r"^--cell(?:=|\s+)(?P<count>[0-9]+)(?:\s+(?P<rest>.*))?$", re.DOTALL | re.ASCII)
+"""`/fix --cell N [instructions]`."""
 _SLASH = re.compile(r"^/(?P<name>[a-z][a-z-]*)(?:\s+(?P<rest>.*))?$", re.DOTALL)
 
 
@@ -430,15 +433,36 @@ class SobaMagics(Magics, Configurable):
         self.refresh_monitor()
 
     def fix(self, line: str) -> None:
-        """`%soba /fix [instructions]` — a turn about the latest cell that raised: its source and
-        traceback go to the model once (in the cells block or in the request: `fix_request`),
-        with the data it names, and the model proposes the corrected cell (`add_cell`)."""
-        cell = self.holder.recorder.latest_error()
+        """`%soba /fix [--cell N] [instructions]` — a turn about the latest cell that raised, or
+        the recorded cell In [N] (the sidebar's Fix button): its source and traceback go to the
+        model once (in the cells block or in the request: `fix_request`), with the data it
+        names, and the model proposes the corrected source on that cell (`edit_cell`)."""
+        cell, instructions = self._cell_to_fix(line.strip())
         if cell is None:
             print("nothing to fix: no cell has raised since %load_ext soba_nb in this kernel")
             return
-        request = fix_request(cell.record(), self.holder.user_ns, line)
+        request = fix_request(cell.record(), self.holder.user_ns, instructions)
         self.run_prompt(request.prompt, typed=f"/fix {line.strip()}".rstrip())
+
+    def _cell_to_fix(self, line: str) -> tuple[RecordedCell | None, str]:
+        """The cell `/fix` is about and the user's instructions; a `--cell N` that names no
+        recorded cell, or one that did not raise, is one line of error."""
+        recorder = self.holder.recorder
+        if not line.startswith("--cell"):
+            return recorder.latest_error(), line
+        named = _FIX_CELL.match(line)
+        if named is None:
+            raise UsageError("%soba /fix --cell: give the number of a cell that failed, e.g. /fix --cell 4")
+        count = int(named.group("count"))
+        found = recorder.by_count(count, count)
+        if not found:
+            raise UsageError(
+                f"%soba /fix --cell {count}: no cell In [{count}] was recorded in this kernel "
+                "(only cells run after %load_ext soba_nb are)"
+            )
+        if found[-1].error is None:
+            raise UsageError(f"%soba /fix --cell {count}: In [{count}] ran without an error; ask about it with %soba")
+        return found[-1], named.group("rest") or ""
 
     def code(self, line: str) -> None:
         """`%soba /code [OUT] [--force]` — the code of the agent's successful python calls on
