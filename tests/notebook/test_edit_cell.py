@@ -18,7 +18,7 @@ from llm_server import text, tool_calls
 from test_cell_insert import Frontend, frontend, next_inputs  # noqa: F401  (frontend is a fixture)
 
 from soba_nb.notebook import controls
-from soba_nb.transcript.entries import EditDecision, MessageEntry, ToolResultEntry
+from soba_nb.transcript.entries import ApprovalEntry, EditDecision, MessageEntry, ToolResultEntry
 
 FAILING = "sales = {'amount': [120, 80, 45]}\nrevenue = sum(sales['revenue'])"
 FIXED = "sales = {'amount': [120, 80, 45]}\nrevenue = sum(sales['amount'])"
@@ -131,6 +131,19 @@ def test_before_any_recorded_cell_the_refusal_says_why(ip, scripted):
         "edit_cell: no cell In [1] was recorded in this kernel; "
         "none is (cells run before `%load_ext soba_nb` are not recorded)"
     )
+
+
+def test_a_proposal_is_never_asked_about_like_add_cell(ip, scripted):
+    """Approval (SPEC §11) asks before what runs or writes; a proposal the user decides on is not
+    asked about, even under `--approve all`."""
+    assert not run_cell(ip, FAILING).success
+    scripted.script(tool_calls(("edit_cell", {"execution_count": 1, "source": FIXED})), text("Proposed."))
+    with capture_output():
+        run_cell(ip, "%soba --approve all fix In [1]")
+    agent = ip.magics_manager.registry["SobaMagics"].agent
+    assert [e for e in agent.transcript.path() if isinstance(e, ApprovalEntry)] == []
+    [result] = results(ip)
+    assert not result.is_error and result.content.startswith("proposed a new source for In [1]")
 
 
 # -- with the labextension: an edit_cell message on the monitor's comm -----------------------------
