@@ -1,7 +1,8 @@
 """Approval before a tool call runs (SPEC §11).
 
 `agent.approval` (or `%soba --approve MODE` for one turn) says which calls are asked about:
-`never` (none), `edits` (`shell`, `write_file`, `edit_file`), `all` (those and `python`).
+`never` (none), `edits` (`shell`, `write_file`, `edit_file`, and every MCP server's tool: what
+it does is the server's, as a command is the shell's), `all` (those and `python`).
 Asking means showing the call as the user would judge it — the code, the command, or the file
 with a diff of the change, whole (nothing clipped: the part left out could be the part that
 does harm) and with every control character escaped (an ESC sequence or a carriage return
@@ -22,6 +23,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from soba_nb.agent.mcp.names import is_mcp_tool
 from soba_nb.agent.tools.base import ToolError
 from soba_nb.agent.tools.confined import Confinement
 from soba_nb.printable import printable
@@ -62,7 +64,8 @@ class ApprovalGate:
     all_approved: bool = False
 
     def needs(self, tool: str) -> bool:
-        return not self.all_approved and tool in ASKED[self.mode]
+        asked = tool in ASKED[self.mode] or (is_mcp_tool(tool) and self.mode != "never")
+        return not self.all_approved and asked
 
     def decide(self, shown: str) -> tuple[ApprovalDecision, str | None]:
         """The decision, and why no answer could be read (for `no_input`)."""

@@ -23,6 +23,8 @@ from soba_nb.agent.approval import DECLINED, NO_INPUT, ApprovalGate, Approver, d
 from soba_nb.agent.artifacts import keep_images
 from soba_nb.agent.cost import CostCapExceeded
 from soba_nb.agent.events import AgentEvent, Notice, TextDelta, ToolFinished, ToolStarted, Waiting
+from soba_nb.agent.mcp import is_mcp_tool
+from soba_nb.agent.mcp.calls import summarize_call
 from soba_nb.agent.output_limit import CUT_SUMMARY, cut_answer
 from soba_nb.agent.rebuild import note_missing
 from soba_nb.agent.request_images import sent_image_tokens, unsent_image_tokens, with_images
@@ -124,6 +126,8 @@ class TurnRunner:
         self._unsent_images = 0
         """Tokens of the images the latest request named but did not carry (`unsent_image_tokens`)."""
         self._sent_images = 0  # our estimate of the images it carried
+        self.mcp = True
+        """The MCP servers' tools are offered this turn (`%soba --no-mcp`: not)."""
 
     def run(self, prompt: Prompt, cells: Sequence[CellRecord] = (), typed: str | None = None) -> TurnResult:
         self.deadline = time.monotonic() + self.turn_timeout_s
@@ -131,6 +135,8 @@ class TurnRunner:
         session.ensure_summarizer()
         session.refresh_environment()
         session.refresh_limits(ask_server=True)
+        for line in session.use_mcp(self.mcp):  # a server that failed: one line, the turn goes on
+            self.emit(Notice(line, "warning"))
         self._show_new_notes()
         listener = self.emit
         session.compactor.listeners.append(listener)
@@ -377,7 +383,7 @@ class TurnRunner:
             if self.cancel.is_set():
                 self._cancel_rest(response, index)
                 return False
-            summary = CUT_SUMMARY if call.id in not_run else summarize_arguments(call.name, call.arguments)
+            summary = CUT_SUMMARY if call.id in not_run else summarize_call(call.name, call.arguments, summarize_arguments)
             if call.id in not_run:
                 transcript.append(ToolResultEntry(call_id=call.id, name=call.name, content=not_run[call.id], is_error=True))
                 self.emit(ToolFinished(call.id, call.name, summary, True, 0, not_run[call.id]))
@@ -387,7 +393,11 @@ class TurnRunner:
                 if not self._approved(call, summary):
                     continue
                 self.emit(ToolStarted(call.id, call.name, summary))
-                outcome = run_tool(call.name, call.arguments, ctx)
+                outcome = (
+                    self.session.mcp.call(call.name, call.arguments, self.cancel)
+                    if is_mcp_tool(call.name) and self.mcp
+                    else run_tool(call.name, call.arguments, ctx)
+                )
             except KeyboardInterrupt:
                 self.cancel.set()
                 transcript.append(
@@ -468,6 +478,7 @@ def run_turn(
     approver: Approver | None = None,
     typed: str | None = None,
     transform: Callable[[str], str] | None = None,
+    mcp: bool = True,
 ) -> TurnResult:
     """Run one agent turn to its end. `prompt`: the request, or a function of the cells block
     appended ahead of it (`Prompt`). `cells`: the notebook cells run since the previous turn
@@ -476,11 +487,13 @@ def run_turn(
     `python` tool sees the images a call displays; `approval`: this turn's approval mode
     (default: `agent.approval`), `approver`: who is asked; `typed`: what the user typed when
     `prompt` is soba's expansion of it (`/fix`), recorded beside it for capsules to quote;
-    `transform`: the shell's input transformation, so the `python` tool takes IPython syntax."""
+    `transform`: the shell's input transformation, so the `python` tool takes IPython syntax;
+    `mcp`: the MCP servers' tools are offered (False: `%soba --no-mcp`)."""
     runner = TurnRunner(session, on_event=on_event, cancel=cancel, max_steps=max_steps, turn_timeout_s=turn_timeout_s)
     runner.notebook = notebook
     runner.displays = displays
     runner.transform = transform
+    runner.mcp = mcp
     mode = approval or session.config.agent.approval
     runner.approvals = None if mode == "never" else ApprovalGate(mode, approver)
     return runner.run(prompt, cells, typed)

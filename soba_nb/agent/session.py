@@ -35,6 +35,7 @@ from soba_nb.compaction.model_input import fixed_key, fixed_tokens
 from soba_nb.config import MAX_CONTEXT_WINDOW, ModelSettings, SobaConfig
 from soba_nb.images import ImageRule
 from soba_nb.layout import SessionLayout
+from soba_nb.messages import ToolSchema
 from soba_nb.providers import make_provider
 from soba_nb.providers.base import ModelRequest, Provider
 from soba_nb.providers.discovery import discover_window
@@ -128,6 +129,12 @@ class AgentSession:
         """The limits' notes shown in this session so far (`notes_to_show`)."""
         self._provenance: tuple[tuple[int, str], Provenance] | None = None
         self.ledger = CostLedger()
+        from soba_nb.agent.mcp.servers import McpServers  # asyncio and the tools' types: a kernel's
+
+        self.mcp = McpServers(config.mcp_servers, cwd=self.project_root)
+        """The MCP servers of `mcpServers` (SPEC §19): started at the first turn that offers
+        their tools (`use_mcp`), stopped with the session."""
+        self._mcp_tools: tuple[ToolSchema, ...] = ()
         """What the session's requests cost (SPEC §11), followed as the transcript grows."""
         self.compactor = Compactor(
             self.transcript,
@@ -194,6 +201,9 @@ class AgentSession:
             self.config.model, pricing=None
         )
         summary_changed = _unpriced(config.summary_model) != _unpriced(self.config.summary_model)
+        if config.mcp_servers != self.config.mcp_servers:  # other servers: the old ones stop
+            self.mcp.close()
+            self.mcp, self._mcp_tools = type(self.mcp)(config.mcp_servers, cwd=self.project_root), ()
         self.config = config
         self._record_config()
         if model_changed:
@@ -244,7 +254,16 @@ class AgentSession:
         system = self.compactor.system if system is None else system
         full = fixed_tokens(system, TOOL_SCHEMAS, self.counter)
         self.compactor.deciding_keys = (fixed_key(system, TOOL_SCHEMAS),)
-        self.compactor.set_tools(tool_schemas_for(self.limits.hard_limit, full), system)
+        self.compactor.set_tools((*tool_schemas_for(self.limits.hard_limit, full), *self._mcp_tools), system)
+
+    def use_mcp(self, on: bool = True) -> list[str]:
+        """Offer the MCP servers' tools from the next request on (`on`; started the first time,
+        the lines for the servers that failed returned once) or leave them out (`--no-mcp`).
+        Their schemas count in the fixed part of every request, as soba's do."""
+        failed = self.mcp.start() if on else []
+        self._mcp_tools = self.mcp.schemas if on else ()
+        self._fit_tools()
+        return failed
 
     def _ask_server(self) -> None:
         """An OpenAI-compatible server at `baseUrl` may say its real window (llama.cpp,
@@ -427,6 +446,7 @@ class AgentSession:
     def close(self) -> None:
         """Release the transcript's writer lock and close the HTTP clients of the providers
         this session made (one replaced by a new idle limit or model included)."""
+        self.mcp.close()
         self._token_index.close()
         self.transcript.close()
         made, self._made_providers = self._made_providers, []

@@ -35,6 +35,7 @@ def demo_command(args: argparse.Namespace) -> int:
 
 @subcommand("doctor", "which model would be used and why, and the limits", demo_arguments)
 def doctor_command(args: argparse.Namespace) -> int:
+    from soba_nb.agent.mcp.report import doctor_lines as mcp_doctor_lines
     from soba_nb.catalogue import lookup
     from soba_nb.cli.sidebar import sidebar_state
     from soba_nb.config import ConfigError, ConfigLockedWarning, load_config
@@ -75,6 +76,7 @@ def doctor_command(args: argparse.Namespace) -> int:
     lines.append(f"config     {_config_files(folder)}")
     lines += _setting_lines(config.to_json(), config.explicit_keys)
     lines += _locked_lines(config)
+    lines += mcp_doctor_lines(config, folder)  # each MCP server started, its tools listed, stopped
     lines.append(f"capsules   {_capsule_signing()}")
     print("\n".join(lines))
     return EXIT_OK

@@ -57,6 +57,9 @@ def refusal_of(error: msgspec.ValidationError, root: type[msgspec.Struct], data:
         found = unknown_key(data, root)
         if found is not None:
             return Refusal(found, "unknown", "unknown key")
+    mcp = _mcp_refusal(message, data)
+    if mcp is not None:
+        return mcp
     cause = error.__cause__
     where = WHERE.search(message)
     loc = tuple(where.group(1).split(".")[1:]) if where else ()
@@ -87,6 +90,40 @@ def refusal_of(error: msgspec.ValidationError, root: type[msgspec.Struct], data:
             return Refusal(loc, "rule", f"input should be greater than or equal to {_figure(meta.ge)}")
         return Refusal(loc, "rule", f"input should be less than or equal to {_figure(meta.le)}")
     return Refusal(loc, "rule", f"input should be {TYPE_WORDS.get(base, ' '.join(sentence.split()))}")
+
+
+MCP_WHERE = re.compile(r" - at `\$\.mcpServers(\[\.\.\.\])?(?:\.([A-Za-z]+))?")
+"""Where msgspec says an `mcpServers` value was refused (the server's name as `[...]`)."""
+MCP_RULES = {
+    "command": "must be a string: the program that runs the server",
+    "url": "must be a string: the server's streamable HTTP address",
+    "args": "must be a list of strings",
+    "env": "must map environment variable names to strings (its values are never shown)",
+    "": "must be an object: {command, args, env} (stdio) or {url} (streamable HTTP)",
+}
+
+
+def _mcp_refusal(message: str, data: Mapping[str, Any]) -> Refusal | None:
+    """An `mcpServers` value refused by type, in one line naming the server and the key; the
+    value is not shown (an `env` value may be a token)."""
+    where = MCP_WHERE.search(message)
+    if where is None:
+        return None
+    if where.group(1) is None:
+        return Refusal((), "rule", "mcpServers must be an object naming each server: {NAME: {command, args, env} or {url}}")
+    from soba_nb.config.settings import McpServerSettings
+
+    servers = data.get("mcpServers")
+    name = "[...]"
+    for candidate, value in servers.items() if isinstance(servers, Mapping) else ():
+        try:
+            msgspec.convert(value, McpServerSettings)
+        except msgspec.ValidationError:
+            name = candidate if isinstance(candidate, str) and candidate.isprintable() else "[...]"
+            break
+    key = where.group(2) or ""
+    dotted = ".".join(part for part in ("mcpServers", name[:40], key) if part)
+    return Refusal((), "rule", f"{dotted} {MCP_RULES.get(key, MCP_RULES[''])}")
 
 
 def _alternatives(words: Sequence[str]) -> str:

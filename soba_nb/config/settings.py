@@ -22,6 +22,7 @@ from soba_nb.compaction.limits import (
 )
 from soba_nb.config.errors import FieldProblem
 from soba_nb.config.profiles import PROVIDER_PROFILES
+from soba_nb.printable import printable
 from soba_nb.redact import redact
 
 ProviderName = Literal["openai", "anthropic", "local"]
@@ -278,6 +279,39 @@ class AgentSettings(Section):
     many US dollars (null: no cap)."""
 
 
+MCP_SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
+"""What an `mcpServers` name may be: it becomes part of its tools' names (`mcp__<name>__<tool>`)."""
+
+
+class McpServerSettings(Section, omit_defaults=True):
+    """One MCP tool server (SPEC §19): `command` (with `args`, `env`) runs it over stdio, or
+    `url` reaches it over streamable HTTP. `env` values go to the server's process only: they
+    may hold tokens, and are never shown or recorded (`SobaConfig.to_json`)."""
+
+    command: str | None = None
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    url: str | None = None
+
+    def problem(self) -> tuple[str, str] | None:
+        """The key (relative to the server) and the rule it breaks, or None. Called by
+        `SobaConfig`, so the refusal names the server: `mcpServers.time.command`."""
+        if (self.command is None) == (self.url is None):
+            return "command", "give either command (a stdio server) or url (streamable HTTP), not both or neither"
+        if self.url is not None:
+            if self.args or self.env:
+                return "url", "a url server takes no args or env (those are for a command)"
+            problem = base_url_problem(self.url)
+            return None if problem is None else ("url", problem)
+        if not (self.command or "").strip():
+            return "command", "must name the program that runs the server"
+        return None
+
+
+ENV_NOT_RECORDED = "(not recorded)"
+"""What a recorded configuration holds for an MCP server's `env` value."""
+
+
 class SobaConfig(Section, dict=True):
     """The whole configuration, and where it came from (`set_by`, `provider_source`: kept
     beside the keys, never encoded with them)."""
@@ -286,6 +320,8 @@ class SobaConfig(Section, dict=True):
     compaction: CompactionSettings = field(default_factory=CompactionSettings)
     notebook: NotebookSettings = field(default_factory=NotebookSettings)
     agent: AgentSettings = field(default_factory=AgentSettings)
+    mcp_servers: dict[str, McpServerSettings] = field(default_factory=dict)
+    """`mcpServers`: the MCP tool servers whose tools are offered beside soba's (SPEC §19)."""
 
     def __post_init__(self) -> None:
         self._provider_source = "defaults"
@@ -293,6 +329,7 @@ class SobaConfig(Section, dict=True):
         self._explicit: dict[str, str] = {}
         self._locked: dict[str, str] = {}
         self._lock_notes: tuple[str, ...] = ()
+        self._check_mcp_servers()
         hard = self.hard_limit
         if hard <= 0:
             raise ValueError(
@@ -320,6 +357,21 @@ class SobaConfig(Section, dict=True):
             f"the summary model's window ({window:,}) leaves no room for a request after maxOutputTokens "
             f"({output:,}) and a safety reserve of {safety:,}",
         )
+
+    def _check_mcp_servers(self) -> None:
+        """Each server named within the rule for tool names, and either a command or a url.
+        An `env` name is refused by itself alone: the values beside it are never shown."""
+        for name, server in self.mcp_servers.items():
+            if MCP_SERVER_NAME.fullmatch(name) is None:
+                raise FieldProblem(
+                    "mcpServers", f"server name {name[:40]!r} must be 1-40 letters, digits, _ or - (it names its tools)"
+                )
+            problem = server.problem()
+            if problem is not None:
+                raise FieldProblem(f"mcpServers.{name}.{problem[0]}", problem[1])
+            bad = next((env for env in server.env if ENV_NAME.fullmatch(env) is None), None)
+            if bad is not None:
+                raise ValueError(f"mcpServers.{name}.env: {printable(bad[:40])!r} is not an environment variable name")
 
     @property
     def summary_model(self) -> ModelSettings | None:
@@ -390,6 +442,11 @@ class SobaConfig(Section, dict=True):
     def to_json(self) -> dict[str, Any]:
         """The configuration as spec-shaped camelCase JSON (no secrets: keys live in env vars)."""
         data: dict[str, Any] = to_builtins(self)
+        if not data.get("mcpServers"):  # none: as before SPEC §19 (a recorded configuration is unchanged)
+            data.pop("mcpServers", None)
+        for server in data.get("mcpServers", {}).values():  # values may be tokens: names only
+            if server.get("env"):
+                server["env"] = dict.fromkeys(server["env"], ENV_NOT_RECORDED)
         return data
 
     @property

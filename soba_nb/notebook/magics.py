@@ -170,6 +170,7 @@ class SobaMagics(Magics, Configurable):
         "--approve", metavar="MODE", choices=("never", "edits", "all"),
         help="Ask before calls run, for this turn: never, edits (shell and file writes) or all (python too).",
     )
+    @argument("--no-mcp", action="store_true", help="Leave the MCP servers' tools out of this turn's requests.")
     @argument("prompt", nargs="*", help="What to ask (or /budget, /compact, /auto-compact, /capsule, /rewind).")
     def soba(self, line: str, cell: str | None = None) -> None:
         """Run one agent turn; the answer streams into the cell output.
@@ -218,9 +219,11 @@ class SobaMagics(Magics, Configurable):
         if slash is not None:
             self._slash(slash.group("name"), slash.group("rest") or "")
             return
-        self.run_prompt(substitute_variables(prompt, self.holder.user_ns), approval=args.approve)
+        self.run_prompt(substitute_variables(prompt, self.holder.user_ns), approval=args.approve, mcp=not args.no_mcp)
 
-    def run_prompt(self, prompt: Prompt, *, approval: ApprovalMode | None = None, typed: str | None = None) -> TurnResult:
+    def run_prompt(
+        self, prompt: Prompt, *, approval: ApprovalMode | None = None, typed: str | None = None, mcp: bool = True
+    ) -> TurnResult:
         """One turn of the current session, rendered; safe to call from another thread.
         `approval`: this turn's approval mode (`--approve`; default `agent.approval`);
         `typed`: what the user typed, when `prompt` is soba's expansion of it (`/fix`); `prompt`
@@ -246,6 +249,7 @@ class SobaMagics(Magics, Configurable):
                     approval=approval,
                     approver=InputApprover(renderer),
                     typed=typed,
+                    mcp=mcp,  # False: %soba --no-mcp
                 )
             except KeyboardInterrupt:
                 result = TurnResult("cancelled", message="interrupted; the next %soba works")
