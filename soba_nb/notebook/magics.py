@@ -62,6 +62,7 @@ from soba_nb.notebook.cell_edit import ProposedEdit
 from soba_nb.notebook.cells import RecordedCell
 from soba_nb.notebook.checkpoints import KINDS as CHECKPOINT_KINDS
 from soba_nb.notebook.checkpoints import checkpoint_ids, checkpoint_lines, resume_line
+from soba_nb.notebook.conversation import ConversationFeed, both
 from soba_nb.notebook.displays import ShellDisplays
 from soba_nb.notebook.holder import SESSION_ERRORS as SESSION_ERRORS  # re-exported
 from soba_nb.notebook.holder import SessionHolder, one_line_errors
@@ -237,8 +238,11 @@ class SobaMagics(Magics, Configurable):
             try:
                 result = run_turn(
                     agent,
+        feed = ConversationFeed(typed or (prompt if isinstance(prompt, str) else ""))
+        result: TurnResult | None = None
                     prompt,
-                    on_event=self.holder.live(renderer.on_event),
+            feed.start()
+                    on_event=self.holder.live(both(renderer.on_event, feed.on_event)),
                     cancel=cancel,
                     max_steps=self.max_steps,
                     turn_timeout_s=self.turn_timeout_s,
@@ -247,7 +251,7 @@ class SobaMagics(Magics, Configurable):
                     displays=ShellDisplays(self.shell),
                     transform=self.holder.shell.transform_cell,
                     approval=approval,
-                    approver=InputApprover(renderer),
+                    approver=InputApprover(renderer, also_show=feed.approval),
                     typed=typed,
                     mcp=mcp,  # False: %soba --no-mcp
                 )
@@ -260,6 +264,8 @@ class SobaMagics(Magics, Configurable):
             if isinstance(proposal, ProposedEdit):
                 renderer.show_edit(proposal.heading(), proposal.diff())
             else:
+            finally:
+                feed.end(result)
                 renderer.show_cell(*proposal)
         self._turn_end_figures(agent, renderer)
         self.last_result = result
