@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -149,13 +149,13 @@ def test_the_summary_is_counted_as_compaction_at_the_summary_models_prices(
         Decimal(0),
     ) / 1_000_000  # fmt: skip
     # 1500 × 1.0 + 250 × 2.0 = 2,000 → $0.0020 (at the main model's prices it would be $0.0063)
-    total = (inference + Decimal("0.002")).quantize(Decimal("0.0001"))
+    total = (inference + Decimal("0.002")).quantize(Decimal("0.0001"), ROUND_HALF_UP)  # as the cell shows it
     capsys.readouterr()
     ip.run_line_magic("budget", "")
     [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Cost: ")]
     where = shown(soba_json)
     assert line == (
-        f"Cost: ${total} this session (inference ${inference.quantize(Decimal('0.0001'))} · compaction $0.0020) · "
+        f"Cost: ${total} this session (inference ${inference.quantize(Decimal('0.0001'), ROUND_HALF_UP)} · compaction $0.0020) · "
         f"prices: model.pricing ({where}) · summaries by gpt-4o-mini: compaction.model.pricing ({where})"
     )
 
