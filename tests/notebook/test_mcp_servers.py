@@ -197,3 +197,40 @@ def test_doctor_lists_each_server_with_its_tools_or_its_failure(nb_dir, capsys):
     assert "2 tools: mcp__time__get_current_time, mcp__time__convert_time" in time_line
     assert token not in out
     assert wait_gone("mcp_server_time", 0.5) == [] and wait_gone("own_mcp_server", 0.5) == []
+
+
+def test_a_kernel_that_exits_without_closing_its_session_leaves_no_server_behind(tmp_path):
+    """The exit handler stops the servers: this one outlives its own input's end (a shell that
+    sleeps after the server), so only stopping its process group ends it."""
+    import os
+    import subprocess
+    import time
+    from pathlib import Path
+
+    marker = f"sleep 6{os.getpid() % 10}.{time.monotonic_ns() % 1000}"
+    script = (
+        "from soba_nb.agent.mcp.servers import McpServers\n"
+        "from soba_nb.config.settings import McpServerSettings\n"
+        f"servers = McpServers({{'t': McpServerSettings(command='sh', args=['-c', {sys.executable!r} + ' -m mcp_server_time; {marker}'])}})\n"
+        "assert servers.start() == [] and servers.tools\n"
+        "print('started', flush=True)\n"  # and exits, the session never closed
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.stdout.strip() == "started", done.stderr
+
+    def left() -> list[str]:
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    line = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                except OSError:
+                    continue
+                if marker in line:
+                    found.append(line)
+        return found
+
+    deadline = time.monotonic() + 3
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left() == []

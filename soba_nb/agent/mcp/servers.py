@@ -20,7 +20,6 @@ import json
 import os
 import threading
 import time
-import weakref
 from collections.abc import Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -46,7 +45,9 @@ STOP_TIMEOUT_S = 8.0
 MAX_TOOL_PAGES = 20
 """`tools/list` pages read at most (a server that pages forever is not waited on)."""
 _POLL_S = 0.2
-_LIVE: weakref.WeakSet[McpServers] = weakref.WeakSet()
+_LIVE: set[McpServers] = set()
+"""Every manager with servers running, held until `close()`: a session dropped without closing
+still has its servers stopped at exit (a weak set would let it go, and them run on)."""
 
 
 @dataclass(frozen=True)
