@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from soba_nb.agent.mcp.calls import summarize_call
 from soba_nb.agent.receipts import receipt_text
 from soba_nb.agent.tools import summarize_arguments
 from soba_nb.layout import SessionLayout, sessions_folder_for
@@ -57,7 +58,7 @@ def items(path: list[Any], notebook_folder: Path, root: Path) -> list[dict[str, 
                 item["edit"] = {"call": entry.edit.call, "executionCount": entry.edit.execution_count, "decision": entry.edit.decision}
             found.append(item)
         elif kind is ToolCallEntry:
-            summary = summarize_arguments(entry.name, entry.arguments)
+            summary = summarize_call(entry.name, entry.arguments, summarize_arguments)  # an MCP tool's too
             item = {"kind": "tool", "call": entry.call_id, "name": entry.name, "summary": summary, "isError": False, "images": []}
             item["line"] = printable(receipt_text(entry.name, summary, NO_RESULT, None))
             calls[entry.call_id] = item

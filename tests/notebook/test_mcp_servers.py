@@ -83,6 +83,10 @@ def test_tools_of_real_servers_are_offered_called_recorded_and_stopped_with_the_
     assert [r.name for r in recorded] == calls and not any(r.is_error for r in recorded)
     assert "Money columns are in cents" in recorded[1].content
     assert "mcp__time__convert_time" in shown  # the receipt line
+    from soba_nb.server.conversation import items  # the sidebar's, read back from the transcript
+
+    lines = [item["line"] for item in items(session.transcript.path(), nb_dir, nb_dir) if item["kind"] == "tool"]
+    assert lines[0].startswith('mcp__time__convert_time {"source_timezone": "UTC"') and "unknown tool" not in lines[0]
     # their schemas count in the fixed part of every request, as soba's do
     system = session.compactor.system
     assert session.compactor.tracker.fixed > fixed_tokens(system, TOOL_SCHEMAS, session.counter) + 500
