@@ -82,9 +82,23 @@ def open_notebook(page: Any, served: Served, name: str, sources: tuple[str, ...]
     write_code_notebook(path, sources)
     page.goto(served.server.url(PAGE.format(file=name, stem=Path(name).stem)))
     wait_for_kernel_idle(page)
+    page.evaluate(KERNEL_READY, name)
     page.keyboard.press("Control+Alt+s")  # soba: ask in the sidebar
     page.locator("[data-soba-role='prompt']").wait_for()
     return path
+
+
+KERNEL_READY = """
+async (path) => {
+  // The notebook's kernel is attached and ready (the idle indicator can come first).
+  const app = window.jupyterapp;
+  const panel = [...app.shell.widgets('main')].find(w => w.context?.path === path);
+  await panel.sessionContext.ready;
+  while (!panel.sessionContext.session?.kernel) {
+    await new Promise(resolve => setTimeout(resolve, 100));
+  }
+}
+"""
 
 
 def screenshot(page: Any, tmp_path: Path, name: str) -> None:
