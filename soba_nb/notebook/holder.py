@@ -173,7 +173,8 @@ class SessionHolder:
         cell = self.recorder.by_count(count, count)[-1]
         call = running_call(self.agent.transcript) if self.agent is not None else None
         edit = ProposedEdit(count, cell.source, source, call=call, cell_id=cell.cell_id)
-        if announce_edit(edit, self.turn_id):
+        # Without the call's id no decision could name it: the labextension is not asked.
+        if call is not None and announce_edit(edit, self.turn_id):
             return ON_THE_CELL
         self.proposed.append(edit)
         return IN_THE_OUTPUT

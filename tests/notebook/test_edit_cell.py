@@ -17,6 +17,7 @@ from IPython.utils.capture import capture_output
 from llm_server import text, tool_calls
 from test_cell_insert import Frontend, frontend, next_inputs  # noqa: F401  (frontend is a fixture)
 
+from soba_nb.notebook import comm as monitor_comm
 from soba_nb.notebook import controls
 from soba_nb.transcript.entries import ApprovalEntry, EditDecision, MessageEntry, ToolResultEntry
 
@@ -144,6 +145,38 @@ def test_a_proposal_is_never_asked_about_like_add_cell(ip, scripted):
     assert [e for e in agent.transcript.path() if isinstance(e, ApprovalEntry)] == []
     [result] = results(ip)
     assert not result.is_error and result.content.startswith("proposed a new source for In [1]")
+
+
+class RecordingComm:
+    """Stands in for ipykernel's comm object: keeps what it was sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def send(self, data: dict[str, Any]) -> None:
+        self.sent.append(data)
+
+    def on_close(self, callback: Any) -> None:
+        pass
+
+    def on_msg(self, callback: Any) -> None:
+        pass
+
+
+def test_an_edit_no_call_names_is_not_sent_to_the_labextension(ip, monkeypatch):
+    """Outside a turn's transcript (no edit_cell call to name) no decision could come back: the
+    proposal goes to the output and the next cell, never to a comm."""
+    monkeypatch.setattr(monitor_comm, "_comms", [])
+    monkeypatch.setattr(monitor_comm, "_undelivered_cells", [])
+    tab = RecordingComm()
+    monitor_comm._opened(tab, {})
+    assert not run_cell(ip, FAILING).success
+    holder = ip.magics_manager.registry["SobaMagics"].holder
+    access = holder.notebook_access()
+    assert access.edit is not None and access.edit(1, FIXED).startswith("no editor here")
+    assert [m for m in tab.sent if m.get("type") == "edit_cell"] == []
+    [edit] = holder.place_proposed()
+    assert (edit.execution_count, edit.new, edit.call) == (1, FIXED, None)
 
 
 # -- with the labextension: an edit_cell message on the monitor's comm -----------------------------
