@@ -19,6 +19,7 @@ from msgspec import Struct
 
 from soba_nb.compaction.backlog import Backlog, find_anchor
 from soba_nb.compaction.budget_state import TrackerState
+from soba_nb.compaction.effective import effective_from, measured_count
 from soba_nb.compaction.model_input import (
     SKILLS_HEADING,
     capsule_tokens,
@@ -80,21 +81,6 @@ class Measurement(Struct, frozen=True, eq=False):
         return hash(self._figures())
 
 
-def effective_from(figure: int, counted_then: int, counted_now: int) -> int:
-    """The effective size now, from a provider's `figure` for an input we counted
-    `counted_then`, the input being `counted_now` by our count (SPEC §2: the figure plus what
-    was added since, minus what a compaction removed).
-
-    Growth and a server that counts more carry over as a difference. But a server that counts
-    less, after the input shrank (a capsule replaced most of it), has what was removed taken
-    off at its own rate, not ours: a difference of -1,770 carried onto a one-line capsule's
-    1,011 tokens made a size of -759. The rate keeps it a size, and is the larger of the two."""
-    carried = figure + (counted_now - counted_then)
-    if figure < counted_then and counted_now < counted_then:
-        return max(carried, -(-figure * counted_now // counted_then))
-    return carried
-
-
 def _trusted(entry: Entry, ceiling: int | None) -> bool:
     """A usage figure that measures what was sent: the path (an inference request's, never a
     compaction request's: its input is the summary prompt), not a prompt the server cut, and
@@ -125,6 +111,8 @@ class BudgetTracker:
         self._before_last_assistant = 0
         self._usage_input: int | None = None
         self._usage_offset = 0
+        self._usage_sent: int | None = None
+        """The `sentTokens` of the figure in `_usage_input` (`effective.measured_count`)."""
         self._skills: dict[str, SkillEntry] = {}
         self._intents: list[CheckpointEntry] = []
         self._capsule_at: int | None = None
@@ -206,21 +194,28 @@ class BudgetTracker:
                 self._mark(path)
         backlog = self._backlog
         if self._usage_input is not None:
-            effective = effective_from(self._usage_input, self._usage_offset, self._estimated)
+            effective = effective_from(self._usage_input, self._counted_then(), self._estimated)
             return Measurement(effective, "provider_usage", self._estimated, self._usage_input, backlog)
         assert backlog is None  # a backlog has a usage figure after it
         return Measurement(self._estimated, "estimated", self._estimated, None)
+
+    def _counted_then(self) -> int:
+        """Our count of what the usage figure measured (`effective.measured_count`); with a
+        backlog the path's count lacks it, so the comparison waits for `settle`."""
+        offset = self._usage_offset
+        return offset if self._backlog is not None else measured_count(offset, self._usage_sent)
 
     @property
     def backlog(self) -> Backlog | None:
         """The region's entries not counted yet (as of the last `measure`), or None."""
         return self._backlog
 
-    def settle(self) -> None:
-        """Count the backlog in (once): every figure is then the whole region's."""
+    def settle(self) -> bool:
+        """Count the backlog in (once): every figure is then the whole region's (and the usage
+        figure pairs with what its request held, `_counted_then`). False: there was none."""
         backlog = self._backlog
         if backlog is None:
-            return
+            return False
         tokens, results = backlog.sums()
         self._estimated += tokens
         self._before_last_assistant += tokens
@@ -236,6 +231,7 @@ class BudgetTracker:
                 open_calls.pop(cast(ToolResultEntry, entry).call_id, None)
         self._open_calls = open_calls
         self._backlog = None
+        return True
 
     @property
     def counted_region(self) -> tuple[int, int]:
@@ -325,7 +321,7 @@ class BudgetTracker:
             estimated=self._estimated,
             before_last_assistant=self._before_last_assistant,
             usage_input=self._usage_input,
-            usage_offset=self._usage_offset,
+            usage_offset=self._counted_then(),
             capsule_at=capsule_at,
             capsule_id=None if capsule_at is None else self._capsule_id,
             skills=[(positions[skill.id], skill.id) for skill in self._skills.values()],
@@ -373,7 +369,7 @@ class BudgetTracker:
             return False
         self._seen, self._last_id, self._root_id = seen, state.last_id, state.root_id
         self._estimated, self._before_last_assistant = state.estimated, state.before_last_assistant
-        self._usage_input, self._usage_offset = state.usage_input, state.usage_offset
+        self._usage_input, self._usage_offset, self._usage_sent = state.usage_input, state.usage_offset, None
         self._capsule_at = capsule_at
         self._capsule_id = state.capsule_id
         self._skills = {cast(SkillEntry, skill).name: cast(SkillEntry, skill) for skill in skills}
@@ -391,8 +387,7 @@ class BudgetTracker:
         self.rebuilds += 1
         self._estimated = self.fixed
         self._before_last_assistant = self.fixed
-        self._usage_input = None
-        self._usage_offset = 0
+        self._usage_input, self._usage_offset, self._usage_sent = None, 0, None
         self._skills = {}
         self._soft_failures = self._tokens_at_last_soft = 0
         self._visible_since_capsule = False
@@ -453,6 +448,7 @@ class BudgetTracker:
         if capsule_at is not None and not _usage_after(path, capsule_at, self._usage_ceiling):
             capsule = path[capsule_at]
             assert isinstance(capsule, CapsuleEntry)
+            self._usage_sent = None
             if capsule.estimated_before is not None and capsule.estimated_before != capsule.tokens_before:
                 self._usage_input = capsule.tokens_before
                 self._usage_offset = capsule.estimated_before
@@ -470,7 +466,7 @@ class BudgetTracker:
         estimated, region, before_last = self._estimated, self._region_tokens, self._before_last_assistant
         results = self._region_result_tokens
         open_calls, ceiling, visible = self._open_calls, self._usage_ceiling, self._visible_since_capsule
-        usage_input, usage_offset = self._usage_input, self._usage_offset
+        usage_input, usage_offset, usage_sent = self._usage_input, self._usage_offset, self._usage_sent
         for position, entry, cost in zip(count(offset), entries, costs):
             kind = type(entry)  # entry types are final: one identity test each, no isinstance chain
             if kind is MessageEntry or kind is ToolCallEntry or kind is ToolResultEntry or kind is CellsEntry:
@@ -491,6 +487,7 @@ class BudgetTracker:
                 if _trusted(entry, ceiling):
                     # The figure measures the request that produced the preceding assistant message.
                     usage_input, usage_offset = cast(UsageEntry, entry).input_tokens, before_last
+                    usage_sent = cast(UsageEntry, entry).sent_tokens
             elif kind is CheckpointEntry or kind is CompactionEntry or kind is SkillEntry:
                 self._estimated = estimated
                 self._add_rare(entry, position)
@@ -498,7 +495,7 @@ class BudgetTracker:
         self._estimated, self._region_tokens, self._before_last_assistant = estimated, region, before_last
         self._region_result_tokens = results
         self._visible_since_capsule = visible
-        self._usage_input, self._usage_offset = usage_input, usage_offset
+        self._usage_input, self._usage_offset, self._usage_sent = usage_input, usage_offset, usage_sent
 
     def _add_rare_in(self, path: Sequence[Entry], kinds: list[type], low: int, high: int) -> None:
         """`_add_rare` of each checkpoint, compaction and skill entry of `path[low:high]`, in

@@ -86,9 +86,7 @@ class HardLimitExceeded(RuntimeError):
 
     def __init__(self, tokens: int, hard_limit: int, reason: str = ""):
         detail = f" ({reason})" if reason else ""
-        super().__init__(
-            f"request not sent: the model input is {tokens:,} tokens, above hardLimit {hard_limit:,}{detail}"
-        )
+        super().__init__(f"request not sent: the model input is {tokens:,} tokens, above hardLimit {hard_limit:,}{detail}")
         self.tokens = tokens
         self.hard_limit = hard_limit
 
@@ -452,6 +450,8 @@ class Compactor:
         target: int | None,
         must_be_below: int | None,
     ) -> CompactionPlan:
+        if self.tracker.settle():  # a backlog, which the plan counts anyway: counted first, the figure pairs
+            measurement = self.measure()  # with what was sent (`effective.measured_count`), no clip carried
         t = self.thresholds
         summary_tokens, summary_input = summary_output_tokens(t.hard_limit), t.hard_limit
         if (own := self.models.window) is not None:  # a summary model of its own: its window, its ceiling

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import msgspec
 
-from soba_nb.compaction.budget import effective_from
 from soba_nb.compaction.capsule import (
     Capsule,
     CapsuleFormatError,
@@ -32,6 +31,7 @@ from soba_nb.compaction.deterministic import (
     with_images_named,
     with_requests,
 )
+from soba_nb.compaction.effective import effective_from
 from soba_nb.compaction.fitting import (
     first_fitting,
     later_cuts,
