@@ -23,6 +23,11 @@ question showed its whole call, no raw control character reached the terminal, e
 and every compaction request that was sent is priced (estimated where the server sent no
 figures), no absurd limit became a window, nothing was written into the session's stores,
 no path was redacted, and a restore never left a file that is neither version.
+
+A request over the window fails the test with what it needs to be understood (`SendLog`,
+`over_window_report`): our count beside the server's, the measurement and window it was sized
+on, the turn, a full disk, and the path's last entries (usage figures with `sentTokens` and
+`estimated`, capsules with their form and whether their operation was cancelled).
 """
 
 from __future__ import annotations
@@ -38,8 +43,11 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 from compaction_support import good_summary
 from disagreeing import DisagreeingModel
@@ -49,9 +57,12 @@ from screen_support import jupyterlab_visible
 from soba_nb.agent.assembly import choose_layout, open_session
 from soba_nb.agent.loop import run_turn
 from soba_nb.cli import main as cli_main
+from soba_nb.compaction.compactor import Compactor
+from soba_nb.compaction.given_way import given_way_form
 from soba_nb.config import build_config
 from soba_nb.notebook.render import TurnRenderer, approval_view
 from soba_nb.notebook.rewind_files import rewind_with_files
+from soba_nb.providers.http import HttpProvider
 from soba_nb.transcript.entries import (
     CapsuleEntry,
     CheckpointEntry,
@@ -116,6 +127,13 @@ class RandomModel(DisagreeingModel):
         """Every content the model asked `write_file` to write: a file holds one of them, whole."""
         self.late_summaries = 0
         self.absurd_limits = 0
+        self.counted: list[tuple[RecordedRequest, int]] = []
+        """Every request the server judged, with its count (for the diagnostics of one over the window)."""
+
+    def count(self, request: RecordedRequest) -> int:
+        tokens = super().count(request)
+        self.counted.append((request, tokens))
+        return tokens
 
     def __call__(self, request: RecordedRequest) -> Reply:
         rng = self.rng
@@ -288,6 +306,90 @@ def restored_files_are_whole(project: Path, written: set[str]) -> list[str]:
     return torn
 
 
+@dataclass
+class Sent:
+    """One request as our provider was asked to send it, with what the session knew then."""
+
+    turn: int
+    operation: str
+    operation_id: str
+    input_tokens: int | None
+    near_window: bool
+    max_output_tokens: int
+    messages: int
+    leaf: str | None
+    disk_full: bool
+    measured: tuple[int, str, int, int | None] | None
+    """The last measurement before it: effective, source, local count (but a backlog's), provider figure."""
+    window: tuple[int, str, int]
+    """The session's window, its source and the hard limit."""
+
+
+@dataclass
+class SendLog:
+    """What our provider sent: read only when a request went over the window (costs a tuple a request)."""
+
+    turn: int = -1
+    disk_full: bool = False
+    measured: tuple[int, str, int, int | None] | None = None
+    sent: list[Sent] = field(default_factory=list)
+
+    def watch(self, session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        log = self
+        complete, measure = HttpProvider.complete, Compactor.measure
+
+        def measuring(compactor: Compactor) -> Any:
+            m = measure(compactor)
+            log.measured = (m.effective, m.source, m.counted, m.reported_input_tokens)  # (no backlog counted)
+            return m
+
+        def sending(provider: HttpProvider, request: Any, **kwargs: Any) -> Any:
+            limits = session.limits
+            log.sent.append(
+                Sent(
+                    log.turn, request.operation, request.operation_id, request.input_tokens, request.near_window,
+                    request.max_output_tokens, len(request.messages), session.transcript.leaf, log.disk_full, log.measured,
+                    (limits.context_window, limits.window_source, limits.hard_limit),
+                )
+            )  # fmt: skip
+            return complete(provider, request, **kwargs)
+
+        monkeypatch.setattr(Compactor, "measure", measuring)
+        monkeypatch.setattr(HttpProvider, "complete", sending)
+
+
+def _brief(entry: Any, cancelled: set[str]) -> str:
+    """One entry in a line: its fields, long texts as their length; a capsule with its form."""
+    fields = msgspec.structs.asdict(entry)
+    shown = {k: (f"<{len(v)} chars>" if isinstance(v, str) and len(v) > 60 else v) for k, v in fields.items() if k not in ("id", "parent_id", "timestamp") and v not in (None, msgspec.UNSET, [], {})}
+    if isinstance(entry, CapsuleEntry):  # first: the line is cut at 400 characters
+        shown = {"givenWay": given_way_form(entry.content), "cancelledOp": entry.operation_id in cancelled, **shown}
+    text = f"{entry.type} {shown}"
+    return text if len(text) < 400 else text[:400] + "…"
+
+
+def over_window_report(model: RandomModel, log: SendLog, transcript: Transcript, cancelled: set[str], limit: int = 3) -> str:
+    """For the first requests over the window: our count beside the server's, the session's
+    budget then, and the last entries of the path it was sent from."""
+    ours: dict[str | None, list[Sent]] = {}
+    for sent in log.sent:
+        ours.setdefault(sent.operation_id, []).append(sent)
+    lines = []
+    for request, tokens in [(r, t) for r, t in model.counted if t > model.window][:limit]:
+        lines.append(f"server counted {tokens} for {request.operation} {request.operation_id} ({len(request.get('messages') or [])} messages)")
+        for sent in ours.get(request.operation_id, []):
+            lines.append(f"  we sent it at turn {sent.turn}: our count {sent.input_tokens}, near window {sent.near_window}, "
+                         f"max output {sent.max_output_tokens}, {sent.messages} messages, disk full {sent.disk_full}, "
+                         f"measured (effective, source, local count, provider figure) {sent.measured}, window {sent.window}")  # fmt: skip
+            path: list[str] = []
+            entry = transcript.get(sent.leaf) if sent.leaf else None
+            while entry is not None and len(path) < 12:
+                path.append("    " + _brief(entry, cancelled))
+                entry = transcript.get(entry.parent_id) if entry.parent_id else None
+            lines += reversed(path)
+    return "\n".join(lines)
+
+
 @pytest.mark.timeout(1200)
 def test_a_long_randomized_session_keeps_every_promise(tmp_path: Path, figures, monkeypatch):
     with disk(tmp_path / "disk") as on_tmpfs:
@@ -326,6 +428,8 @@ def _long_session(tmp_path: Path, root: Path, on_tmpfs: bool, figures, monkeypat
         session = open_session(config, choose_layout(project / "nb.soba"), project_root=project, namespace={})
         model.transcript = session.file.relative_to(project)
         model.stores = [session.layout.file_versions.relative_to(project), session.layout.artifacts.relative_to(project)]
+        sends = SendLog()
+        sends.watch(session, monkeypatch)
         approver = ReadingApprover()
         terminal = io.StringIO()
         renderer = TurnRenderer(rich=False, stream=terminal)
@@ -344,6 +448,7 @@ def _long_session(tmp_path: Path, root: Path, on_tmpfs: bool, figures, monkeypat
                 elif filler is not None and turn % FULL_DISK_EVERY == 0:
                     filler.unlink()
                     filler = None
+                sends.turn, sends.disk_full = turn, filler is not None
                 if turn % LINKS_EVERY == LINKS_EVERY // 2:
                     plant_links(session.file.parent, session.file, victims, turn // LINKS_EVERY)
                 cancel = threading.Event()
@@ -442,7 +547,9 @@ def _long_session(tmp_path: Path, root: Path, on_tmpfs: bool, figures, monkeypat
     assert estimated > 0 and cost.estimated_requests == estimated and cost.total > 0
     assert model.absurd_limits > 0 and session.limits.context_window == WINDOW  # no absurd limit became a window
     assert (in_stores, redacted_paths, torn_after_restore) == ([], [], [])
-    assert (len(over), split, len(late), verify) == (0, 0, 0, 0), failures
+    assert (len(over), split, len(late), verify) == (0, 0, 0, 0), (
+        failures, over and over_window_report(model, sends, reloaded, cancelled_ops)
+    )
     assert (lost, leaked, victims_changed) == ([], [], [])
     assert soba_json.read_text() == CONFIG_TEXT
     assert session.file.read_bytes().startswith(b'{"type":"session"')
