@@ -128,6 +128,8 @@ class TurnRunner:
         self._sent_images = 0  # our estimate of the images it carried
         self.mcp = True
         """The MCP servers' tools are offered this turn (`%soba --no-mcp`: not)."""
+        self.instructions = True
+        """The project's `AGENTS.md` is sent this turn (`%soba --no-instructions`: not)."""
 
     def run(self, prompt: Prompt, cells: Sequence[CellRecord] = (), typed: str | None = None) -> TurnResult:
         self.deadline = time.monotonic() + self.turn_timeout_s
@@ -135,6 +137,9 @@ class TurnRunner:
         session.ensure_summarizer()
         session.refresh_environment()
         session.refresh_limits(ask_server=True)
+        said = session.refresh_instructions(send=self.instructions)  # read fresh: it may have been edited
+        if said is not None and session.first_time(said):
+            self.emit(Notice(said, "warning"))
         for line in session.use_mcp(self.mcp):  # a server that failed: one line, the turn goes on
             self.emit(Notice(line, "warning"))
         self._show_new_notes()
@@ -157,6 +162,8 @@ class TurnRunner:
             return self._end("failed", str(exc).splitlines()[0])
         finally:
             session.compactor.listeners.remove(listener)
+            if not self.instructions:  # left out for this turn only: `%budget` sees the next request's
+                session.refresh_instructions()
 
     def _show_new_notes(self) -> None:
         """The limits' notes this session has not shown yet (a window learned mid-turn may
@@ -227,15 +234,23 @@ class TurnRunner:
                 else "the model needs a larger window (set model.contextWindow when it has one)"
             )
             return (
-                f"Nothing fits: the system prompt and tools alone take {fixed:,} tokens and hardLimit is "
+                f"Nothing fits: the {self._fixed_parts()} alone take {fixed:,} tokens and hardLimit is "
                 f"{hard:,} ({window}, less maxOutputTokens {limits.max_output_tokens:,} and safetyReserveTokens "
                 f"{limits.safety_reserve_tokens:,}): {cure}"
             )
         return (
-            f"About {hard - fixed:,} tokens of conversation fit beside the system prompt and tools ({fixed:,}). "
+            f"About {hard - fixed:,} tokens of conversation fit beside the {self._fixed_parts()} ({fixed:,}). "
             "To continue: `%compact` with a focus, `%rewind` to an earlier checkpoint, or "
             f"`%soba --new`; {window}: if the model's real window is larger, set model.contextWindow in soba.json"
         )
+
+    def _fixed_parts(self) -> str:
+        """What the fixed part is made of: the project's `AGENTS.md` named when it is sent."""
+        instructions = self.session.instructions
+        if instructions is None:
+            return "system prompt and tools"
+        tokens = self.session.counter.count_message("user", instructions.message)
+        return f"system prompt, tools and {instructions.path.name} ({tokens:,}; %soba --no-instructions leaves it out)"
 
     def _beyond_stated_limit(self, model_input: ModelInput) -> str | None:
         """The retry after an overflow must fit the limit the server stated (SPEC §6)."""
@@ -479,6 +494,7 @@ def run_turn(
     typed: str | None = None,
     transform: Callable[[str], str] | None = None,
     mcp: bool = True,
+    instructions: bool = True,
 ) -> TurnResult:
     """Run one agent turn to its end. `prompt`: the request, or a function of the cells block
     appended ahead of it (`Prompt`). `cells`: the notebook cells run since the previous turn
@@ -488,9 +504,11 @@ def run_turn(
     (default: `agent.approval`), `approver`: who is asked; `typed`: what the user typed when
     `prompt` is soba's expansion of it (`/fix`), recorded beside it for capsules to quote;
     `transform`: the shell's input transformation, so the `python` tool takes IPython syntax;
-    `mcp`: the MCP servers' tools are offered (False: `%soba --no-mcp`)."""
+    `mcp`: the MCP servers' tools are offered (False: `%soba --no-mcp`); `instructions`: the
+    project's `AGENTS.md` is sent (False: `%soba --no-instructions`)."""
     runner = TurnRunner(session, on_event=on_event, cancel=cancel, max_steps=max_steps, turn_timeout_s=turn_timeout_s)
     runner.notebook = notebook
+    runner.instructions = instructions
     runner.displays = displays
     runner.transform = transform
     runner.mcp = mcp

@@ -18,6 +18,7 @@ import msgspec
 from soba_nb.agent.binding import ModelBinding
 from soba_nb.agent.cost import CostLedger, SessionCost
 from soba_nb.agent.environment import environment_line
+from soba_nb.agent.instructions import ProjectInstructions, instructions_limit, read_instructions
 from soba_nb.agent.kernel_state import kernel_state
 from soba_nb.agent.limits import (
     session_counter,
@@ -31,6 +32,7 @@ from soba_nb.agent.skills import load_skill
 from soba_nb.agent.tool_schemas import COMPACT_TOOL_SCHEMAS, TOOL_SCHEMAS, tool_schemas_for
 from soba_nb.compaction.compactor import NO_MODELS, Compactor, CompactorSettings
 from soba_nb.compaction.flight import FlightRecorder
+from soba_nb.compaction.instructions import with_instructions, without_instructions
 from soba_nb.compaction.model_input import fixed_key, fixed_tokens
 from soba_nb.config import MAX_CONTEXT_WINDOW, ModelSettings, SobaConfig
 from soba_nb.images import ImageRule
@@ -146,6 +148,9 @@ class AgentSession:
             kernel_state=lambda: kernel_state(self.namespace, self.provenance()),
         )
         self._fit_tools()
+        self.instructions: ProjectInstructions | None = None
+        """The project's `AGENTS.md` as the next request carries it (None: none; SPEC §19)."""
+        self.refresh_instructions()
 
     @property
     def sends_images(self) -> bool:
@@ -236,7 +241,21 @@ class AgentSession:
             return
         self.environment = environment
         self._record_config()
-        self._fit_tools(system_prompt(environment))
+        self._fit_tools(with_instructions(system_prompt(environment), self._instructions_message()))
+
+    def refresh_instructions(self, *, send: bool = True) -> str | None:
+        """The project's `AGENTS.md` as of now (a turn starts: it may have been edited), in
+        the fixed input from the next request on; `send=False` (`--no-instructions`) leaves
+        it out. Returns the line to show (a refusal, a clip), or None."""
+        found = None
+        if send:
+            found = read_instructions(self.project_root, self.counter, limit=instructions_limit(self.limits.hard_limit))
+        self.instructions = None if found is None else found.instructions
+        self._fit_tools(with_instructions(system_prompt(self.environment), self._instructions_message()))
+        return None if found is None else found.line
+
+    def _instructions_message(self) -> str | None:
+        return None if self.instructions is None else self.instructions.message
 
     def refresh_limits(self, *, ask_server: bool = False) -> SessionLimits:
         """Recompute the limits (asking the server first, once per model, when told to)."""
@@ -252,8 +271,9 @@ class AgentSession:
         """Compact tool schemas for a window too small for the full ones (`tool_schemas_for`),
         with `system` as the system prompt from now on when given."""
         system = self.compactor.system if system is None else system
-        full = fixed_tokens(system, TOOL_SCHEMAS, self.counter)
-        self.compactor.deciding_keys = (fixed_key(system, TOOL_SCHEMAS),)
+        prompt = without_instructions(system)  # the project's instructions have their own bound
+        full = fixed_tokens(prompt, TOOL_SCHEMAS, self.counter)
+        self.compactor.deciding_keys = (fixed_key(prompt, TOOL_SCHEMAS),)
         self.compactor.set_tools((*tool_schemas_for(self.limits.hard_limit, full), *self._mcp_tools), system)
 
     def use_mcp(self, on: bool = True) -> list[str]:
@@ -306,7 +326,7 @@ class AgentSession:
         schemas take (our count: the least a request can be), and at most `MAX_CONTEXT_WINDOW`.
         A server's words are data (SPEC §12): "maximum context length is 0 tokens" is no
         limit, and a session that took it as one could never send a request again."""
-        least = fixed_tokens(self.compactor.system, COMPACT_TOOL_SCHEMAS, self.counter)
+        least = fixed_tokens(without_instructions(self.compactor.system), COMPACT_TOOL_SCHEMAS, self.counter)
         return least < context_window <= MAX_CONTEXT_WINDOW
 
     def learn_window(self, context_window: int, source: WindowSource, detail: str) -> bool:

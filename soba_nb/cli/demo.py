@@ -70,6 +70,7 @@ def doctor_command(args: argparse.Namespace) -> int:
         f"softLimit  {limits.soft_limit(config):,}",
         f"auto       {'on' if limits.auto else 'off'} (config; a session's %auto_compact setting wins)",
         f"summaries  {_summary_model(config)}",
+        f"AGENTS.md  {_instructions(folder, config, limits.hard_limit)}",
     ]
     lines += [f"note       {note}" for note in limits.notes]
     lines += ["why        " + step if index == 0 else "           " + step for index, step in enumerate(config.provider_steps)]
@@ -80,6 +81,35 @@ def doctor_command(args: argparse.Namespace) -> int:
     lines.append(f"capsules   {_capsule_signing()}")
     print("\n".join(lines))
     return EXIT_OK
+
+
+def _instructions(folder: Path, config: Any, hard_limit: int) -> str:
+    """The project's `AGENTS.md` that every request carries (SPEC §19): its path, its tokens,
+    whether it is clipped; why it is not sent; or none."""
+    from soba_nb.agent.instructions import AGENTS_FILE, instructions_limit, read_instructions
+    from soba_nb.agent.limits import session_counter
+    from soba_nb.capsule_files.memory import project_root_for
+    from soba_nb.paths import shown
+    from soba_nb.printable import printable
+
+    root = project_root_for(folder)
+    found = read_instructions(root, session_counter(config), limit=instructions_limit(hard_limit))
+    instructions = found.instructions
+    if instructions is None:
+        if found.line is not None:
+            return printable(found.line)
+        if os.path.lexists(root / AGENTS_FILE):
+            return printable(f"{shown(root / AGENTS_FILE)}: empty; not sent")
+        return printable(f"none (no {AGENTS_FILE} in the project folder {root})")
+    sent = (
+        f"clipped: the first {instructions.sent_tokens:,} are sent"
+        if instructions.clipped
+        else "sent whole"
+    )
+    return printable(
+        f"{shown(instructions.path)} · {instructions.tokens:,} tokens · {sent} with every request "
+        "(%soba --no-instructions leaves it out for a turn)"
+    )
 
 
 def _summary_model(config: Any) -> str:

@@ -153,6 +153,7 @@ def token_figures(
     `path_total`: give `pathTokens` (without it, `uncountedEntries` counts what the estimate
     lacks, and the counts kept beside the transcript are not read for it)."""
     from soba_nb.agent.measure import measure_recorded
+    from soba_nb.capsule_files.memory import project_root_for
     from soba_nb.compaction.budget import EAGER_BACKLOG_ENTRIES
     from soba_nb.compaction.model_input import entry_tokens
     from soba_nb.tokens import TokenCounter  # loads the BPE ranks: only when counting
@@ -165,7 +166,10 @@ def token_figures(
     )
 
     provider, name = model_of(transcript)
-    counter, measurement = measure_recorded(transcript, config, None if config is not None else TokenCounter.for_model(provider, name))
+    project_root = project_root_for(notebook_folder(transcript)) if config is not None else None
+    counter, measurement = measure_recorded(
+        transcript, config, None if config is not None else TokenCounter.for_model(provider, name), project_root=project_root
+    )
     path = transcript.path_view()
     backlog = measurement.backlog
     path_tokens = estimated = None

@@ -32,6 +32,7 @@ from soba_nb.compaction.generation import (
     generate_capsule,
     keep_less,
 )
+from soba_nb.compaction.instructions import fixed_parts_name
 from soba_nb.compaction.model_input import (
     entry_tokens,
     fixed_tokens,
@@ -110,7 +111,9 @@ def _run(plan: CompactionPlan, ctx: BarrierContext, cancel: threading.Event, sta
             request = 0 if cut.request is None else entry_tokens(cut.request, ctx.counter)
             fixed = fixed_tokens(ctx.system, ctx.tools, ctx.counter)
             calls = _calls_kept(smaller.entry, cut, ctx)
-            reason = request_alone_reason(generated.tokens_after, fixed, request, continuation_goal(plan), calls)
+            reason = request_alone_reason(
+                generated.tokens_after, fixed, request, continuation_goal(plan), calls, fixed_parts_name(ctx.system)
+            )
             verdict = (Outcome.FAILED, reason, verdict[2])
     entry, tokens_after = generated.entry, generated.tokens_after
     if verdict is not None:

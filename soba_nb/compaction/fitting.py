@@ -114,17 +114,19 @@ def first_fitting(candidates: Sequence[Cut], fits: Callable[[Cut], bool]) -> Cut
     return found
 
 
-def request_alone_reason(tokens: int, fixed: int, request: int, goal: int, calls: int = 0) -> str:
+def request_alone_reason(
+    tokens: int, fixed: int, request: int, goal: int, calls: int = 0, fixed_name: str = "system prompt and tools"
+) -> str:
     """Why a request is refused when nothing more can give way, in the words of SPEC §12 and
     §17: the continuation with no capsule at all. `calls`: what the calls the request made
     since cost (kept whole: a call is never split from its result, and no cut falls inside one
     step); what is left of `tokens` (entries kept beside them, the server's own count) is
-    "the rest"."""
+    "the rest". `fixed_name`: what the fixed part is made of (`instructions.fixed_parts_name`)."""
     since = f", the calls it made since {calls:,}" if calls else ""
     rest = tokens - fixed - request - calls
     rest_text = f", the rest {rest:,}" if rest > 0 else ""
     return (
         f"the request being worked on cannot fit even alone: with no capsule at all the continuation is "
-        f"{tokens:,} tokens (system prompt and tools {fixed:,}, the request {request:,}{since}{rest_text}), "
+        f"{tokens:,} tokens ({fixed_name} {fixed:,}, the request {request:,}{since}{rest_text}), "
         f"above hardLimit {goal:,}"
     )

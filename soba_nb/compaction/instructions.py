@@ -54,3 +54,9 @@ def split_instructions(system: str) -> tuple[str, str | None]:
 def without_instructions(system: str) -> str:
     """The system prompt alone."""
     return split_instructions(system)[0]
+
+
+def fixed_parts_name(system: str) -> str:
+    """What the fixed part of an input with this system text is made of, for a refusal that
+    names it: the instructions are one of them when they are sent."""
+    return "system prompt, tools and project instructions" if split_instructions(system)[1] else "system prompt and tools"

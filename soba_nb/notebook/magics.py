@@ -171,6 +171,7 @@ class SobaMagics(Magics, Configurable):
         "--approve", metavar="MODE", choices=("never", "edits", "all"),
         help="Ask before calls run, for this turn: never, edits (shell and file writes) or all (python too).",
     )
+    @argument("--no-instructions", action="store_true", help="Leave the project's AGENTS.md out of this turn's requests.")
     @argument("--no-mcp", action="store_true", help="Leave the MCP servers' tools out of this turn's requests.")
     @argument("prompt", nargs="*", help="What to ask (or /budget, /compact, /auto-compact, /capsule, /rewind).")
     def soba(self, line: str, cell: str | None = None) -> None:
@@ -220,13 +221,16 @@ class SobaMagics(Magics, Configurable):
         if slash is not None:
             self._slash(slash.group("name"), slash.group("rest") or "")
             return
-        self.run_prompt(substitute_variables(prompt, self.holder.user_ns), approval=args.approve, mcp=not args.no_mcp)
+        prompt = substitute_variables(prompt, self.holder.user_ns)
+        self.run_prompt(prompt, approval=args.approve, mcp=not args.no_mcp, instructions=not args.no_instructions)
 
     def run_prompt(
-        self, prompt: Prompt, *, approval: ApprovalMode | None = None, typed: str | None = None, mcp: bool = True
+        self, prompt: Prompt, *, approval: ApprovalMode | None = None, typed: str | None = None, mcp: bool = True,
+        instructions: bool = True,
     ) -> TurnResult:
         """One turn of the current session, rendered; safe to call from another thread.
         `approval`: this turn's approval mode (`--approve`; default `agent.approval`);
+        `instructions`: the project's `AGENTS.md` is sent (`--no-instructions`: not);
         `typed`: what the user typed, when `prompt` is soba's expansion of it (`/fix`); `prompt`
         may be a function of the cells block appended ahead of it (`loop.Prompt`)."""
         agent = self.get_session()
@@ -234,14 +238,14 @@ class SobaMagics(Magics, Configurable):
         if self.holder.first_turn_here(agent):
             renderer.print_line(resume_line(agent.transcript, agent.session_id))
         self.refresh_monitor()  # the panel shows this session's figures from the start of its first turn
+        feed = ConversationFeed(typed or (prompt if isinstance(prompt, str) else ""))
+        result: TurnResult | None = None
         with self.holder.cancellable() as cancel, self.sidebar.turn():  # no heads-up while it runs
+            feed.start()
             try:
                 result = run_turn(
                     agent,
-        feed = ConversationFeed(typed or (prompt if isinstance(prompt, str) else ""))
-        result: TurnResult | None = None
                     prompt,
-            feed.start()
                     on_event=self.holder.live(both(renderer.on_event, feed.on_event)),
                     cancel=cancel,
                     max_steps=self.max_steps,
@@ -254,18 +258,19 @@ class SobaMagics(Magics, Configurable):
                     approver=InputApprover(renderer, also_show=feed.approval),
                     typed=typed,
                     mcp=mcp,  # False: %soba --no-mcp
+                    instructions=instructions,  # False: %soba --no-instructions
                 )
             except KeyboardInterrupt:
                 result = TurnResult("cancelled", message="interrupted; the next %soba works")
             except ProviderError as exc:
                 result = TurnResult("failed", message=error_line(exc))
+            finally:
+                feed.end(result)
         renderer.finish(result)
         for proposal in self.holder.place_proposed():
             if isinstance(proposal, ProposedEdit):
                 renderer.show_edit(proposal.heading(), proposal.diff())
             else:
-            finally:
-                feed.end(result)
                 renderer.show_cell(*proposal)
         self._turn_end_figures(agent, renderer)
         self.last_result = result
