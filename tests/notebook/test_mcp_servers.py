@@ -238,3 +238,24 @@ def test_a_kernel_that_exits_without_closing_its_session_leaves_no_server_behind
     while left() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert left() == []
+
+
+def test_an_interrupt_while_servers_start_stops_them_and_the_next_turn_starts_them_again():
+    import _thread
+    import threading
+
+    from soba_nb.agent.mcp.servers import McpServers
+    from soba_nb.config.settings import McpServerSettings
+
+    servers = McpServers({"hangs": McpServerSettings(**NEVER_ANSWERS), "time": McpServerSettings(**TIME_SERVER)})
+    timer = threading.Timer(1.5, _thread.interrupt_main)  # the user presses ■
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        servers.start()
+    assert servers.tools == {} and wait_gone("time.sleep(60)") == [] and wait_gone("mcp_server_time", 0.5) == []
+    servers.settings.pop("hangs")
+    try:
+        assert servers.start() == [] and "mcp__time__get_current_time" in servers.tools
+    finally:
+        servers.close()
+    assert wait_gone("mcp_server_time", 0.5) == []

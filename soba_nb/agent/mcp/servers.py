@@ -93,7 +93,16 @@ class McpServers:
         return tuple(tool.schema for tool in self.tools.values())
 
     def start(self) -> list[str]:
-        """Start every server (once); the lines for those that failed, each naming its server."""
+        """Start every server (once); the lines for those that failed, each naming its server.
+        Interrupted (■), every server is stopped and the next turn starts them again."""
+        try:
+            return self._start()
+        except KeyboardInterrupt:
+            self.close()
+            self.listed, self.failures, self._started = {}, {}, False
+            raise
+
+    def _start(self) -> list[str]:
         with self._lock:
             if self._started or not self.settings:
                 return []
@@ -103,7 +112,7 @@ class McpServers:
             deadline = time.monotonic() + START_TIMEOUT_S
             for name, future in pending.items():
                 try:
-                    tools = future.result(timeout=max(0.0, deadline - time.monotonic()))
+                    tools = _wait(future, deadline)
                 except FutureTimeout:
                     future.cancel()
                     self._fail(name, f"did not answer within {START_TIMEOUT_S:g} s")
@@ -207,6 +216,17 @@ class McpServers:
                 self._loop.call_soon_threadsafe(server.task.cancel)
 
 
+def _wait(future: Future[list[Any]], deadline: float) -> list[Any]:
+    """The future's result by `deadline`, waited for in short slices: an interrupt is taken at
+    once, however it comes (a signal, or `interrupt_main` from the sidebar's Cancel)."""
+    while True:
+        try:
+            return future.result(timeout=max(0.0, min(_POLL_S, deadline - time.monotonic())))
+        except FutureTimeout:
+            if time.monotonic() >= deadline:
+                raise
+
+
 def failure_line(name: str, why: str) -> str:
     """The one line a cell shows for a server that failed."""
     return f"MCP server '{printable(name)}' {why}: the turn goes on without its tools"
@@ -265,16 +285,16 @@ def _page(cursor: str) -> Any:
 
 
 async def _stop_all(servers: list[_Server]) -> None:
+    """Cancel every server's task, serving or still starting (a hung handshake does not look at
+    `stop`): the SDK's shutdown runs shielded from the cancel (stdin closed, a grace period,
+    the process group terminated, then killed), so each ends with its process."""
     for server in servers:
         server.stop.set()
-    tasks = [server.task for server in servers if server.task is not None]
-    if not tasks:
-        return
-    _done, pending = await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S)
-    for task in pending:
+    tasks = [server.task for server in servers if server.task is not None and not server.task.done()]
+    for task in tasks:
         task.cancel()
-    if pending:
-        await asyncio.wait(pending, timeout=STOP_TIMEOUT_S)
+    if tasks:
+        await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S)
 
 
 def _why(exc: BaseException) -> str:
