@@ -216,7 +216,9 @@ def test_a_hand_written_agents_md_reaches_the_model_as_data(ip, nb_dir, scripted
     ]
 
     scripted.script(text("On it."))
-    ip.run_line_magic("soba", "continue the report")
+    # In the project folder it is also the project's instructions (SPEC §19): left out here,
+    # where the loaded handoff is the point.
+    ip.run_line_magic("soba", "--no-instructions continue the report")
     messages = scripted.inference_requests()[-1]["messages"]
     conversation = [m for m in messages if m["role"] != "system"]
     assert [m["role"] for m in conversation] == ["user", "user"]
