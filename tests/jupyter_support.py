@@ -279,6 +279,15 @@ def choose_from_menu(page: Any, menu: str, item: str, *, timeout: float | None =
     page.get_by_text(item, exact=True).click(timeout=timeout)
 
 
+KERNEL_ATTACHED = """
+() => {
+  const app = window.jupyterapp;
+  const widget = app?.shell?.currentWidget;
+  return !widget?.sessionContext || Boolean(widget.sessionContext.session?.kernel);
+}
+"""
+
+
 def wait_for_kernel_idle(page: Any) -> None:
     """The notebook is shown and the toolbar's execution indicator says idle.
 
@@ -287,6 +296,9 @@ def wait_for_kernel_idle(page: Any) -> None:
     """
     cell(page, 0).wait_for()
     page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for()
+    # Where the page exposes the app: wait until the notebook's kernel is attached too (a Run
+    # All before that opens JupyterLab's "Select Kernel" dialog).
+    page.wait_for_function(KERNEL_ATTACHED, timeout=UI_TIMEOUT_MS)
 
 
 def dismiss_kernel_dialog(page: Any) -> None:
