@@ -185,6 +185,9 @@ def jupyter_server(
     random token and the environment `env` (see `server_env`), its log in `tmp`; ready when
     entered, always stopped on exit. `extra_args` go on the command line (e.g.
     `EXPOSE_APP`)."""
+    # The page gets `window.jupyterapp` always: `wait_for_kernel_idle` reads the kernel from it.
+    expose = EXPOSE_APP if module == "jupyterlab" else NOTEBOOK_EXPOSE_APP
+    extra_args = [*extra_args, *([expose] if expose not in extra_args else [])]
     port = free_port()
     server = JupyterServer(f"http://127.0.0.1:{port}", secrets.token_hex(16), root, env)
     tmp.mkdir(parents=True, exist_ok=True)
