@@ -70,6 +70,20 @@ def user_cache_folder() -> Path:
     return (Path(base) if Path(base).is_absolute() else Path("~/.cache").expanduser()) / CACHE_FOLDER_NAME
 
 
+PROJECT_MARKERS = (PROJECT_CONFIG_NAME, ".git")
+"""What makes a folder the project's: the nearest holding one of these (SPEC §8, §19)."""
+
+
+def project_root_for(notebook_dir: str | os.PathLike[str]) -> Path:
+    """The nearest of `notebook_dir` and its parents holding `soba.json` or `.git`; the
+    notebook's folder itself when none does."""
+    start = Path(notebook_dir).expanduser().resolve()
+    for folder in (start, *start.parents):
+        if any((folder / marker).exists() for marker in PROJECT_MARKERS):
+            return folder
+    return start
+
+
 def sessions_folder_for(notebook: Path) -> Path:
     """`<notebook-stem>.soba/` next to the notebook."""
     return notebook.parent / f"{notebook.stem}{SESSIONS_FOLDER_SUFFIX}"

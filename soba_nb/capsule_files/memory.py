@@ -32,21 +32,10 @@ from soba_nb.capsule_files.file import (
 )
 from soba_nb.capsule_files.signing import SIGNED, UNSIGNED, CapsuleKeyError, capsule_key
 from soba_nb.compaction.capsule import CapsuleFormatError, parse_capsule
-from soba_nb.layout import MEMORY_FOLDER, PROJECT_CONFIG_NAME, PROJECT_FOLDER
+from soba_nb.layout import MEMORY_FOLDER, PROJECT_FOLDER
+from soba_nb.layout import PROJECT_MARKERS as PROJECT_MARKERS  # re-exported
+from soba_nb.layout import project_root_for as project_root_for  # re-exported
 from soba_nb.transcript.entries import CapsuleEntry
-
-PROJECT_MARKERS = (PROJECT_CONFIG_NAME, ".git")
-"""A folder holding one of these is a project root."""
-
-
-def project_root_for(notebook_dir: str | os.PathLike[str]) -> Path:
-    """The nearest of `notebook_dir` and its parents holding `soba.json` or `.git`; the
-    notebook's folder itself when none does."""
-    start = Path(notebook_dir).expanduser().resolve()
-    for folder in (start, *start.parents):
-        if any((folder / marker).exists() for marker in PROJECT_MARKERS):
-            return folder
-    return start
 
 
 def memory_dir(project_root: str | os.PathLike[str]) -> Path:

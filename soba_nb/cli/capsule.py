@@ -39,7 +39,7 @@ def capsule_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def capsule_command(args: argparse.Namespace) -> int:
     from soba_nb.capsule_files.export import export_capsule
-    from soba_nb.capsule_files.memory import project_root_for
+    from soba_nb.layout import project_root_for
 
     transcript = load_session(args.session)
     try:

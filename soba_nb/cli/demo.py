@@ -88,7 +88,7 @@ def _instructions(folder: Path, config: Any, hard_limit: int) -> str:
     whether it is clipped; why it is not sent; or none."""
     from soba_nb.agent.instructions import AGENTS_FILE, instructions_limit, read_instructions
     from soba_nb.agent.limits import session_counter
-    from soba_nb.capsule_files.memory import project_root_for
+    from soba_nb.layout import project_root_for
     from soba_nb.paths import shown
     from soba_nb.printable import printable
 

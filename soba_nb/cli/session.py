@@ -153,9 +153,9 @@ def token_figures(
     `path_total`: give `pathTokens` (without it, `uncountedEntries` counts what the estimate
     lacks, and the counts kept beside the transcript are not read for it)."""
     from soba_nb.agent.measure import measure_recorded
-    from soba_nb.capsule_files.memory import project_root_for
     from soba_nb.compaction.budget import EAGER_BACKLOG_ENTRIES
     from soba_nb.compaction.model_input import entry_tokens
+    from soba_nb.layout import project_root_for
     from soba_nb.tokens import TokenCounter  # loads the BPE ranks: only when counting
     from soba_nb.transcript.entries import (
         CapsuleEntry,

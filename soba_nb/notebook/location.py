@@ -29,8 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from soba_nb.capsule_files.memory import project_root_for
-from soba_nb.layout import UNTITLED_NOTEBOOK, sessions_folder_for
+from soba_nb.layout import UNTITLED_NOTEBOOK, project_root_for, sessions_folder_for
 
 NAMESPACE_KEYS = ("__session__",)
 """User-namespace names holding the notebook path, tried before the environment."""
