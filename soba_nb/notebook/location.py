@@ -16,7 +16,7 @@ unsaved `untitled.ipynb` there.
 
 The project root (SPEC §8) is the nearest folder, from the notebook's own folder upward,
 holding `soba.json` or `.git`; if there is none, the notebook's folder
-(`soba_nb.capsule_files.memory.project_root_for`, shared with project memory).
+(`soba_nb.layout.project_root_for`, shared with project memory).
 
 The path is read when a session starts; renaming the notebook afterwards keeps the
 session where it was (the server does not tell a running kernel about renames).
