@@ -32,7 +32,7 @@ ON_THE_CELL = (
 )
 """How a proposal the labextension took reaches the user (the tool's result says it)."""
 IN_THE_OUTPUT = (
-    "no editor here: it is shown as a diff in this cell's output and put below as a new cell "
+    "there is no editor here, so it is shown as a diff in this cell's output and put below as a new cell "
     "when the turn ends, not run; the cell keeps its source and no decision comes back"
 )
 """How a proposal no comm took reaches the user."""

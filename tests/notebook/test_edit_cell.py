@@ -77,6 +77,7 @@ def test_the_model_is_offered_edit_cell_and_its_proposal_shows_as_a_diff_and_the
     [result] = tool_messages(second)
     assert result.startswith("proposed a new source for In [2] (2 lines), not applied:")
     assert "no editor here" in result and "put below as a new cell" in result
+    assert "comes to you" not in result  # one account of where it went, not two that disagree
     # The output: the change as a diff, whole; the new source below, not run; the cell as it was.
     assert "Proposed edit of In [2] (the new source is put below as a cell, not run):" in shown.stdout
     assert "--- In [2]\n+++ In [2] proposed\n" in shown.stdout
@@ -173,7 +174,7 @@ def test_an_edit_no_call_names_is_not_sent_to_the_labextension(ip, monkeypatch):
     assert not run_cell(ip, FAILING).success
     holder = ip.magics_manager.registry["SobaMagics"].holder
     access = holder.notebook_access()
-    assert access.edit is not None and access.edit(1, FIXED).startswith("no editor here")
+    assert access.edit is not None and access.edit(1, FIXED).startswith("there is no editor here")
     assert [m for m in tab.sent if m.get("type") == "edit_cell"] == []
     [edit] = holder.place_proposed()
     assert (edit.execution_count, edit.new, edit.call) == (1, FIXED, None)

@@ -60,11 +60,10 @@ READ_CELLS_DESCRIPTION = "Read cells the user ran (source, output, error) by In 
 READ_NOTEBOOK_DESCRIPTION = "Read a saved notebook's cells in order, outputs as text." + CLIPPED
 ADD_CELL_DESCRIPTION = "Propose a cell (code or markdown) below this one, not run." + CLIPPED
 EDIT_CELL_DESCRIPTION = "Propose a new source for In [n]; the user accepts or rejects it." + CLIPPED
-EDIT_PROPOSED = (
-    "proposed a new source for In [{count}] ({lines} line{plural}), not applied: the user accepts or rejects it, "
-    "and their decision comes to you as a message; until then the cell keeps its source. {where}"
-)
-"""The result of an `edit_cell` call: a proposal, awaiting the user's decision."""
+EDIT_PROPOSED = "proposed a new source for In [{count}] ({lines} line{plural}), not applied: {where}."
+"""The result of an `edit_cell` call: a proposal, and how it reaches the user (`where`: a diff on
+the cell awaiting their decision, or the output and the next cell with no decision coming back —
+one of the two, never both, so the model is not told two things)."""
 
 
 def _access(ctx: ToolContext, tool: str) -> NotebookAccess:
