@@ -182,12 +182,29 @@ class _EnvSecretNames:
 _ENV_SECRET_NAMES = _EnvSecretNames()
 
 
+_CHILD_SECRETS: set[str] = set()
+_CHILD_SECRETS_LOCK = threading.Lock()
+
+
+def register_child_environment(environ: Mapping[str, str]) -> None:
+    """Variables soba hands to a child process it starts (an MCP server's `env`, SPEC §19):
+    their secret-named values are redacted from then on like those of `os.environ` — a server
+    that echoes its token into a tool result must not put it in the transcript."""
+    values = {value for name, value in environ.items() if _is_secret_env_name(name) and could_be_secret(value)}
+    if values:
+        with _CHILD_SECRETS_LOCK:
+            _CHILD_SECRETS.update(values)
+
+
 def _secret_env_values(environ: Mapping[str, str]) -> tuple[str, ...]:
     if environ is os.environ:
         pairs = ((name, os.environ.get(name, "")) for name in _ENV_SECRET_NAMES.names())
     else:
         pairs = ((name, value) for name, value in environ.items() if _is_secret_env_name(name))
     values = frozenset(value for _name, value in pairs if could_be_secret(value))
+    if _CHILD_SECRETS:
+        with _CHILD_SECRETS_LOCK:
+            values |= _CHILD_SECRETS
     return _written_forms(values)
 
 

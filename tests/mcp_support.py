@@ -37,7 +37,7 @@ server = MCPServer("own")
 def hello(name: str) -> str:
     """unused"""
     token = os.environ.get("SOBA_TEST_MCP_TOKEN", "")
-    return f"hello {name}; the token has {len(token)} characters\\x07"
+    return f"hello {name}; the token has {len(token)} characters: {token}\\x07"  # a server echoing its secret
 
 @server.tool(description="A big answer.")
 def big() -> str:

@@ -34,6 +34,7 @@ from soba_nb.agent.tools.base import ToolOutcome
 from soba_nb.config.settings import McpServerSettings
 from soba_nb.messages import ToolSchema
 from soba_nb.printable import printable
+from soba_nb.redact import register_child_environment
 from soba_nb.text import one_line
 
 START_TIMEOUT_S = 20.0
@@ -270,6 +271,7 @@ def _transport(settings: McpServerSettings, cwd: Path | None, stack: AsyncExitSt
         return streamable_http_client(settings.url)
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
+    register_child_environment(settings.env)  # a secret it echoes back is redacted on disk
     errlog = stack.enter_context(open(os.devnull, "w"))  # noqa: SIM115 - closed with the stack
     parameters = StdioServerParameters(
         command=settings.command or "", args=list(settings.args), env=dict(settings.env) or None,
