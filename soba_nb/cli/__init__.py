@@ -87,15 +87,17 @@ EXIT_BROKEN_PIPE = 128 + 13
 
 
 class _VersionAction(argparse.Action):
-    """`--version`: prints it and exits, the package metadata read only then (argparse's own
-    action takes the text when the parser is built: 10 ms of every command)."""
+    """`--version`: prints it on stdout (`v=$(soba-nb --version)` holds it) and exits 0, the
+    package metadata read only then (argparse's own action takes the text when the parser is
+    built: 10 ms of every command)."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
         super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0,
                          help="show the version and exit")  # fmt: skip
 
     def __call__(self, parser: argparse.ArgumentParser, *_args: object, **_kwargs: object) -> None:
-        parser.exit(message=f"{PROG} {_version()}\n")
+        print(f"{PROG} {_version()}", flush=True)
+        parser.exit()
 
 
 def _version() -> str:

@@ -687,3 +687,12 @@ def test_a_command_line_parses_as_with_every_subcommand(
     whole = cli.build_parser
     monkeypatch.setattr(cli, "build_parser", lambda only=None: whole())
     assert run(capsys, *argv) == alone
+
+
+def test_version_prints_on_stdout_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    """`v=$(soba-nb --version)` holds the version: it goes to stdout, nothing to stderr, exit 0."""
+    from importlib.metadata import version
+
+    code, out, err = run(capsys, "--version")
+    assert (code, err) == (0, "")
+    assert out == f"soba-nb {version('soba-nb')}\n"
