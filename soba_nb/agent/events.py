@@ -34,6 +34,9 @@ class ToolFinished:
     images: tuple[str, ...] = ()
     """The images the call displayed, kept as artifacts: their paths relative to the notebook's
     folder (`<notebook-stem>.soba/artifacts/<sha256>.png`)."""
+    declined: bool = False
+    """The call never ran: the user declined it (or no one could be asked). Its result is still
+    an error for the model; its receipt says `declined`."""
 
 
 @dataclass(frozen=True)

@@ -458,7 +458,7 @@ class TurnRunner:
                 "%soba --approve never runs the calls of a turn without asking (or set agent.approval in soba.json)",
                 "warning",
             ))
-        self.emit(ToolFinished(call.id, call.name, summary, True, 0, content))
+        self.emit(ToolFinished(call.id, call.name, summary, True, 0, content, declined=True))
         return False
 
     def _cancel_rest(self, response: ModelResponse, start: int) -> None:

@@ -5,6 +5,13 @@ sidebar's conversation, and the conversation the Jupyter server reads back from 
 from __future__ import annotations
 
 MS_PER_S = 1000
+DECLINED = "declined"
+"""The status of a call the user declined (an `approval` entry, `declined` or `no_input`): it
+never ran, so it is neither `ok` nor `error`, and has no duration."""
+
+
+def receipt_status(is_error: bool, declined: bool = False) -> str:
+    return DECLINED if declined else "error" if is_error else "ok"
 
 
 def receipt_text(name: str, summary: str, status: str, duration_ms: int | None) -> str:

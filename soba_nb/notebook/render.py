@@ -28,6 +28,7 @@ from typing import Any, TextIO
 
 from soba_nb.agent.events import Notice, Steered, TextDelta, ToolFinished, ToolStarted, Waiting
 from soba_nb.agent.loop import TurnResult
+from soba_nb.agent.receipts import receipt_status
 from soba_nb.agent.receipts import receipt_text as receipt_text  # its home: agent/receipts
 from soba_nb.compaction.outcomes import CompactionEvent
 from soba_nb.notebook.monitor import (
@@ -277,11 +278,12 @@ class TurnRenderer:
             self._receipts[event.call_id] = self.display(view, display_id=True)
 
     def _tool_finished(self, event: ToolFinished) -> None:
-        status = "error" if event.is_error else "ok"
-        view = receipt_view(event.name, event.summary, status, event.duration_ms, event.preview)
+        status = receipt_status(event.is_error, event.declined)
+        duration = None if event.declined else event.duration_ms  # it never ran
+        view = receipt_view(event.name, event.summary, status, duration, event.preview)
         handle = self._receipts.pop(event.call_id, None)
         if not self.rich:
-            self.print_line(f"[{receipt_text(event.name, event.summary, status, event.duration_ms)}]")
+            self.print_line(f"[{receipt_text(event.name, event.summary, status, duration)}]")
         elif handle is not None:
             handle.update(view)
         else:

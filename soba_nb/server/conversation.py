@@ -21,11 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from soba_nb.agent.mcp.calls import summarize_call
-from soba_nb.agent.receipts import receipt_text
+from soba_nb.agent.receipts import receipt_status, receipt_text
 from soba_nb.agent.tools import summarize_arguments
 from soba_nb.layout import SessionLayout, sessions_folder_for
 from soba_nb.printable import printable
-from soba_nb.transcript.entries import CapsuleEntry, MessageEntry, ToolCallEntry, ToolResultEntry
+from soba_nb.transcript.entries import (
+    ApprovalEntry,
+    CapsuleEntry,
+    MessageEntry,
+    ToolCallEntry,
+    ToolResultEntry,
+)
 from soba_nb.transcript.store import Transcript
 
 MAX_ITEMS = 1000
@@ -48,6 +54,7 @@ def items(path: list[Any], notebook_folder: Path, root: Path) -> list[dict[str, 
     """The items of a transcript path, oldest first."""
     found: list[dict[str, Any]] = []
     calls: dict[str, dict[str, Any]] = {}
+    declined: set[str] = set()  # calls the user declined (or no one could be asked about)
     for entry in path:
         kind = type(entry)
         item: dict[str, Any]
@@ -63,9 +70,11 @@ def items(path: list[Any], notebook_folder: Path, root: Path) -> list[dict[str, 
             item["line"] = printable(receipt_text(entry.name, summary, NO_RESULT, None))
             calls[entry.call_id] = item
             found.append(item)
+        elif kind is ApprovalEntry and entry.decision in ("declined", "no_input"):
+            declined.add(entry.call_id)
         elif kind is ToolResultEntry and entry.call_id in calls:
             item = calls.pop(entry.call_id)
-            status = "error" if entry.is_error else "ok"
+            status = receipt_status(entry.is_error, entry.call_id in declined)
             item["line"] = printable(receipt_text(item["name"], item["summary"], status, entry.duration_ms))
             item["isError"] = entry.is_error
             item["images"] = [_from_root(notebook_folder / a.path, root) for a in entry.artifacts or ()]

@@ -194,3 +194,22 @@ def test_a_real_kernel_shows_the_injected_code_escaped_before_stdin_answers(tmp_
     assert "text/markdown" not in question  # nothing rendered as Markdown around the code
     assert hidden + "  # \\x1b[2K\\x0d" in question["text/plain"] and "\x1b" not in question["text/plain"]
     assert not (project / "PWNED1.txt").exists()
+
+
+def test_a_declined_call_is_labelled_declined_in_the_cell_and_the_conversation(ip, nb_dir, scripted, monkeypatch):
+    """Its receipt says `declined` (not `error`, no duration: it never ran), in the cell and in the
+    conversation the sidebar reads back; the model still reads an error result, as before."""
+    from soba_nb.server.conversation import items
+
+    set_approval(nb_dir, "edits")
+    answered(monkeypatch, "n\n")
+    scripted.script(tool_calls(SHELL, PYTHON), text("I did not run the script."))
+    shown = turn(ip, "run the script")
+    assert "[shell: echo hello > shell.txt (timeout 60s) · declined]" in shown
+    assert "· error" not in shown and "[python: ran = True · ok · " in shown
+    path = magics(ip).agent.transcript.path()
+    lines = [item["line"] for item in items(path, nb_dir, nb_dir) if item["kind"] == "tool"]
+    assert lines[0] == "shell: echo hello > shell.txt (timeout 60s) · declined" and lines[1].startswith("python: ran = True · ok · ")
+    # what the model reads is unchanged: an error result saying so
+    [tool] = [m for m in scripted.inference_requests()[-1]["messages"] if m["role"] == "tool" and m["content"] == "declined by the user"]
+    assert [r.is_error for r in entries(ip, ToolResultEntry) if r.name == "shell"] == [True]
