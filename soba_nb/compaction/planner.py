@@ -186,10 +186,7 @@ def plan_cut(
         # Forced (`max_kept_tokens`) with a capsule, a region that is all the group being
         # worked on (a request and the calls it made since) is no dead end: nothing new is
         # summarized, but the capsule gives way — rolled up again alone, smaller (`fitting`).
-        raise NothingToCompact(
-            f"nothing to compact: the history before the kept window is empty "
-            f"({kept_tokens} tokens, keepRecentTokens {keep_recent_tokens})"
-        )
+        raise NothingToCompact(nothing_older(total, keep_recent_tokens))
     return Cut(
         summarize=tuple(entries[:cut]),
         kept=tuple(entries[cut:]),
@@ -198,6 +195,22 @@ def plan_cut(
         summarized_tokens=summarized,
         previous=previous,
         request=current_request(path),
+    )
+
+
+def nothing_older(total: int, keep_recent_tokens: int) -> str:
+    """Why a session with nothing before its kept window has nothing to compact, in plain words
+    and figures (`%compact`, the sidebar's answer and `%budget`'s last attempt all show it; the
+    notebook adds how to hand the session over as it is)."""
+    if total <= keep_recent_tokens:
+        return (
+            f"nothing to compact: the last {keep_recent_tokens:,} tokens are kept whole "
+            f"(compaction.keepRecentTokens) and the session has {total:,}; nothing older to compact"
+        )
+    return (
+        f"nothing to compact: the session has {total:,} tokens and keeping its last "
+        f"{keep_recent_tokens:,} whole reaches back to its start (a cut falls only before a "
+        f"message, never between a tool call and its result); nothing older to compact"
     )
 
 

@@ -92,3 +92,26 @@ def test_valid_cuts_are_messages_with_every_call_answered(tmp_path):
     t.append(MessageEntry(role="user", content="c"))
     entries = t.path()
     assert [entries[i].content for i in valid_cuts(entries)] == ["a", "b", "c"]
+
+
+def test_nothing_to_compact_says_what_is_kept_and_what_the_session_has(tmp_path, counter):
+    """In plain words with both figures, never "empty" beside a token count."""
+    t = open_transcript(tmp_path)
+    add_exchange(t, 100)
+    cut = plan_cut(t.path(), counter, keep_recent_tokens=10)
+    total = cut.kept_tokens + cut.summarized_tokens
+    with pytest.raises(NothingToCompact) as short:
+        plan_cut(t.path(), counter, keep_recent_tokens=20_000)
+    assert str(short.value) == (
+        f"nothing to compact: the last 20,000 tokens are kept whole (compaction.keepRecentTokens) "
+        f"and the session has {total:,}; nothing older to compact"
+    )
+    # a first request longer than the kept window: keeping it whole reaches back to the start
+    t = open_transcript(tmp_path / "long")
+    t.append(MessageEntry(role="user", content=words(3000)))
+    t.append(MessageEntry(role="assistant", content=words(20)))
+    with pytest.raises(NothingToCompact) as long:
+        plan_cut(t.path(), counter, keep_recent_tokens=1000)
+    said = str(long.value)
+    assert said.startswith("nothing to compact: the session has 3,") and "keeping its last 1,000 whole reaches back to its start" in said
+    assert "empty" not in said

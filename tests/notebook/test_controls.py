@@ -66,7 +66,7 @@ def test_compact_with_nothing_to_compact_answers_skipped(ip, scripted):
         ip.run_line_magic("soba", "hello")
     answer = handle(magics(ip).holder, {"type": "compact"})
     skipped, hint = answer["text"].splitlines()
-    assert answer["ok"] is True and skipped.startswith("skipped: ")
+    assert answer["ok"] is True and skipped.startswith("skipped: nothing to compact: the last ") and " tokens are kept whole" in skipped
     assert hint.startswith('to hand the session over as it is, %capsule create "TITLE"')  # no dead end
     assert capsules(ip) == []
     ip.run_line_magic("config", "SobaMagics.display_mode = 'plain'")

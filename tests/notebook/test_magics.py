@@ -317,8 +317,16 @@ def test_compact_with_nothing_to_compact_prints_skipped(ip, scripted, capsys):
     ip.run_line_magic("soba", "one short question")
     capsys.readouterr()
     ip.run_line_magic("compact", "")
-    assert "skipped: nothing to compact" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "skipped: nothing to compact" in out
     assert not any(isinstance(e, CapsuleEntry) for e in transcript(ip).path())
+    # in plain words: what is kept, what the session has, and what to do instead
+    keep = magics(ip).agent.config.compaction.keep_recent_tokens
+    said = re.search(r"the last ([\d,]+) tokens are kept whole \(compaction.keepRecentTokens\) and the session has ([\d,]+); nothing older to compact\n", out)
+    assert said and said.group(1) == f"{keep:,}" and 0 < int(said.group(2).replace(",", "")) < keep, out
+    assert "empty" not in out and '%capsule create "TITLE" writes a capsule file without compacting' in out
+    ip.run_line_magic("budget", "")  # its last attempt, in the same words
+    assert said.group(0) in capsys.readouterr().out
 
 
 def test_compact_after_a_few_turns_appends_a_capsule_and_prints_the_result(ip, nb_dir, scripted, capsys):
