@@ -130,6 +130,7 @@ def export_capsule(
     title: str | None = None,
     export_format: ExportFormat = "capsule",
     environ: Mapping[str, str] = os.environ,
+    entry: CapsuleEntry | None = None,
 ) -> Path:
     """Write the capsule of `checkpoint_id` to `out_path`; returns the file written.
 
@@ -140,7 +141,8 @@ def export_capsule(
     """
     if export_format not in EXPORT_FORMATS:
         raise CapsuleExportError(f"unknown format {export_format!r}; expected {' or '.join(EXPORT_FORMATS)}")
-    entry = find_capsule(transcript, checkpoint_id)
+    if entry is None:  # given: a capsule `%capsule create` wrote, read back from its file
+        entry = find_capsule(transcript, checkpoint_id)
     if (form := given_way_form(entry.content)) is not None:
         what = "is one line" if form == "one line" else "is no capsule"
         raise CapsuleExportError(

@@ -48,6 +48,7 @@ from soba_nb.notebook.capsule_check import (
     named_or_latest,
 )
 from soba_nb.notebook.checkpoints import local_time
+from soba_nb.notebook.handoff_lookup import handoff_entry, handoff_file, handoff_note
 from soba_nb.notebook.holder import SessionHolder
 from soba_nb.notebook.monitor import capsule_line
 from soba_nb.notebook.render import TextView, ipython_display
@@ -97,7 +98,12 @@ def create_capsule_file(holder: SessionHolder, agent: AgentSession, title: str, 
     )
     written = write_capsule_file(target, capsule_file, force=force)
     fallback = " · fallback" if entry.quality == "degraded" else ""
-    mark = agent.compactor.record_checkpoint("user", f"capsule {title!r} written to {shown(written)}")
+    # One id: the checkpoint recorded on the path is the one in the file's front matter, so
+    # `%capsule list`, `show` and `export` name the capsule the file holds (`handoff_lookup`).
+    mark = agent.transcript.append(
+        CheckpointEntry(checkpoint_id=entry.checkpoint_id, kind="user", note=handoff_note(title, shown(written)))
+    )
+    assert isinstance(mark, CheckpointEntry)
     print(
         f"capsule {title!r} written to {shown(written)} "
         f"({capsule_file.metadata.tokens:,} tokens · quality {entry.quality}{fallback}) · {mark.checkpoint_id}"
@@ -107,10 +113,11 @@ def create_capsule_file(holder: SessionHolder, agent: AgentSession, title: str, 
 def capsule_export(holder: SessionHolder, agent: AgentSession, rest: str) -> None:
     args = parse(_export_arguments, rest)
     explicit = Path(args.path).expanduser().is_absolute()
+    handoff = handoff_file(agent.transcript, args.checkpoint, agent.project_root)
     written = export_capsule(
         agent.transcript, args.checkpoint, args.path,
         project_root=agent.project_root, force=args.force, allow_outside=explicit,
-        export_format=args.format,
+        export_format=args.format, entry=handoff_entry(args.checkpoint, *handoff) if handoff else None,
     )
     kind = " as a Markdown handoff for another agent" if args.format == "agents-md" else ""
     print(f"exported {args.checkpoint} to {shown(written)}{kind}")
@@ -220,6 +227,16 @@ def _kind_and_note(entry: CheckpointEntry | CapsuleEntry, request: str) -> list[
 
 def capsule_show(holder: SessionHolder, agent: AgentSession, rest: str) -> None:
     args = parse(_show_arguments, rest)
+    handoff = handoff_file(agent.transcript, args.checkpoint, agent.project_root) if args.checkpoint else None
+    if handoff is not None:
+        path, capsule_file = handoff
+        meta = capsule_file.metadata
+        print(
+            f"capsule {meta.title!r} · {meta.checkpoint} · written by %capsule create to {shown(path)} "
+            f"(a handoff: nothing compacted) · {meta.tokens:,} tokens · quality {meta.quality}"
+        )
+        _show_markdown(holder, capsule_file.body)
+        return
     capsule = named_or_latest(agent, args.checkpoint)
     if capsule is None:
         print("no capsules on the current path")
