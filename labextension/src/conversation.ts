@@ -135,6 +135,14 @@ function withReceipt(items: IItem[], message: ITurnMessage): IItem[] {
   return next;
 }
 
+/** A line between the messages (a compaction's result line, as the cell shows it). */
+export function withLine(state: IConversation, text: string, status: string): IConversation {
+  return {
+    ...state,
+    items: appended(state.items, { kind: 'notice', turn: state.running ?? '', text, status })
+  };
+}
+
 /** Apply one `turn` message. */
 export function reduceTurn(state: IConversation, message: ITurnMessage): IConversation {
   const { items } = state;

@@ -17,7 +17,7 @@ import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { ControlRequest, NO_KERNEL, sendControl } from './controls';
-import { IConversation, emptyConversation, reduceTurn } from './conversation';
+import { IConversation, emptyConversation, reduceTurn, withLine } from './conversation';
 import {
   COMM_TARGET,
   IProgress,
@@ -92,8 +92,14 @@ export function reduce(state: IBudgetState, message: MonitorMessage): IBudgetSta
     case 'progress':
       // A barrier is running: the previous attempt's line is not what is happening now.
       return { ...state, progress: message, lastAttempt: null };
-    case 'result':
-      return finished(state, message);
+    case 'result': {
+      // The result line of a compaction this page saw run also goes into the conversation,
+      // where it happened (a result replayed when a comm opens is not a new event).
+      const conversation = state.progress
+        ? withLine(state.conversation, message.line, message.outcome)
+        : state.conversation;
+      return { ...finished(state, message), conversation };
+    }
     case 'turn':
       return { ...state, conversation: reduceTurn(state.conversation, message) };
   }

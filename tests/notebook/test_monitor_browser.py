@@ -475,6 +475,10 @@ def test_inline_monitor_and_sidebar_in_jupyterlab(
         expect(result).not_to_contain_text("fallback")
         expect(result).to_have_attribute("data-degraded", "false")
         expect(panel.locator(".soba-Budget-live")).to_have_count(0)
+        # The conversation: the turns run in cells, and the compaction's result line once,
+        # where it happened (SPEC §18).
+        expect(panel.locator("[data-soba-role='message'][data-soba-author='user']").first).to_be_visible()
+        expect(panel.locator(".soba-Chat-line", has_text=expected.result_line)).to_have_count(1)
 
         print(
             check_live_lines(seen_lines(page), ("cell", "sidebar"), expected.result_line)
