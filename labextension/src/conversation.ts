@@ -229,7 +229,7 @@ export function fromTranscript(data: unknown): IConversation | null {
     } else if (kind === 'message' && (role === 'user' || role === 'assistant')) {
       items.push({ kind: role, turn: '', text, steer: fields.steer === true });
     } else if (kind === 'tool') {
-      const status = fields.isError === true ? 'error' : 'ok';
+      const status = str(fields.status) ?? (fields.isError === true ? 'error' : 'ok');
       items.push({ kind: 'tool', turn: '', text, status, images: strings(fields.images) });
     } else {
       items.push({ kind: 'notice', turn: '', text });

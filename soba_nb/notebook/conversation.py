@@ -9,7 +9,7 @@ shows the same conversation whichever way the user talks to soba:
 - ``{"type": "turn", "phase": "text", "turn": id, "text": str}`` — a piece of the answer
   (pieces are joined and sent at most `TEXT_UPDATES_PER_S` times a second);
 - ``{"type": "turn", "phase": "tool", "turn": id, "call": id, "line": str, "status":
-  "running" | "ok" | "error", "preview": str, "images": [path]}`` — a call's receipt, once
+  "running" | "ok" | "error" | "declined", "preview": str, "images": [path]}`` — a call's receipt, once
   when it starts and once when it ends (the same words as the cell's receipt), with the
   images the call displayed (paths relative to the notebook's folder, in its session
   folder's `artifacts/`);
@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from soba_nb.agent.events import Notice, Steered, TextDelta, ToolFinished, ToolStarted, Waiting
+from soba_nb.agent.receipts import receipt_status
 from soba_nb.notebook.comm import publish
 from soba_nb.notebook.render import RUNNING, receipt_text
 from soba_nb.printable import printable
@@ -102,8 +103,10 @@ class ConversationFeed:
                 "tool", call=event.call_id, line=printable(line), status=RUNNING, preview=""
             )
         elif isinstance(event, ToolFinished):
-            status = "error" if event.is_error else "ok"
-            line = receipt_text(event.name, event.summary, status, event.duration_ms)
+            status = receipt_status(event.is_error, event.declined)
+            line = receipt_text(
+                event.name, event.summary, status, None if event.declined else event.duration_ms
+            )
             preview = printable(event.preview[:PREVIEW_CHARS], lines=True)
             images = list(event.images)
             self._message(

@@ -7,7 +7,7 @@ Each item is one of:
 
 - `{"kind": "message", "role": "user" | "assistant", "text", "steer": bool}` (a user message
   soba expanded shows what the user typed, `/fix`; an edit decision carries `edit`);
-- `{"kind": "tool", "line", "isError", "images"}` — a call's receipt in the cell's words
+- `{"kind": "tool", "line", "isError", "status", "images"}` (`status`: ok, error or declined) — a call's receipt in the cell's words
   (`agent.receipts`), its images as paths relative to the server root;
 - `{"kind": "capsule", "line"}` — a compaction.
 
@@ -77,6 +77,7 @@ def items(path: list[Any], notebook_folder: Path, root: Path) -> list[dict[str, 
             status = receipt_status(entry.is_error, entry.call_id in declined)
             item["line"] = printable(receipt_text(item["name"], item["summary"], status, entry.duration_ms))
             item["isError"] = entry.is_error
+            item["status"] = status
             item["images"] = [_from_root(notebook_folder / a.path, root) for a in entry.artifacts or ()]
         elif kind is CapsuleEntry:
             found.append({"kind": "capsule", "line": printable(capsule_line(entry))})

@@ -66,6 +66,8 @@ def test_a_fix_is_shown_as_typed_and_an_approval_question_carries_the_call_whole
     messages = channel.turn_messages()
     questions = [m for m in messages if m["phase"] == "approval"]
     assert len(questions) == 1 and hidden in questions[0]["text"]
+    receipt = [m for m in messages if m["phase"] == "tool"][-1]
+    assert receipt["status"] == "declined" and receipt["line"].endswith("· declined")  # it never ran: no duration
     assert [m["phase"] for m in messages][-1] == "end"
 
 
