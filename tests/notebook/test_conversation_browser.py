@@ -358,6 +358,9 @@ def test_an_approval_question_is_answered_in_the_panel_and_shows_the_whole_call(
         expect(question).to_be_hidden()
         answer = page.locator("[data-soba-role='message'][data-soba-author='assistant']")
         expect(answer).to_have_text("Not run, as you said.", timeout=UI_TIMEOUT_MS)
+        receipt = page.locator("[data-soba-role='receipt']").last
+        expect(receipt).to_have_attribute("data-status", "declined")
+        expect(receipt).to_contain_text("· declined")
     assert not (folder / "PWNED3.txt").exists()
     requests = served.model.inference_requests()[before:]
     result = [m for m in requests[1].body["messages"] if m["role"] == "tool"][-1]
