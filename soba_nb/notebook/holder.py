@@ -50,6 +50,7 @@ from soba_nb.notebook.cells import CellRecorder, RecordedCell
 from soba_nb.notebook.location import locate
 from soba_nb.notebook.monitor import SidebarPublisher, snapshot_of
 from soba_nb.notebook.render import TurnRenderer
+from soba_nb.notebook.unnamed import unnamed_line
 from soba_nb.transcript.entries import Artifact, CellRecord
 from soba_nb.transcript.store import TranscriptError, TranscriptLockedError, TranscriptWriteError
 
@@ -95,6 +96,8 @@ class SessionHolder:
         """Sessions from before whose resumption this kernel has announced."""
         self._cancel: threading.Event | None = None
         self._guard = threading.Lock()
+        self._told_unnamed = False
+        """Whether this kernel has said its notebook's file is unknown (`unnamed_line`)."""
 
     # -- the session ---------------------------------------------------------------------
 
@@ -115,6 +118,11 @@ class SessionHolder:
             raise UsageError(f"%soba --session: {requested} is a folder, not a session transcript (.jsonl){latest}")
         try:
             location = locate(self.user_ns, session_file=requested)
+            if requested is None and not self._told_unnamed:
+                self._told_unnamed = True
+                line = unnamed_line(location, self.shell)
+                if line:
+                    print(line)
             folder = location.notebook.parent if location.notebook else Path.cwd()
             config = load_config(folder, self._overrides())
             if self.agent is not None and not new and requested is None and counts_differently(self.agent.counter, config):
