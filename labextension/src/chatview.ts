@@ -23,6 +23,7 @@ import { ServerConnection } from '@jupyterlab/services';
 import { IItem } from './conversation';
 import { IChatState } from './chat';
 import { IBudgetState } from './store';
+import { el } from './dom';
 
 const MARKDOWN = 'text/markdown';
 
@@ -33,15 +34,6 @@ export interface IChatActions {
   answer(value: string): void;
   editQueued(id: string, text: string): void;
   removeQueued(id: string): void;
-}
-
-function el(tag: string, className: string, text?: string): HTMLElement {
-  const node = document.createElement(tag);
-  node.className = className;
-  if (text !== undefined) {
-    node.textContent = text;
-  }
-  return node;
 }
 
 function role<T extends HTMLElement>(node: T, name: string): T {

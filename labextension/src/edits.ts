@@ -24,6 +24,7 @@ import { KernelMessage } from '@jupyterlab/services';
 import { sendControl } from './controls';
 import { lineDiff } from './diff';
 import { sendToInbox } from './serverapi';
+import { el } from './dom';
 
 /** An edit the agent proposed. */
 export interface IEditCell {
@@ -67,15 +68,6 @@ export function parseEditCell(data: unknown): IEditCell | null {
 }
 
 const CHANGED_SINCE = 'the cell changed since this edit was proposed: not applied (rejected)';
-
-function el(tag: string, className: string, text?: string): HTMLElement {
-  const node = document.createElement(tag);
-  node.className = className;
-  if (text !== undefined) {
-    node.textContent = text;
-  }
-  return node;
-}
 
 /** The diff box on a cell: the changed lines and the two buttons. */
 function diffBox(edit: IEditCell, decide: (accepted: boolean) => void): HTMLElement {

@@ -24,6 +24,7 @@ import { ChatView } from './chatview';
 import { capsuleFileName } from './controls';
 import { ISnapshot } from './messages';
 import { BudgetStore, IBudgetState } from './store';
+import { el } from './dom';
 
 export const PANEL_ID = 'soba-budget-panel';
 export const PANEL_TITLE = 'soba';
@@ -53,15 +54,6 @@ export function level(snapshot: ISnapshot): 'ok' | 'soft' | 'hard' {
 
 const share = (part: number, whole: number): number =>
   whole > 0 ? Math.min(PERCENT, Math.max(0, (PERCENT * part) / whole)) : 0;
-
-function el(tag: string, className: string, text?: string): HTMLElement {
-  const node = document.createElement(tag);
-  node.className = className;
-  if (text !== undefined) {
-    node.textContent = text;
-  }
-  return node;
-}
 
 function bar(snapshot: ISnapshot): HTMLElement {
   const meter = el('div', 'soba-Budget-bar');
