@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,14 @@ PRODUCTS = ("Widget", "Gadget", "Gizmo", "Doohickey")
 SALES_ROWS = 60
 RETURNS_ROWS = 90
 DATA_SEED = 2024
+LOADING_LINE = (
+    "loading the embedded model in its own process (seconds on a quiet machine, "
+    "a few minutes on a busy one) …\n"
+)
+FALLBACK_NOTE = (
+    "           (fallback: the model's summary was not used (the tiny model's rarely pass soba's "
+    "checks), so the capsule was built from the transcript itself; a real model writes it)\n"
+)
 
 
 def write_data(folder: Path) -> dict[str, str]:
@@ -85,6 +94,19 @@ def _stdout(text: str) -> None:
     sys.stdout.flush()
 
 
+def _load_model(session: Any, out: Callable[[str], None]) -> None:
+    """Start the embedded model before the first turn, saying so (issue 44 item 5: the demo
+    was silent for minutes while it loaded). A model that does not start raises the
+    provider's error, which `soba-nb demo` shows in one line."""
+    engine = getattr(session.provider, "engine", None)
+    if engine is None:  # not the embedded model (a configuration that names another)
+        return
+    out(LOADING_LINE)
+    started = time.monotonic()
+    engine.url(on_progress=lambda status: out(f"  {status}\n"))
+    out(f"model ready in {time.monotonic() - started:.0f} s\n")
+
+
 def run_demo(folder: Path | None = None, *, write: Callable[[str], None] | None = None) -> int:
     """Run the demo in `folder` (a new temporary folder by default). Returns an exit code."""
     out = write or _stdout
@@ -104,6 +126,7 @@ def run_demo(folder: Path | None = None, *, write: Callable[[str], None] | None 
         out(f"soba-nb demo · model {config.model.provider}/{config.model.name} (embedded, offline)\n")
         out(f"folder {folder}\n")
         out("files  sales.csv, returns.csv (their contents go into the prompts below)\n")
+        _load_model(session, out)
         # The demo compacts once, on purpose, at the end (soft triggers would do it earlier).
         session.set_auto(False)
         out("%auto_compact off\n")
@@ -126,6 +149,8 @@ def run_demo(folder: Path | None = None, *, write: Callable[[str], None] | None 
         out("\n%compact\n")
         compaction = session.compactor.compact()
         out(f"{compaction.line()}\n")
+        if compaction.continuation == "fallback":
+            out(FALLBACK_NOTE)
         out(f"\ntranscript {session.file}\n")
         if compaction.outcome is Outcome.COMPLETED and compaction.checkpoint_id is not None:
             exported = export_capsule(

@@ -39,12 +39,19 @@ def test_demo_runs_offline_compacts_and_exports_a_capsule(tmp_path: Path, capsys
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert "model local/SmolLM2-135M-Instruct (embedded, offline)" in out
     assert out.count("%soba ") >= 4
+    # The model's loading is said before the first turn waits for it (issue 44 item 5).
+    loading = out.index("loading the embedded model in its own process")
+    ready = re.search(r"^model ready in \d+ s$", out, re.M)
+    assert ready is not None and loading < ready.start() < out.index("%soba ")
     budget = re.search(r"budget · effective ([\d,]+) tokens \((provider_usage|estimated)\) · hardLimit ([\d,]+)", out)
     assert budget is not None
     # The demo really compacts: a completed compaction that makes the input clearly smaller.
     done = re.search(r"Compacted \(user\) · ([\d,]+) → ([\d,]+) tokens · reclaimed (\d+)%", out)
     assert done is not None, out[-3000:]
     before, after = (int(done.group(i).replace(",", "")) for i in (1, 2))
+    compacted = out[done.start() :].splitlines()
+    if compacted[0].endswith("· fallback"):  # the word is explained where it appears
+        assert compacted[1].strip().startswith("(fallback: the model's summary was not used")
     assert after < before and int(done.group(3)) >= 15
     transcript = Path(re.search(r"^transcript (\S+)$", out, re.M).group(1))
     assert transcript.parent == tmp_path / "demo" / "quickstart.soba"
