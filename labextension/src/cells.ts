@@ -37,7 +37,7 @@ import {
 } from '@jupyterlab/notebook';
 import { KernelMessage } from '@jupyterlab/services';
 
-import { IAddCell, nextInputText, parseAddCell } from './messages';
+import { IAddCell, nextInputText, ownCommData, parseAddCell } from './messages';
 
 /** Runs remembered (their inserted cells, the copy removed or not); the oldest go first. */
 const MAX_RUNS = 64;
@@ -109,13 +109,8 @@ export class CellInserter {
   }
 
   private _onIOPub(context: ISessionContext, msg: KernelMessage.IMessage): void {
-    if (msg.header.msg_type !== 'comm_msg') {
-      return;
-    }
-    const proposal = parseAddCell((msg as KernelMessage.ICommMsgMsg).content.data);
-    const kernel = context.session?.kernel;
-    const parent = msg.parent_header as Partial<KernelMessage.IHeader>;
-    if (!proposal || !kernel || parent.session !== kernel.clientId) {
+    const proposal = parseAddCell(ownCommData(context, msg));
+    if (!proposal) {
       return;
     }
     const panel = this._tracker.find(widget => widget.sessionContext === context);

@@ -22,6 +22,7 @@ import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { KernelMessage } from '@jupyterlab/services';
 
 import { sendControl } from './controls';
+import { ownCommData } from './messages';
 import { lineDiff } from './diff';
 import { sendToInbox } from './serverapi';
 import { el } from './dom';
@@ -123,13 +124,8 @@ export class EditReviewer {
   }
 
   private _onIOPub(context: ISessionContext, msg: KernelMessage.IMessage): void {
-    if (msg.header.msg_type !== 'comm_msg') {
-      return;
-    }
-    const edit = parseEditCell((msg as KernelMessage.ICommMsgMsg).content.data);
-    const kernel = context.session?.kernel;
-    const parent = msg.parent_header as Partial<KernelMessage.IHeader>;
-    if (!edit || !kernel || parent.session !== kernel.clientId || this._shown.has(edit.call)) {
+    const edit = parseEditCell(ownCommData(context, msg));
+    if (!edit || this._shown.has(edit.call)) {
       return;
     }
     const panel = this._tracker.find(widget => widget.sessionContext === context);

@@ -4,6 +4,9 @@
  * the budget sidebar's (`MonitorMessage`) and the cells the agent proposes (`IAddCell`).
  */
 
+import { ISessionContext } from '@jupyterlab/apputils';
+import { KernelMessage } from '@jupyterlab/services';
+
 import { ITurnMessage, parseTurn } from './conversation';
 
 /** The comm target registered on every notebook's kernel. */
@@ -210,4 +213,21 @@ export function parseAddCell(data: unknown): IAddCell | null {
     turn: fields.turn as string,
     index: fields.index as number
   };
+}
+
+/**
+ * The data of a comm message on `context`'s iopub that answers a request of this page (its
+ * `parent_header.session` is this page's kernel client), or null: another browser on the same
+ * kernel did not run the cell, so proposals and edits are acted on only where it ran.
+ */
+export function ownCommData(context: ISessionContext, msg: KernelMessage.IMessage): unknown {
+  if (msg.header.msg_type !== 'comm_msg') {
+    return null;
+  }
+  const kernel = context.session?.kernel;
+  const parent = msg.parent_header as Partial<KernelMessage.IHeader>;
+  if (!kernel || parent.session !== kernel.clientId) {
+    return null;
+  }
+  return (msg as KernelMessage.ICommMsgMsg).content.data;
 }
