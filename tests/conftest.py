@@ -154,8 +154,9 @@ def nb_dir(tmp_path: Path, llm_server: LLMServer, monkeypatch: pytest.MonkeyPatc
     return folder
 
 
-def new_shell(nb_dir: Path) -> Any:
-    """A fresh `InteractiveShell` singleton with the extension loaded, as after a kernel start."""
+def new_shell(nb_dir: Path, *, load: bool = True) -> Any:
+    """A fresh `InteractiveShell` singleton with the extension loaded (`load`), as after a
+    kernel start."""
     from IPython.core.interactiveshell import InteractiveShell
     from traitlets.config import Config
 
@@ -166,7 +167,8 @@ def new_shell(nb_dir: Path) -> Any:
     config.HistoryManager.hist_file = ":memory:"
     shell = InteractiveShell.instance(config=config)
     shell.user_ns["__session__"] = str(nb_dir / NOTEBOOK_NAME)
-    shell.run_line_magic("load_ext", "soba_nb")
+    if load:
+        shell.run_line_magic("load_ext", "soba_nb")
     return shell
 
 

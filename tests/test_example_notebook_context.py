@@ -5,7 +5,10 @@ The model is the loopback server, scripted (see tests/test_examples.py)."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 
 from conftest import write_soba_json
 from llm_server import RecordedRequest, Reply, text, tool_calls
@@ -79,9 +82,14 @@ def test_notebook_context_example(tmp_path, model, kernel_env):  # noqa: F811  (
     assert (folder / plotted.artifacts[0].path).read_bytes()[:4] == b"\x89PNG"
     assert any(isinstance(e, CellsEntry) for e in transcript.entries)
 
-    # /code: the agent's successful python calls as a script.
+    # /code: the user's cell that built `sales` (not the one that raised) and the agent's
+    # successful python calls, in order, as a script that runs on its own (issue 44).
     exported = cell_text(cell_starting(notebook, "%soba /code"))
-    assert re.search(r"wrote the code of 2 python calls to .*session_code\.py", exported), exported
+    assert re.search(r"wrote the code of 1 cell of yours and 2 python calls to .*session_code\.py", exported), exported
     script = (folder / "session_code.py").read_text()
-    assert script.count("# %%") == 2 and "sales.columns.tolist()" in script and 'title="Monthly sales"' in script
+    assert script.count("# %%") == 3 and "sales.columns.tolist()" in script and 'title="Monthly sales"' in script
+    assert 'sales["revenue"]' not in script and "cells that raised: In [" in " ".join(line.lstrip("# ") for line in script.split("# %%")[0].splitlines())
     assert cell_text(cells[-1]).startswith("# soba session")
+    ran = subprocess.run([sys.executable, "session_code.py"], cwd=folder, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "MPLBACKEND": "Agg"})
+    assert ran.returncode == 0, ran.stderr

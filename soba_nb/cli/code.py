@@ -1,6 +1,7 @@
-"""`soba-nb code SESSION [OUT] [--force]`: the code of the agent's successful python calls on
-the session's current path, in order — printed, or written to OUT (a notebook when OUT ends
-in `.ipynb`, else a percent-format script). The same as `%soba /code [OUT]`."""
+"""`soba-nb code SESSION [OUT] [--force]`: the session's code on its current path — the cells
+the user ran without an error and the agent's successful python calls, in the order they ran —
+printed, or written to OUT (a notebook when OUT ends in `.ipynb`, else a percent-format script
+that runs with `python`). The same as `%soba /code [OUT]`."""
 
 from __future__ import annotations
 
@@ -17,13 +18,19 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
 
 
-@subcommand("code", "the code of the agent's successful python calls, as a script or notebook", _arguments)
+@subcommand("code", "the session's code (your cells and the agent's python calls) as a script or notebook", _arguments)
 def code_command(args: argparse.Namespace) -> int:
     from soba_nb.agent.code_export import CodeExportError, export_code
 
     transcript = load_session(args.session)
     try:
-        export = export_code(transcript.path_view(), args.out, title=f"soba session {transcript.file.stem}", force=args.force)
+        export = export_code(
+            transcript.path_view(),
+            args.out,
+            title=f"soba session {transcript.file.stem}",
+            force=args.force,
+            base=transcript.file.parent.parent,  # the notebook's folder, where the code ran
+        )
     except CodeExportError as error:
         raise CommandError(f"soba-nb code: {error}", EXIT_USAGE) from None
     print(export.text if export.written is None else export.receipt(), end="" if export.written is None else "\n")

@@ -167,6 +167,9 @@ class CellRecorder:
         self._taken = 0
         """`_recorded` at the last `since_turn`."""
         self._turns = 0
+        self.outcomes: dict[int, bool] = {}
+        """Execution count → whether the cell ran without error, for every cell recorded (the
+        deque forgets cells; this small map does not: `/code` and `/rebuild` read it)."""
         self._running: list[Any] = []
         """The `ExecutionInfo` of each cell running, outermost first (a cell may run one)."""
         self._capture: _Capture | None = None
@@ -261,6 +264,8 @@ class CellRecorder:
         if len(self.cells) == self.cells.maxlen:
             self._image_bytes -= sum(len(raw) for _, raw in self.cells[0].images)
         self.cells.append(cell)
+        if cell.execution_count is not None:
+            self.outcomes[cell.execution_count] = cell.error is None
         self._recorded += 1
         self._bound_images()
 

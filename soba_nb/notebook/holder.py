@@ -46,6 +46,7 @@ from soba_nb.notebook.cell_edit import (
 )
 from soba_nb.notebook.cell_insert import announce as announce_cell
 from soba_nb.notebook.cell_insert import new_turn_id
+from soba_nb.notebook.cell_sources import SourceCursor
 from soba_nb.notebook.cells import CellRecorder, RecordedCell
 from soba_nb.notebook.location import locate
 from soba_nb.notebook.monitor import SidebarPublisher, snapshot_of
@@ -92,6 +93,8 @@ class SessionHolder:
         """The running turn's id, as its `add_cell` and `edit_cell` messages name it."""
         self._cells_session: str | None = None
         """The session the cells were last taken for (a new one starts with the last few)."""
+        self._sources = SourceCursor()
+        """How far each session has recorded the cells' whole sources (`cell_sources`)."""
         self._announced: set[str] = set()
         """Sessions from before whose resumption this kernel has announced."""
         self._cancel: threading.Event | None = None
@@ -227,10 +230,24 @@ class SessionHolder:
 
     def cells_since_turn(self) -> list[CellRecord]:
         """The cells run since the previous turn (the last few at a session's first turn in
-        this kernel, `%soba --new` included), for the model."""
+        this kernel, `%soba --new` included), for the model; their whole sources go to the
+        transcript first (`record_sources`)."""
+        self.record_sources()
         session = self.agent.session_id if self.agent is not None else None
         start, self._cells_session = session != self._cells_session, session
         return self._records(self.recorder.since_turn(first=FIRST_TURN_CELLS, session_start=start))
+
+    def record_sources(self) -> None:
+        """Append the whole sources of the cells the session has not recorded yet (a
+        `cell_sources` entry): before a turn, `/code` and `/rebuild`. A transcript that cannot
+        be written is left to the caller's own append to report."""
+        agent = self.agent
+        if agent is None:
+            return
+        entry = self._sources.entry(agent.session_id, self.shell, self.recorder.outcomes)
+        if entry is not None:
+            with contextlib.suppress(TranscriptError, TranscriptWriteError):
+                agent.transcript.append(entry)
 
     def _overrides(self) -> dict[str, Any]:
         return {"model": {"name": self.settings.model}} if self.settings.model else {}

@@ -435,6 +435,7 @@ class SobaMagics(Magics, Configurable):
         if line.strip():
             raise UsageError("%soba /rebuild takes no arguments")
         agent = self.get_session()
+        self.holder.record_sources()  # the cells run since the last turn can be re-run too
         renderer = self.holder.renderer()
         with self.holder.cancellable() as cancel, one_line_errors("%soba /rebuild"):
             try:
@@ -480,8 +481,8 @@ class SobaMagics(Magics, Configurable):
         return found[-1], named.group("rest") or ""
 
     def code(self, line: str) -> None:
-        """`%soba /code [OUT] [--force]` — the code of the agent's successful python calls on
-        the path, in order: printed, or written to OUT (`.ipynb`: a notebook; else a script)."""
+        """`%soba /code [OUT] [--force]` — the session's code (your cells that ran, the agent's
+        successful python calls) in order: printed, or written to OUT (`.ipynb`: a notebook)."""
         try:
             words = shlex.split(line)  # a quoted OUT may hold spaces
         except ValueError as exc:
@@ -491,9 +492,10 @@ class SobaMagics(Magics, Configurable):
         if len(rest) > 1:
             raise UsageError("%soba /code: give at most one OUT path (and --force)")
         agent = self.get_session()
+        self.holder.record_sources()  # the export ends with the cells run since the last turn
         out = Path(rest[0]).expanduser() if rest else None
         try:
-            export = export_code(agent.transcript.path_view(), out, title=f"soba session {agent.session_id}", force=force)
+            export = export_code(agent.transcript.path_view(), out, title=f"soba session {agent.session_id}", force=force, base=Path.cwd())
         except CodeExportError as exc:
             raise UsageError(f"%soba /code: {exc}") from None
         if export.written is None:

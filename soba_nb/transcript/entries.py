@@ -43,6 +43,16 @@ from typing import Annotated, Any, ClassVar, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType, field
 
+from soba_nb.transcript import parts
+from soba_nb.transcript.parts import NonEmpty
+
+# Re-exported: entries are built and read with them.
+Artifact = parts.Artifact
+CellRecord = parts.CellRecord
+CellSource = parts.CellSource
+FileChange = parts.FileChange
+RestoredFile = parts.RestoredFile
+
 FORMAT_VERSION = 1
 ENTRY_ID_BYTES = 4
 CHECKPOINT_PREFIX = "ck_"
@@ -63,7 +73,6 @@ TriggerName = Literal[
 ]
 Quality = Literal["full", "degraded"]
 Continuation = Literal["native", "portable", "fallback"]
-NonEmpty = Annotated[str, Meta(min_length=1)]
 Count = Annotated[int, Meta(ge=0)]
 """A count (of tokens, or a position on the path): a line with a negative token figure is a bad
 entry (it would hide the session's size from its budget, and its cost from the cap)."""
@@ -147,33 +156,6 @@ class ToolCallEntry(_Entry, tag="tool_call", kw_only=True, frozen=True):
     """JSON text of the arguments, as the model produced it."""
 
 
-ImageMime = Literal["image/png", "image/jpeg"]
-Sha256 = Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]
-
-
-class Artifact(Struct, kw_only=True, frozen=True, rename="camel", gc=False):
-    """An image a tool call displayed, kept in the session folder (SPEC §10)."""
-
-    path: NonEmpty
-    """`<notebook-stem>.soba/artifacts/<sha256>.png` (or `.jpg`), relative to the notebook's folder."""
-    mime: ImageMime
-    sha256: Sha256
-    width: Annotated[int, Meta(ge=1)]
-    height: Annotated[int, Meta(ge=1)]
-
-
-class FileChange(Struct, kw_only=True, frozen=True, rename="camel", gc=False):
-    """A file a tool call wrote or edited (SPEC §11): its bytes before and after, kept by
-    sha256 in `<notebook-stem>.soba/files/`, so `%rewind --files` can put it back."""
-
-    path: NonEmpty
-    """Relative to the project folder, `/`-separated."""
-    before: Sha256 | None
-    """The bytes before the call; null: the file did not exist."""
-    after: Sha256 | None
-    """The bytes after the call; null: the file is gone (a restore deleted it)."""
-
-
 class ToolResultEntry(_Entry, tag="tool_result", kw_only=True, frozen=True):
     """The result of one tool call, whole (clipping happens only in model input)."""
 
@@ -203,55 +185,12 @@ class ApprovalEntry(_Entry, tag="approval", kw_only=True, frozen=True):
     """The approval mode the call was asked under (`agent.approval` or `--approve`)."""
 
 
-RestoreAction = Literal["restored", "deleted", "left_alone", "failed"]
-
-
-class RestoredFile(Struct, kw_only=True, frozen=True, rename="camel", gc=False):
-    """One file `%rewind --files` looked at."""
-
-    path: NonEmpty
-    action: RestoreAction
-    """`restored` to its bytes at the target, `deleted` (the agent created it after the
-    target), `left_alone` (changed by someone else since; `--force` overrides), `failed`."""
-    sha256: Sha256 | None
-    """The bytes in place afterwards (null: no file)."""
-    previous: Sha256 | None = None
-    """The bytes in place before the restore (null: no file)."""
-
-
 class RestoreEntry(_Entry, tag="restore", kw_only=True, frozen=True):
     """`%rewind TARGET --files`: the files put back as they were at the target (SPEC §11)."""
 
     type: ClassVar[str] = "restore"
     target_id: str
     files: list[RestoredFile] = field(default_factory=list)
-
-
-CellOutcome = Literal["ok", "error"]
-
-
-class CellRecord(Struct, kw_only=True, frozen=True, rename="camel", gc=False):
-    """One notebook cell the user ran, as the model is told of it (SPEC §10)."""
-
-    execution_count: int | None = None
-    """The `In [n]` of the cell; null when the kernel gave none."""
-    source: str = ""
-    outcome: CellOutcome = "ok"
-    error: str | None = None
-    """For an error: `Type: message`, then the traceback (clipped to its last lines)."""
-    output: str | None = None
-    """The repr of its result (`Out[n]`) and the kinds of the non-image rich outputs it
-    displayed (`[displayed: text/html]`), clipped. In entries written before `printed` was
-    recorded apart, also the text it printed (ahead) and `[displayed: image/png]`."""
-    printed: str | UnsetType = UNSET
-    """What the cell printed (stdout and stderr), clipped; absent when it printed nothing, and
-    in entries written before it was recorded apart (their `output` holds it)."""
-    images: list[Artifact] | UnsetType = UNSET
-    """The images it displayed, kept as artifacts like a tool call's (SPEC §15), in order;
-    absent when none."""
-    images_not_kept: list[str] | UnsetType = UNSET
-    """`imagesNotKept`: one line per image it displayed that was not kept, naming its kind and
-    why (`image/png not kept: not a readable image (UnidentifiedImageError)`); absent when none."""
 
 
 class CellsEntry(_Entry, tag="cells", kw_only=True, frozen=True):
@@ -262,6 +201,16 @@ class CellsEntry(_Entry, tag="cells", kw_only=True, frozen=True):
     """Newest last."""
     omitted: int = 0
     """Cells run since the previous turn but left out to fit `notebook.contextTokens`."""
+
+
+class CellSourcesEntry(_Entry, tag="cell_sources", kw_only=True, frozen=True):
+    """Every cell the user ran since the previous record, whole (at a session's first turn in
+    a kernel: every cell that kernel ran). The model never reads it: the `cells` entry is its
+    view, clipped to a budget; this is the notebook's code, for `/code` and `/rebuild`."""
+
+    type: ClassVar[str] = "cell_sources"
+    cells: list[CellSource] = field(default_factory=list)
+    """In the order they ran."""
 
 
 UsageOperation = Literal["inference", "compaction"]
@@ -465,6 +414,7 @@ Entry = (
     | ToolCallEntry
     | ToolResultEntry
     | CellsEntry
+    | CellSourcesEntry
     | ApprovalEntry
     | RestoreEntry
     | UsageEntry
