@@ -50,8 +50,8 @@ LOADING_LINE = (
     "a few minutes on a busy one) …\n"
 )
 FALLBACK_NOTE = (
-    "           (fallback: the model's summary was not used (the tiny model's rarely pass soba's "
-    "checks), so the capsule was built from the transcript itself; a real model writes it)\n"
+    "           (fallback: the model's summary was not used — the tiny model's summaries rarely pass "
+    "soba's checks — so the capsule was built from the transcript itself; a real model writes it)\n"
 )
 
 

@@ -154,7 +154,8 @@ def _setting_lines(values: dict[str, Any], explicit: dict[str, str]) -> list[str
             if layer is not None:
                 shown_value = note_line(redact(json.dumps(value, ensure_ascii=False)), SETTING_VALUE_CHARS)
                 lines.append(f"{section}.{key} = {shown_value} · {printable(layer)}")
-    lines = lines or ["(none: every setting has its default)"]
+    if not lines:
+        return ["set        (none: every setting has its default)"]
     lines.append("every other setting: its default")
     return ["set        " + line if index == 0 else "           " + line for index, line in enumerate(lines)]
 
