@@ -153,7 +153,7 @@ def _code_of(call: ToolCallEntry) -> str | None:
 
 def _comment(step: CodeStep) -> str:
     if step.kind == "cell":
-        unseen = " (ran before %load_ext soba_nb: whether it raised was not recorded)" if step.unrecorded else ""
+        unseen = " (ran before or with %load_ext soba_nb: whether it raised was not recorded)" if step.unrecorded else ""
         return f"# {step.label} · your cell{unseen}"
     request = one_line(step.request, REQUEST_CHARS) if step.request else "(no request)"
     return f"# call {step.call_id} · for: {request}"

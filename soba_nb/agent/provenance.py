@@ -9,6 +9,12 @@ name loaded anywhere (a function body reads globals too) is *read*; `del x` unbi
 Only calls that succeeded count as producers: a call that raised may have stopped before its
 assignment, and re-running it would fail again. A call the tool never answered (cancelled)
 does not count either.
+
+The user's own cells (`cell_sources` entries: whole sources, how each ended) are read the same
+way, as steps of their own: `builders` names, per variable, the last step that assigned it —
+the user's cell `In [3]` or the agent's call — so a restart note can tell the user's variables
+from the agent's, and `/rebuild` can re-run both in the order they ran. `producers` and `used`
+stay the agent's alone (a capsule marks what the agent built).
 """
 
 from __future__ import annotations
@@ -18,10 +24,13 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from soba_nb.transcript.entries import Entry, ToolCallEntry
+from soba_nb.agent.soba_magics import without_soba_lines
+from soba_nb.transcript.entries import CellSourcesEntry, Entry, ToolCallEntry
 from soba_nb.transcript.pairing import results_by_call
 
 PYTHON_TOOL = "python"
+LABEL_CHARS = 48
+"""A call is named by its code's first line, clipped to this."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,19 @@ class PythonCall:
     """The assigned names bound by `import` (modules and imported names, not the work)."""
     order: tuple[str, ...] = ()
     """The names it assigned or read, by their last occurrence in the code."""
+    cell: int | None = None
+    """For the user's cell: its execution count (`In [n]`); None for the agent's call."""
+
+    @property
+    def label(self) -> str:
+        """`In [3]` for a cell; for a call its code's first line as its receipt showed it
+        (`` `monthly = sales.groupby(…)…` ``): the user and the model know a call by its code,
+        neither sees an entry id."""
+        if self.cell is not None:
+            return f"In [{self.cell}]"
+        head = next((line.strip() for line in self.code.splitlines() if line.strip()), "")
+        more = len(head) > LABEL_CHARS or len(self.code.strip().splitlines()) > 1
+        return f"`{head[:LABEL_CHARS].rstrip()}{'…' if more else ''}`"
 
 
 @dataclass
@@ -50,6 +72,10 @@ class Provenance:
     """Variable → the last successful call that assigned it (a later `del` removes it)."""
     used: dict[str, None] = field(default_factory=dict)
     """Names the agent's calls assigned or read, least recently used first."""
+    steps: list[PythonCall] = field(default_factory=list)
+    """The user's recorded cells and the agent's calls, in the order they ran."""
+    builders: dict[str, PythonCall] = field(default_factory=dict)
+    """Variable → the last successful step, cell or call, that assigned it."""
 
     def ranked(self) -> list[str]:
         """Names the agent's work used, most recently used first."""
@@ -67,6 +93,13 @@ def trace(entries: Iterable[Entry]) -> Provenance:
     results = results_by_call(entries)  # by order: call ids repeat across answers
     provenance = Provenance()
     for entry in entries:
+        if isinstance(entry, CellSourcesEntry):
+            for cell in entry.cells:
+                step = _step(entry.id, "", without_soba_lines(cell.source), ok=cell.outcome != "error", cell=cell.execution_count)
+                if step is not None:
+                    _built(provenance.builders, step)
+                    provenance.steps.append(step)
+            continue
         if not isinstance(entry, ToolCallEntry) or entry.name != PYTHON_TOOL:
             continue
         result = results.get(entry.id)
@@ -74,16 +107,23 @@ def trace(entries: Iterable[Entry]) -> Provenance:
         if call is None:
             continue
         provenance.calls.append(call)
+        provenance.steps.append(call)
+        _built(provenance.builders, call)
         for name in call.order:
             provenance.used.pop(name, None)
             provenance.used[name] = None
-        if not call.ok:
-            continue
-        for name in call.deleted:
-            provenance.producers.pop(name, None)
-        for name in call.assigned:
-            provenance.producers[name] = call
+        _built(provenance.producers, call)
     return provenance
+
+
+def _built(builders: dict[str, PythonCall], step: PythonCall) -> None:
+    """`builders` after `step` ran: what it assigned is its, what it deleted is gone."""
+    if not step.ok:
+        return
+    for name in step.deleted:
+        builders.pop(name, None)
+    for name in step.assigned:
+        builders[name] = step
 
 
 def _parsed_as_a_cell(code: str) -> ast.Module | None:
@@ -106,6 +146,10 @@ def _python_call(entry: ToolCallEntry, *, ok: bool) -> PythonCall | None:
     code = arguments.get("code") if isinstance(arguments, dict) else None
     if not isinstance(code, str):
         return None
+    return _step(entry.id, entry.call_id, code, ok=ok)
+
+
+def _step(entry_id: str, call_id: str, code: str, *, ok: bool, cell: int | None = None) -> PythonCall | None:
     tree: ast.Module | None
     try:
         tree = ast.parse(code)
@@ -118,8 +162,8 @@ def _python_call(entry: ToolCallEntry, *, ok: bool) -> PythonCall | None:
         names.statement(statement)
     public = {name for name in names.assigned if not name.startswith("_")}
     return PythonCall(
-        entry_id=entry.id,
-        call_id=entry.call_id,
+        entry_id=entry_id,
+        call_id=call_id,
         code=code,
         ok=ok,
         assigned=frozenset(public),
@@ -127,6 +171,7 @@ def _python_call(entry: ToolCallEntry, *, ok: bool) -> PythonCall | None:
         deleted=frozenset(names.deleted),
         imported=frozenset(public & names.imported),
         order=tuple(name for name in sorted(names.seen, key=names.seen.__getitem__) if not name.startswith("_")),
+        cell=cell,
     )
 
 

@@ -18,31 +18,19 @@ first record in a kernel holds every cell the kernel ran, later ones the cells s
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from soba_nb.notebook.cells import SOBA_MAGICS
+from soba_nb.agent.soba_magics import is_only_soba
 from soba_nb.redact import redact
 from soba_nb.transcript.entries import CellSource, CellSourcesEntry
 from soba_nb.transcript.parts import SourceOutcome
-
-_SOBA_CELL_MAGIC = re.compile(r"\A\s*%%(soba|capsule|compact)\b")
-
-
-def is_only_soba(source: str) -> bool:
-    """True for a cell that is soba's conversation alone (a `%%soba` request, magic lines)."""
-    return bool(_SOBA_CELL_MAGIC.match(source)) or not _without_soba_lines(source).strip()
-
-
-def _without_soba_lines(source: str) -> str:
-    return "\n".join(line for line in source.splitlines() if not SOBA_MAGICS.match(line))
 
 
 def history_of(shell: Any) -> list[str]:
     """The shell's raw input history, indexed by execution count ([] when it keeps none)."""
     history = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None)
-    return list(history) if isinstance(history, list) else []
+    return history if isinstance(history, list) else []
 
 
 def sources_after(shell: Any, outcomes: Mapping[int, bool], after: int) -> list[CellSource]:

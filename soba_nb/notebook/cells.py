@@ -23,7 +23,6 @@ dropped to bound the record) is named with the reason.
 
 from __future__ import annotations
 
-import re
 import sys
 import threading
 from collections import deque
@@ -33,6 +32,7 @@ from typing import Any, TextIO
 
 from msgspec import UNSET
 
+from soba_nb.agent.soba_magics import SOBA_MAGICS
 from soba_nb.notebook.cell_text import (
     PrintedText,
     clip_words,
@@ -54,12 +54,6 @@ IMAGE_BYTES = 8 * 1024 * 1024
 IMAGES_PER_CELL = 4
 IMAGE_BYTES_KEPT = 32 * 1024 * 1024
 """Images kept over all recorded cells; the oldest cells' images go first."""
-SOBA_MAGICS = re.compile(
-    r"^[ \t]*%{1,2}(soba|compact|budget|capsule|auto_compact|rewind|checkpoint)\b|^[ \t]*%(re|un)?load_ext[ \t]+soba_nb\b",
-    re.MULTILINE,
-)
-"""A cell that uses soba's own magics is part of the conversation, not of the notebook. (No
-`\\s` before the `%`: it would cross lines, and a cell of many blank lines took quadratic time.)"""
 IMAGE_TYPES = ("image/png", "image/jpeg")
 DROPPED = f"dropped to keep the record's images under {IMAGE_BYTES_KEPT // (1024 * 1024)} MB"
 
@@ -250,6 +244,11 @@ class CellRecorder:
         self._remove_tees()
         if capture is not None:
             self._keep(capture, result)
+        elif isinstance(count := getattr(result, "execution_count", None), int) and getattr(info, "store_history", False):
+            # A cell with soba's magics beside its code: not the model's to read, but its
+            # other lines are the user's code (`/code`, `/rebuild`), so how it ended is kept.
+            failed = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
+            self.outcomes[count] = failed is None
 
     def _keep(self, capture: _Capture, result: Any) -> None:
         cell = capture.cell

@@ -122,12 +122,12 @@ def restart(ip, nb_dir):
 def test_after_a_restart_the_cell_and_the_model_hear_what_is_gone(ip, nb_dir, scripted):
     scripted.script(python(BUILD_DF), text("Built df."))
     run(ip, "build the table")
-    producer = call_entry(ip, "pd.DataFrame").id
+    producer = "`import pandas as pd…`"  # a call is named by its code, as its receipt showed it
 
     shell = restart(ip, nb_dir)
     scripted.script(text("Sure."))
     out = run(shell, "what is the total")
-    expected = f"kernel was restarted: df, total are gone; they were built by python call {producer}"
+    expected = f"kernel was restarted: df, total are gone; they were built by the agent's python call {producer}"
     assert expected in out and "%soba /rebuild" in out
     sent = scripted.inference_requests()[-1]
     notes = [m["content"] for m in sent["messages"] if m["role"] == "user" and "[system note]" in m["content"]]
@@ -181,9 +181,9 @@ def test_rebuild_stops_at_the_first_error_and_says_what_is_missing(ip, nb_dir, s
     run(ip, "compute")
     shell = restart(ip, nb_dir)
     out = run(shell, "/rebuild")
-    failing = call_entry(shell, "base * factor").id
+    failing = "`scaled = base * factor`"
     assert (
-        f"rebuild stopped: the re-run of python call {failing} failed (2 of 3 run: NameError: name 'factor' "
+        f"rebuild stopped: the re-run of the python call {failing} failed (2 of 3 run: NameError: name 'factor' "
         "is not defined); rebuilt base; still missing: scaled, final"
     ) in out
     assert shell.user_ns["base"] == 2 and "scaled" not in shell.user_ns
@@ -195,7 +195,7 @@ def test_a_deleted_variable_is_no_longer_defined_not_a_restart(ip, scripted):
     del ip.user_ns["answer"]
     scripted.script(text("Ok."))
     out = run(ip, "go on")
-    assert "no longer defined in the kernel: answer; it was built by python call" in out
+    assert "no longer defined in the kernel: answer; it was built by the agent's python call" in out
     assert "restarted" not in out
 
 

@@ -128,13 +128,17 @@ def test_cells_run_before_soba_was_loaded_are_exported_and_marked(nb_dir, script
     try:
         shell.run_cell("base = 40", store_history=True)
         shell.run_cell("%load_ext soba_nb\nbonus = 2", store_history=True)
+        with capture_output():
+            shell.run_cell("%checkpoint beside code\nbonus = bonus * 1", store_history=True)
         scripted.script(tool_calls(("python", {"code": "answer = base + bonus\nprint(answer)"})), text("42."))
         with capture_output():
             shell.run_cell('%soba "add them"', store_history=True)
             shell.run_cell("%soba /code out.py", store_history=True)
         script = (nb_dir / "out.py").read_text()
-        assert "# In [1] · your cell (ran before %load_ext soba_nb: whether it raised was not recorded)\nbase = 40" in script
+        assert "# In [1] · your cell (ran before or with %load_ext soba_nb: whether it raised was not recorded)\nbase = 40" in script
         assert "pass  # IPython only, left out: %load_ext soba_nb\nbonus = 2" in script
+        # A cell with soba's magics beside its code, after the load: how it ended was seen.
+        assert "# In [3] · your cell\npass  # IPython only, left out: %checkpoint beside code\nbonus = bonus * 1" in script
         ran = subprocess.run([sys.executable, "out.py"], cwd=nb_dir, capture_output=True, text=True, timeout=60)
         assert ran.returncode == 0, ran.stderr
         assert ran.stdout.strip() == "42"
