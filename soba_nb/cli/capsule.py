@@ -39,19 +39,24 @@ def capsule_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def capsule_command(args: argparse.Namespace) -> int:
     from soba_nb.capsule_files.export import export_capsule
+    from soba_nb.capsule_files.handoff_lookup import handoff_entry, handoff_file
     from soba_nb.layout import project_root_for
 
     transcript = load_session(args.session)
+    root = project_root_for(notebook_folder(transcript))
     try:
+        # The capsule `%capsule create` wrote is named by the id it printed, as in the notebook.
+        handoff = handoff_file(transcript, args.checkpoint, root)
         # A path outside the project is allowed only when given explicitly (absolute).
         written = export_capsule(
             transcript,
             args.checkpoint,
             args.out,
-            project_root=project_root_for(notebook_folder(transcript)),
+            project_root=root,
             force=args.force,
             allow_outside=args.out.expanduser().is_absolute(),
             export_format=args.format,
+            entry=handoff_entry(args.checkpoint, *handoff) if handoff else None,
         )
     except (ValueError, OSError) as error:
         raise CommandError(f"{PROG} capsule export: {error}") from None

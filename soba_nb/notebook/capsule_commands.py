@@ -48,7 +48,7 @@ from soba_nb.notebook.capsule_check import (
     named_or_latest,
 )
 from soba_nb.notebook.checkpoints import local_time
-from soba_nb.notebook.handoff_lookup import handoff_entry, handoff_file, handoff_note
+from soba_nb.capsule_files.handoff_lookup import handoff_entry, handoff_file, handoff_note
 from soba_nb.notebook.holder import SessionHolder
 from soba_nb.notebook.monitor import capsule_line
 from soba_nb.notebook.render import TextView, ipython_display

@@ -10,6 +10,7 @@ from IPython.core.error import UsageError
 from llm_server import text
 
 from soba_nb.capsule_files.file import read_capsule_file
+from soba_nb.cli import main
 from soba_nb.transcript.entries import CapsuleEntry, CheckpointEntry
 from soba_nb.transcript.store import Transcript
 
@@ -18,7 +19,7 @@ def transcript(ip) -> Transcript:
     return Transcript.load(ip.magics_manager.registry["SobaMagics"].agent.file)
 
 
-def test_a_created_capsule_has_one_checkpoint_id_everywhere(ip, nb_dir, scripted, capsys):
+def test_a_created_capsule_has_one_checkpoint_id_everywhere(ip, nb_dir, scripted, capsys, tmp_path, monkeypatch):
     scripted.script(text("The sales table has 1,722 rows."))
     ip.run_line_magic("soba", "describe the sales table")
     capsys.readouterr()
@@ -46,6 +47,18 @@ def test_a_created_capsule_has_one_checkpoint_id_everywhere(ip, nb_dir, scripted
     assert exported.body == read_capsule_file(created).body
     ip.run_line_magic("capsule", f"export {ck} {nb_dir} --format agents-md")
     assert "- Title: Sales handoff" in (nb_dir / "AGENTS.md").read_text()
+
+    # the same id from the command line, run from another folder (the path the note names is
+    # the notebook folder's: the command finds it from the transcript's own place)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    session = str(ip.magics_manager.registry["SobaMagics"].agent.file)
+    assert main(["capsule", "export", session, ck, str(elsewhere / "from-cli.capsule.md")]) == 0
+    assert f"exported {ck} to " in capsys.readouterr().out
+    from_cli = read_capsule_file(elsewhere / "from-cli.capsule.md")
+    assert from_cli.metadata.checkpoint == ck and from_cli.body == read_capsule_file(created).body
+    monkeypatch.chdir(nb_dir)
 
     # the file gone: one line naming the checkpoint and where it was
     created.unlink()

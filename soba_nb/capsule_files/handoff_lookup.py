@@ -38,7 +38,10 @@ def handoff_file(transcript: Transcript, checkpoint_id: str, project_root: Path)
     if match is None:
         return None
     named = Path(match.group("path")).expanduser()
-    places = [named] if named.is_absolute() else [Path(os.getcwd()) / named, project_root / named]
+    # Shown relative to the kernel's folder: the notebook's (next to its `<stem>.soba/`), which
+    # a command run elsewhere finds from the transcript's own place.
+    notebook_folder = transcript.file.parent.parent
+    places = [named] if named.is_absolute() else [Path(os.getcwd()) / named, notebook_folder / named, project_root / named]
     path = next((place for place in places if place.is_file()), None)
     if path is None:
         raise HandoffFileError(
