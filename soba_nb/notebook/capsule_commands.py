@@ -37,6 +37,7 @@ from soba_nb.capsule_files.export import (
     export_capsule,
 )
 from soba_nb.capsule_files.file import FILE_SUFFIX, CapsuleFileError, write_capsule_file
+from soba_nb.capsule_files.handoff_lookup import handoff_entry, handoff_file, handoff_note
 from soba_nb.capsule_files.load import LoadSummary, load_capsule, signature_note, summarize_load
 from soba_nb.capsule_files.memory import MemoryCapsule, list_memory, memory_dir
 from soba_nb.compaction.requests import is_request
@@ -48,7 +49,6 @@ from soba_nb.notebook.capsule_check import (
     named_or_latest,
 )
 from soba_nb.notebook.checkpoints import local_time
-from soba_nb.capsule_files.handoff_lookup import handoff_entry, handoff_file, handoff_note
 from soba_nb.notebook.holder import SessionHolder
 from soba_nb.notebook.monitor import capsule_line
 from soba_nb.notebook.render import TextView, ipython_display
