@@ -27,6 +27,7 @@ from soba_nb.agent.mcp import is_mcp_tool
 from soba_nb.agent.mcp.calls import summarize_call
 from soba_nb.agent.output_limit import CUT_SUMMARY, cut_answer
 from soba_nb.agent.rebuild import note_missing
+from soba_nb.agent.receipts import result_preview
 from soba_nb.agent.request_images import sent_image_tokens, unsent_image_tokens, with_images
 from soba_nb.agent.session import AgentSession
 from soba_nb.agent.steering import take_inbox
@@ -59,8 +60,6 @@ DEFAULT_MAX_STEPS = 25
 DEFAULT_TURN_TIMEOUT_S = 600.0
 """All the waiting on the model one turn may do, every request and retry together
 (`%config SobaMagics.turn_timeout_s`); tools run on their own limits."""
-PREVIEW_LINES = 3
-PREVIEW_CHARS = 240
 CANCELLED_RESULT = "[cancelled: the turn was interrupted before this call ran]"
 
 
@@ -434,7 +433,7 @@ class TurnRunner:
                     files=list(outcome.files) if outcome.files else UNSET,
                 )
             )
-            preview = "\n".join(outcome.content.splitlines()[:PREVIEW_LINES])[:PREVIEW_CHARS]
+            preview = result_preview(outcome.content)
             images = tuple(artifact.path for artifact in artifacts or ())
             self.emit(ToolFinished(call.id, call.name, summary, outcome.is_error, duration, preview, images))
         return True

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from soba_nb.agent.events import AgentEvent, Notice, ToolFinished, ToolStarted
 from soba_nb.agent.provenance import Provenance, PythonCall
+from soba_nb.agent.receipts import result_preview
 from soba_nb.agent.session import AgentSession
 from soba_nb.agent.tools import ToolContext, ToolOutcome, run_tool, summarize_arguments
 from soba_nb.compaction.capsule import CapsuleFormatError, parse_capsule
@@ -47,8 +48,6 @@ from soba_nb.transcript.store import Transcript
 MAX_NAMES_SHOWN = 8
 """Names listed in a note; the rest are counted."""
 ERROR_CHARS = 200
-PREVIEW_LINES = 3
-PREVIEW_CHARS = 240
 _CAPSULE_VARIABLE = re.compile(r"^\s*[-*]\s+`?([A-Za-z_][A-Za-z0-9_]*)`?\s*:")
 
 
@@ -249,7 +248,7 @@ def _rerun(step: PythonCall, ctx: ToolContext, transcript: Transcript, emit: Cal
     else:
         ran = CellSource(execution_count=step.cell, source=step.code, outcome="error" if outcome.is_error else "ok")
         transcript.append(CellSourcesEntry(cells=[ran]))
-    preview = "\n".join(outcome.content.splitlines()[:PREVIEW_LINES])[:PREVIEW_CHARS]
+    preview = result_preview(outcome.content)
     emit(ToolFinished(call_id, "python", summary, outcome.is_error, duration, preview))
     return outcome
 
