@@ -5,8 +5,9 @@ As in every extension made from JupyterLab's template, `pip install .` or `pip i
 builds the frontend (`npm ci`, `tsc`, `jupyter-builder`) into `soba_nb/labextension/`, which
 the wheel then installs where JupyterLab finds prebuilt extensions — so the sidebar comes with
 the install. Where node ≥ 20.19 and npm are missing, or the build fails (no npm registry),
-the install goes on without the sidebar and says so: everything else works, `%budget` renders
-under the cell, and `soba-nb doctor` tells whether the sidebar is installed.
+the install goes on without the sidebar and prints why (pip shows a build step's output only
+with `-v`): everything else works, `%budget` renders under the cell, and `soba-nb doctor` tells
+whether the sidebar is installed.
 
 A build that is already up to date (its output newer than every source) is not run again.
 """
