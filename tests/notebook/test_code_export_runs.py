@@ -21,6 +21,7 @@ from llm_server import text, tool_calls
 
 from soba_nb.agent.code_export import export_code, session_code
 from soba_nb.agent.script_python import plain_python
+from soba_nb.cli import main
 from soba_nb.transcript.entries import CellRecord, CellsEntry, CellSourcesEntry, MessageEntry
 
 SECRET = "sk-proj-a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
@@ -63,6 +64,9 @@ def test_the_exported_script_runs_alone_and_reproduces_the_session(ip, nb_dir, s
         run_cell(ip, "%soba /code session_code.py")
     assert shown.stdout.strip() == "wrote the code of 5 cells of yours and 1 python call to session_code.py"
     script = (nb_dir / "session_code.py").read_text()
+    # `soba-nb code` reads the same transcript from outside the kernel: the same script.
+    assert main(["code", str(agent_of(ip).file), str(nb_dir / "from_cli.py")]) == 0
+    assert (nb_dir / "from_cli.py").read_text() == script
     monthly_csv = (nb_dir / "monthly.csv").read_bytes()
     sales_csv = (nb_dir / "sales.csv").read_bytes()
     (nb_dir / "monthly.csv").unlink()
