@@ -43,6 +43,7 @@ from soba_nb.transcript.entries import (
     ToolCallEntry,
     ToolResultEntry,
 )
+from soba_nb.transcript.store import Transcript
 
 NOTEBOOK_SUFFIX = ".ipynb"
 REQUEST_CHARS = 100
@@ -266,11 +267,14 @@ class CodeExport:
 
 
 def export_code(
-    path: Sequence[Entry], out: Path | None, *, title: str, force: bool = False, base: Path | None = None
+    transcript: Transcript | Sequence[Entry], out: Path | None, *, title: str, force: bool = False, base: Path | None = None
 ) -> CodeExport:
-    """The session's code on `path` (see the module docstring), written to `out` (a notebook
-    when it ends in `.ipynb`, else a script) or, without `out`, only returned. `base`: the
-    folder the code ran in (its files are named in the header)."""
+    """The session's code (see the module docstring): the agent's calls on the current path,
+    the user's cells on every branch — a rewind takes the conversation back, not the cells
+    that ran in the kernel — written to `out` (a notebook when it ends in `.ipynb`, else a
+    script) or, without `out`, only returned. `base`: the folder the code ran in (its files
+    are named in the header)."""
+    path = transcript.path_and_every(CellSourcesEntry) if isinstance(transcript, Transcript) else transcript
     found = session_code(path)
     notebook = out is not None and out.suffix.lower() == NOTEBOOK_SUFFIX
     text = as_notebook(found, title=title, base=base) if notebook else as_script(found, title=title, base=base)

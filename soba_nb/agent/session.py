@@ -45,6 +45,7 @@ from soba_nb.providers.errors import ProviderError
 from soba_nb.providers.http import DEFAULT_IDLE_TIMEOUT_S
 from soba_nb.transcript.entries import (
     CapsuleEntry,
+    CellSourcesEntry,
     CheckpointEntry,
     ConfigEntry,
     LeafEntry,
@@ -129,7 +130,7 @@ class AgentSession:
         self.limits = session_limits(config, self.transcript, counter=self.counter)
         self._shown_notes: set[str] = set()
         """The limits' notes shown in this session so far (`notes_to_show`)."""
-        self._provenance: tuple[tuple[int, str], Provenance] | None = None
+        self._provenance: tuple[tuple[int, int, str], Provenance] | None = None
         self.ledger = CostLedger()
         from soba_nb.agent.mcp.servers import McpServers  # asyncio and the tools' types: a kernel's
 
@@ -447,11 +448,12 @@ class AgentSession:
         return [e for e in self.transcript.path_view() if isinstance(e, CheckpointEntry | CapsuleEntry)]
 
     def provenance(self) -> Provenance:
-        """The agent's python calls on the current path and the variables they built."""
+        """The agent's python calls on the current path, the user's recorded cells on every
+        branch (a rewind does not un-run a cell), and the variables they built."""
         path = self.transcript.path_view()
-        key = (len(path), path[-1].id if path else "")
+        key = (len(self.transcript), len(path), path[-1].id if path else "")
         if self._provenance is None or self._provenance[0] != key:
-            self._provenance = (key, trace(path))
+            self._provenance = (key, trace(self.transcript.path_and_every(CellSourcesEntry)))
         return self._provenance[1]
 
     def capsules(self) -> list[CapsuleEntry]:

@@ -25,7 +25,7 @@ def code_command(args: argparse.Namespace) -> int:
     transcript = load_session(args.session)
     try:
         export = export_code(
-            transcript.path_view(),
+            transcript,
             args.out,
             title=f"soba session {transcript.file.stem}",
             force=args.force,

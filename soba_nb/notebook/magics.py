@@ -495,7 +495,7 @@ class SobaMagics(Magics, Configurable):
         self.holder.record_sources()  # the export ends with the cells run since the last turn
         out = Path(rest[0]).expanduser() if rest else None
         try:
-            export = export_code(agent.transcript.path_view(), out, title=f"soba session {agent.session_id}", force=force, base=Path.cwd())
+            export = export_code(agent.transcript, out, title=f"soba session {agent.session_id}", force=force, base=Path.cwd())
         except CodeExportError as exc:
             raise UsageError(f"%soba /code: {exc}") from None
         if export.written is None:

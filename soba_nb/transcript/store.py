@@ -357,6 +357,14 @@ class Transcript:
         assert self._path is not None
         return self._path
 
+    def path_and_every(self, kind: type[Entry]) -> list[Entry]:
+        """The current path and the `kind` entries of every branch, in file order (a child is
+        always written after its parent, so the path keeps its order). For facts that hold
+        whatever the conversation was rewound to: the cells the user ran (`cell_sources`) ran
+        in the kernel all the same."""
+        on_path = {id(entry) for entry in self.path_view()}
+        return [entry for entry in self._entries if id(entry) in on_path or isinstance(entry, kind)]
+
     def find_checkpoint(self, checkpoint_id: str) -> CheckpointEntry | CapsuleEntry | None:
         """The checkpoint or capsule entry carrying this checkpoint id (latest wins)."""
         for entry in reversed(self._entries):

@@ -183,3 +183,36 @@ def test_ipython_syntax_becomes_plain_python_that_compiles():
     assert bash.whole_left_out and bash.text.splitlines()[1:] == ["# %%bash", "# ls -la", "# for f in *; do echo $f; done"]
     compile(bash.text, "cell", "exec")
     assert plain_python("x = 1\nx").text == "x = 1\nx"
+
+
+def test_a_rewind_keeps_the_cells_that_ran_in_the_export_and_the_rebuild(ip, nb_dir, scripted):
+    """`%rewind` takes the conversation back, not the kernel: a cell run after the checkpoint
+    still ran, and the later work may use what it made."""
+    from soba_nb.transcript.entries import CheckpointEntry
+
+    run_cell(ip, "base = 10")
+    scripted.script(text("Noted."))
+    with capture_output():
+        run_cell(ip, '%soba "remember base"')
+    [turn] = [e for e in agent_of(ip).transcript.path() if isinstance(e, CheckpointEntry) and e.kind == "turn"]
+    run_cell(ip, "extra = base + 5")  # recorded at the next turn's start, on the branch the rewind leaves
+    scripted.script(tool_calls(("python", {"code": "undone = 1"})), text("Done."))
+    with capture_output():
+        run_cell(ip, '%soba "work we will rewind"')
+        run_cell(ip, f"%rewind {turn.checkpoint_id}")
+    scripted.script(tool_calls(("python", {"code": "total = extra * 2\nprint(total)"})), text("30."))
+    with capture_output():
+        run_cell(ip, '%soba "double extra"')
+        run_cell(ip, "%soba /code out.py")
+    script = (nb_dir / "out.py").read_text()
+    assert "extra = base + 5" in script and "undone = 1" not in script  # the cell stays; the rewound call goes
+    ran = subprocess.run([sys.executable, "out.py"], cwd=nb_dir, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "30"
+
+    shut_down(ip)
+    shell = new_shell(nb_dir)
+    with capture_output() as shown:
+        shell.run_cell("%soba /rebuild", store_history=True)
+    assert "rebuilt total, extra (2 cells and 1 call re-run)" in shown.stdout, shown.stdout
+    assert shell.user_ns["total"] == 30
