@@ -55,6 +55,13 @@ FALLBACK_NOTE = (
 )
 
 
+SOURCES = {
+    "provider_usage": "provider_usage: the server's own count of the last request, plus what came after it",
+    "estimated": "estimated: soba's own count (no server count yet)",
+}
+"""What the figure's source means, said once under it."""
+
+
 def write_data(folder: Path) -> dict[str, str]:
     """`sales.csv` and `returns.csv` in `folder` (the same every run); their texts by name."""
     rng = random.Random(DATA_SEED)
@@ -129,7 +136,7 @@ def run_demo(folder: Path | None = None, *, write: Callable[[str], None] | None 
         _load_model(session, out)
         # The demo compacts once, on purpose, at the end (soft triggers would do it earlier).
         session.set_auto(False)
-        out("%auto_compact off\n")
+        out("%auto_compact off   (the demo compacts once, by hand, at the end)\n")
         for template in DEMO_PROMPTS:
             out(f"\n%soba {template.split(chr(10))[0]}{' …' if chr(10) in template else ''}\n")
             result = run_turn(session, template.format(**data), on_event=_printer(out))
@@ -143,6 +150,7 @@ def run_demo(folder: Path | None = None, *, write: Callable[[str], None] | None 
             f"\nbudget · effective {measurement.effective:,} tokens ({measurement.source}) · "
             f"hardLimit {thresholds.hard_limit:,} · softLimit {thresholds.soft_limit:,} · "
             f"auto {'on' if thresholds.auto else 'off'}\n"
+            f"         ({SOURCES.get(measurement.source, measurement.source)})\n"
             f"         (the demo reserves {session.limits.max_output_tokens:,} tokens for each answer to keep them "
             "short, so its hardLimit is larger than your notebooks'; soba-nb doctor shows theirs)\n"
         )
@@ -167,7 +175,7 @@ def run_demo(folder: Path | None = None, *, write: Callable[[str], None] | None 
             )
         else:
             out("capsule    none exported: the compaction did not complete (see the line above)\n")
-        out(f"flight     {session.layout.flight}\n")
+        out(f"flight     {session.layout.flight}   (each compaction's figures, never message text)\n")
         return 0
     finally:
         session.close()
