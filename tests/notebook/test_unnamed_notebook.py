@@ -58,13 +58,19 @@ def sessions(folder: Path) -> list[Path]:
     return [p for p in folder.glob("*.jsonl") if p.name != "flight.jsonl"]
 
 
-def test_nbconvert_says_where_the_session_went_and_how_to_name_it(tmp_path, llm_server):
+@pytest.fixture
+def work(tmp_path: Path, llm_server) -> tuple[Path, Path, Path]:
+    """(the notebook's folder with its soba.json, a HOME, the notebook)."""
     folder = tmp_path / "work"
     folder.mkdir()
     home = tmp_path / "home"
     home.mkdir()
     write_soba_json(folder, llm_server.url)
-    path = write_notebook(folder)
+    return folder, home, write_notebook(folder)
+
+
+def test_nbconvert_says_where_the_session_went_and_how_to_name_it(work):
+    folder, home, path = work
 
     shown = execute(path, home)
 
@@ -83,16 +89,11 @@ def test_nbconvert_says_where_the_session_went_and_how_to_name_it(tmp_path, llm_
     assert not untitled.exists()
 
 
-def test_papermill_says_where_the_session_went_and_how_to_name_it(tmp_path, llm_server):
+def test_papermill_says_where_the_session_went_and_how_to_name_it(work):
     papermill = shutil.which("papermill")
     if papermill is None:
         pytest.skip("papermill is not installed (pip install -e '.[test]')")
-    folder = tmp_path / "work"
-    folder.mkdir()
-    home = tmp_path / "home"
-    home.mkdir()
-    write_soba_json(folder, llm_server.url)
-    path = write_notebook(folder)
+    folder, home, path = work
     out = folder / "report-run.ipynb"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SOBA_") and k != "JPY_SESSION_NAME"}
     env.update({"HOME": str(home), TEST_KEY_ENV: TEST_KEY_VALUE})
