@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 from soba_nb.agent.code_needs import Needs, needs_of
-from soba_nb.agent.provenance import PYTHON_TOOL
+from soba_nb.agent.provenance import PYTHON_TOOL, REBUILD_PREFIX
 from soba_nb.agent.script_python import plain_python
 from soba_nb.capsule_files.file import CapsuleFileError, write_file_atomically
 from soba_nb.compaction.requests import is_request
@@ -71,6 +71,8 @@ class CodeStep:
     """As it ran (IPython syntax included)."""
     unrecorded: bool = False
     """A cell soba did not see end (it ran before `%load_ext soba_nb`)."""
+    new_kernel: bool = False
+    """The first cell of another kernel (a restart: counts start again from 1)."""
 
     @property
     def call_id(self) -> str:
@@ -103,20 +105,25 @@ def session_code(path: Sequence[Entry]) -> CodeSteps:
     waiting: dict[str, CodeStep] = {}
     succeeded: set[int] = set()
     request = ""
+    kernels = 0
     for entry in path:
         if isinstance(entry, MessageEntry) and is_request(entry):  # a steer is part of its request
             request = entry.content
-        elif isinstance(entry, CellSourcesEntry):
+        elif isinstance(entry, CellSourcesEntry) and entry.rerun is not True:  # a re-run's code is there once
+            kernels += entry.new_kernel is True
+            new_kernel = entry.new_kernel is True and kernels > 1  # said on the first cell exported
             for cell in entry.cells:
                 label = f"In [{cell.execution_count}]"
                 if cell.outcome == "error":
                     found.raised.append(label)
                     continue
-                found.steps.append(CodeStep("cell", label, "", cell.source, unrecorded=cell.outcome == "unrecorded"))
+                unrecorded = cell.outcome == "unrecorded"
+                found.steps.append(CodeStep("cell", label, "", cell.source, unrecorded=unrecorded, new_kernel=new_kernel))
+                new_kernel = False
                 succeeded.add(id(found.steps[-1]))
         elif isinstance(entry, CellsEntry) and found.from_model_view:
             _cells_from_model_view(entry, found, succeeded)
-        elif isinstance(entry, ToolCallEntry) and entry.name == PYTHON_TOOL:
+        elif isinstance(entry, ToolCallEntry) and entry.name == PYTHON_TOOL and not entry.call_id.startswith(REBUILD_PREFIX):
             code = _code_of(entry)
             if code is not None and code.strip():
                 waiting[entry.call_id] = CodeStep("call", entry.call_id, request, code)
@@ -155,7 +162,8 @@ def _code_of(call: ToolCallEntry) -> str | None:
 def _comment(step: CodeStep) -> str:
     if step.kind == "cell":
         unseen = " (ran before or with %load_ext soba_nb: whether it raised was not recorded)" if step.unrecorded else ""
-        return f"# {step.label} · your cell{unseen}"
+        restart = "# (another kernel from here: its cells are numbered from 1 again)\n" if step.new_kernel else ""
+        return f"{restart}# {step.label} · your cell{unseen}"
     request = one_line(step.request, REQUEST_CHARS) if step.request else "(no request)"
     return f"# call {step.call_id} · for: {request}"
 

@@ -29,6 +29,8 @@ from soba_nb.transcript.entries import CellSourcesEntry, Entry, ToolCallEntry
 from soba_nb.transcript.pairing import results_by_call
 
 PYTHON_TOOL = "python"
+REBUILD_PREFIX = "rebuild_"
+"""The call id of a `/rebuild` re-run (`/code` leaves re-runs out: their code is there once)."""
 LABEL_CHARS = 48
 """A call is named by its code's first line, clipped to this."""
 

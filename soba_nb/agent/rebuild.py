@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from soba_nb.agent.events import AgentEvent, Notice, ToolFinished, ToolStarted
-from soba_nb.agent.provenance import Provenance, PythonCall
+from soba_nb.agent.provenance import REBUILD_PREFIX, Provenance, PythonCall
 from soba_nb.agent.receipts import result_preview
 from soba_nb.agent.session import AgentSession
 from soba_nb.agent.tools import ToolContext, ToolOutcome, run_tool, summarize_arguments
@@ -225,7 +225,7 @@ def _rerun(step: PythonCall, ctx: ToolContext, transcript: Transcript, emit: Cal
     """Run `step` again, with its receipt. The agent's call is recorded as a `python` call and
     its result, as it first was; the user's cell as a `cell_sources` entry of its own (its code
     is not the agent's: a capsule must not say the agent built what it makes)."""
-    call_id = f"rebuild_{secrets.token_hex(6)}"
+    call_id = f"{REBUILD_PREFIX}{secrets.token_hex(6)}"
     arguments = json.dumps({"code": step.code})
     summary = summarize_arguments("python", arguments)
     if step.cell is not None:
@@ -247,7 +247,7 @@ def _rerun(step: PythonCall, ctx: ToolContext, transcript: Transcript, emit: Cal
         )
     else:
         ran = CellSource(execution_count=step.cell, source=step.code, outcome="error" if outcome.is_error else "ok")
-        transcript.append(CellSourcesEntry(cells=[ran]))
+        transcript.append(CellSourcesEntry(cells=[ran], rerun=True))
     preview = result_preview(outcome.content)
     emit(ToolFinished(call_id, "python", summary, outcome.is_error, duration, preview))
     return outcome

@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from msgspec import UNSET
+
 from soba_nb.agent.soba_magics import is_only_soba
 from soba_nb.redact import redact
 from soba_nb.transcript.entries import CellSource, CellSourcesEntry
@@ -52,6 +54,8 @@ class SourceCursor:
 
     def __init__(self) -> None:
         self._last: dict[str, int] = {}
+        self._written: set[str] = set()
+        """Sessions that have a record from this kernel (the first one says `newKernel`)."""
 
     def entry(self, session_id: str, shell: Any, outcomes: Mapping[int, bool]) -> CellSourcesEntry | None:
         """The `cell_sources` entry of the cells `session_id` has not recorded yet, or None;
@@ -59,4 +63,8 @@ class SourceCursor:
         after = self._last.get(session_id, 0)
         cells = sources_after(shell, outcomes, after)
         self._last[session_id] = max(after, len(history_of(shell)) - 1)
-        return CellSourcesEntry(cells=cells) if cells else None
+        if not cells:
+            return None
+        first = session_id not in self._written
+        self._written.add(session_id)
+        return CellSourcesEntry(cells=cells, new_kernel=True if first else UNSET)

@@ -211,6 +211,12 @@ class CellSourcesEntry(_Entry, tag="cell_sources", kw_only=True, frozen=True):
     type: ClassVar[str] = "cell_sources"
     cells: list[CellSource] = field(default_factory=list)
     """In the order they ran."""
+    new_kernel: bool | UnsetType = UNSET
+    """`newKernel`: `true` on the session's first record in a kernel process (absent otherwise):
+    the cells from here ran in another kernel than those before (a restart, a resume)."""
+    rerun: bool | UnsetType = UNSET
+    """`true` on the record of cells `/rebuild` ran again (absent otherwise): `/code` leaves
+    them out, as it leaves out the agent's re-run calls — their code is already there once."""
 
 
 UsageOperation = Literal["inference", "compaction"]

@@ -216,3 +216,26 @@ def test_a_rewind_keeps_the_cells_that_ran_in_the_export_and_the_rebuild(ip, nb_
         shell.run_cell("%soba /rebuild", store_history=True)
     assert "rebuilt total, extra (2 cells and 1 call re-run)" in shown.stdout, shown.stdout
     assert shell.user_ns["total"] == 30
+
+
+def test_after_a_restart_and_a_rebuild_each_step_is_exported_once(ip, nb_dir, scripted):
+    run_cell(ip, "total = 1")
+    scripted.script(tool_calls(("python", {"code": "doubled = total * 2"})), text("Doubled."))
+    with capture_output():
+        run_cell(ip, '%soba "double it"')
+    shut_down(ip)
+    shell = new_shell(nb_dir)  # a restart: /rebuild re-runs In [1] and the call
+    try:
+        with capture_output():
+            shell.run_cell("%soba /rebuild", store_history=True)
+        shell.run_cell("print(doubled + 1)", store_history=True)
+        with capture_output():
+            shell.run_cell("%soba /code out.py", store_history=True)
+        script = (nb_dir / "out.py").read_text()
+        assert script.count("total = 1") == 1 and script.count("doubled = total * 2") == 1  # re-runs are not steps
+        assert "# (another kernel from here: its cells are numbered from 1 again)\n# In [2] · your cell\nprint(doubled + 1)" in script
+        ran = subprocess.run([sys.executable, "out.py"], cwd=nb_dir, capture_output=True, text=True, timeout=60)
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout.strip() == "3"
+    finally:
+        shut_down(shell)
