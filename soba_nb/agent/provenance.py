@@ -24,6 +24,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from soba_nb.agent.mutations import modified_names
 from soba_nb.agent.soba_magics import without_soba_lines
 from soba_nb.transcript.entries import CellSourcesEntry, Entry, ToolCallEntry
 from soba_nb.transcript.pairing import results_by_call
@@ -52,6 +53,8 @@ class PythonCall:
     """The names it assigned or read, by their last occurrence in the code."""
     cell: int | None = None
     """For the user's cell: its execution count (`In [n]`); None for the agent's call."""
+    modified: frozenset[str] = frozenset()
+    """Names whose objects it changes in place (`df["x"] = …`, `rows.append(…)`: `mutations`)."""
 
     @property
     def label(self) -> str:
@@ -78,6 +81,9 @@ class Provenance:
     """The user's recorded cells and the agent's calls, in the order they ran."""
     builders: dict[str, PythonCall] = field(default_factory=dict)
     """Variable → the last successful step, cell or call, that assigned it."""
+    changers: dict[str, list[PythonCall]] = field(default_factory=dict)
+    """Variable → the successful steps after its builder that changed it in place, in order:
+    a rebuild runs them too, or `df` comes back without the column a later cell added."""
 
     def ranked(self) -> list[str]:
         """Names the agent's work used, most recently used first."""
@@ -99,7 +105,7 @@ def trace(entries: Iterable[Entry]) -> Provenance:
             for cell in entry.cells:
                 step = _step(entry.id, "", without_soba_lines(cell.source), ok=cell.outcome != "error", cell=cell.execution_count)
                 if step is not None:
-                    _built(provenance.builders, step)
+                    _built(provenance.builders, step, provenance.changers)
                     provenance.steps.append(step)
             continue
         if not isinstance(entry, ToolCallEntry) or entry.name != PYTHON_TOOL:
@@ -110,7 +116,7 @@ def trace(entries: Iterable[Entry]) -> Provenance:
             continue
         provenance.calls.append(call)
         provenance.steps.append(call)
-        _built(provenance.builders, call)
+        _built(provenance.builders, call, provenance.changers)
         for name in call.order:
             provenance.used.pop(name, None)
             provenance.used[name] = None
@@ -118,14 +124,21 @@ def trace(entries: Iterable[Entry]) -> Provenance:
     return provenance
 
 
-def _built(builders: dict[str, PythonCall], step: PythonCall) -> None:
-    """`builders` after `step` ran: what it assigned is its, what it deleted is gone."""
+def _built(builders: dict[str, PythonCall], step: PythonCall, changers: dict[str, list[PythonCall]] | None = None) -> None:
+    """`builders` (and `changers`) after `step` ran: what it assigned is its, what it deleted
+    is gone, what it changed in place was changed by it too."""
     if not step.ok:
         return
     for name in step.deleted:
         builders.pop(name, None)
     for name in step.assigned:
         builders[name] = step
+        if changers is not None:
+            changers[name] = []
+    if changers is not None:
+        for name in step.modified - step.assigned:
+            if name in builders:
+                changers.setdefault(name, []).append(step)
 
 
 def _parsed_as_a_cell(code: str) -> ast.Module | None:
@@ -160,8 +173,10 @@ def _step(entry_id: str, call_id: str, code: str, *, ok: bool, cell: int | None 
     if tree is None:  # the tool refused it too: nothing was bound
         return None
     names = _Names()
+    modified: set[str] = set()
     for statement in tree.body:
         names.statement(statement)
+        modified |= modified_names(statement)
     public = {name for name in names.assigned if not name.startswith("_")}
     return PythonCall(
         entry_id=entry_id,
@@ -174,6 +189,7 @@ def _step(entry_id: str, call_id: str, code: str, *, ok: bool, cell: int | None 
         imported=frozenset(public & names.imported),
         order=tuple(name for name in sorted(names.seen, key=names.seen.__getitem__) if not name.startswith("_")),
         cell=cell,
+        modified=frozenset(name for name in modified if not name.startswith("_")),
     )
 
 

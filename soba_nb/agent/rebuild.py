@@ -160,17 +160,23 @@ class RebuildResult:
 
 
 def plan(provenance: Provenance, namespace: dict[str, object], missing: list[str]) -> list[PythonCall]:
-    """The steps (the user's cells, the agent's calls) to re-run for `missing`, with those
-    building what they read, in the order they ran."""
+    """The steps (the user's cells, the agent's calls) to re-run for `missing` — the one that
+    built each and those that changed it in place since — with those building what they read,
+    in the order they ran."""
     builders = provenance.builders
     wanted: dict[int, PythonCall] = {}
     queue = [name for name in missing if name in builders]
+    planned: set[str] = set()
     while queue:
-        step = builders[queue.pop()]
-        if id(step) in wanted:
+        name = queue.pop()
+        if name in planned:
             continue
-        wanted[id(step)] = step
-        queue.extend(name for name in step.read if name not in namespace and name in builders and builders[name] is not step)
+        planned.add(name)
+        # The step that built it, then those that changed it in place (`df["x"] = …`).
+        for step in [builders[name], *provenance.changers.get(name, ())]:
+            if id(step) not in wanted:
+                wanted[id(step)] = step
+                queue.extend(read for read in step.read if read not in namespace and read in builders)
     return [step for step in provenance.steps if id(step) in wanted]
 
 

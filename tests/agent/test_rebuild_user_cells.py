@@ -39,7 +39,7 @@ def restart(shell: Any, nb_dir: Any) -> Any:
 
 def test_the_note_names_your_cell_and_the_agents_call_and_rebuild_reruns_both_in_order(ip, nb_dir, scripted):
     cell(ip, "import math\nsales = {'jan': [3, 4], 'feb': [10, 1]}")
-    cell(ip, "sales['mar'] = [math.floor(2.5), 7]")  # mutates `sales`: the rebuild must run it too
+    cell(ip, "sales['mar'] = [math.floor(2.5), 7]")  # changes `sales` in place: the rebuild must run it too
     scripted.script(tool_calls(("python", {"code": AGENT_CODE})), text("February is the busiest."))
     cell(ip, '%soba "which month is busiest?"')
     producer = "`monthly = {m: sum(v) for m, v in sales.items()}…`"  # no entry id: its code, as its receipt showed it
@@ -49,7 +49,7 @@ def test_the_note_names_your_cell_and_the_agents_call_and_rebuild_reruns_both_in
     out = cell(shell, '%soba "and the quietest?"')
     note = (
         f"kernel was restarted: monthly, busiest, sales are gone; monthly, busiest were built by the agent's python call "
-        f"{producer}, sales was built by your cell In [1]. `%soba /rebuild` re-runs In [1], then the call {producer}."
+        f"{producer}, sales was built by your cell In [1]. `%soba /rebuild` re-runs In [1], In [2], then the call {producer}."
     )
     assert note in out
     sent = scripted.inference_requests()[-1]["messages"]
@@ -59,19 +59,19 @@ def test_the_note_names_your_cell_and_the_agents_call_and_rebuild_reruns_both_in
 
     out = cell(shell, "%soba /rebuild")
     assert "[python: your cell In [1] · import math" in out
-    assert "rebuilt monthly, busiest, sales (1 cell and 1 call re-run)" in out
-    assert shell.user_ns["busiest"] == "feb" and shell.user_ns["monthly"] == {"jan": 7, "feb": 11}
-    # In [2] mutated `sales` but assigned nothing the plan follows: the user's cell that built
-    # `sales` ran, and the agent's call then worked on what it made (no `mar`).
+    assert "[python: your cell In [2] · sales['mar'] = [math.floor(2.5), 7] · ok" in out
+    assert "rebuilt monthly, busiest, sales (2 cells and 1 call re-run)" in out
+    # `sales` as the agent's call found it: built by In [1], given `mar` by In [2].
+    assert shell.user_ns["busiest"] == "feb" and shell.user_ns["monthly"] == {"jan": 7, "feb": 11, "mar": 9}
     entries = agent(shell).transcript.path()
-    rerun = [e for e in entries if isinstance(e, CellSourcesEntry)][-1]
-    assert [(c.execution_count, c.outcome) for c in rerun.cells] == [(1, "ok")]
+    reruns = [e for e in entries if isinstance(e, CellSourcesEntry) and e.rerun]
+    assert [(c.execution_count, c.outcome) for e in reruns for c in e.cells] == [(1, "ok"), (2, "ok")]
     assert not any(isinstance(e, ToolCallEntry) and "sales = {" in json.loads(e.arguments)["code"] for e in entries)
     lines = kernel_state(shell.user_ns, agent(shell).provenance())
     assert [line for line in lines if line.startswith("sales:")][0].endswith(BUILT_BY_AGENT) is False
     assert [line for line in lines if line.startswith("monthly:")][0].endswith(BUILT_BY_AGENT)
     notes = [e.content for e in entries if isinstance(e, MessageEntry) and e.role == "system"]
-    assert f"re-running In [1], then the call {producer} to rebuild monthly, busiest, sales" in notes[-2]
+    assert f"re-running In [1], In [2], then the call {producer} to rebuild monthly, busiest, sales" in notes[-2]
 
 
 def test_cells_before_soba_and_beside_its_magics_rebuild_without_starting_a_turn(nb_dir, scripted):
@@ -117,3 +117,18 @@ def test_a_failing_user_cell_stops_the_rebuild_and_is_named(ip, nb_dir, scripted
     out = cell(shell, "%soba /rebuild")
     assert "rebuild stopped: the re-run of your cell In [1] failed (1 of 2 run: FileNotFoundError" in out
     assert "nothing rebuilt; still missing: rate, price" in out
+
+
+def test_changes_in_place_are_rebuilt_with_what_they_changed(ip, nb_dir, scripted):
+    """`df["revenue"] = …` binds no name: without it, the rebuilt `df` lacks the column."""
+    cell(ip, "rows = [{'price': 2, 'units': 3}, {'price': 5, 'units': 1}]")
+    cell(ip, "for row in rows:\n    row['revenue'] = row['price'] * row['units']")
+    cell(ip, "rows.append({'price': 1, 'units': 1, 'revenue': 1})")
+    cell(ip, "ignored = len(rows)")  # reads rows, changes nothing: not re-run
+    scripted.script(tool_calls(("python", {"code": "rows.sort(key=lambda r: r['revenue'])\ntop = rows[-1]['revenue']"})), text("6."))
+    cell(ip, '%soba "the top revenue"')
+    shell = restart(ip, nb_dir)
+    out = cell(shell, "%soba /rebuild")
+    assert "rebuilt rows, top (3 cells and 1 call re-run)" in out, out
+    assert "len(rows)" not in out
+    assert shell.user_ns["top"] == 6 and [r["revenue"] for r in shell.user_ns["rows"]] == [1, 5, 6]
