@@ -164,6 +164,14 @@ class CellRecorder:
         self.outcomes: dict[int, bool] = {}
         """Execution count → whether the cell ran without error, for every cell recorded (the
         deque forgets cells; this small map does not: `/code` and `/rebuild` read it)."""
+        self.sources: dict[int, str] = {}
+        """Execution count → the cell's source as typed, whole, for every cell run with an
+        execution count since `register` (soba's magics included: `cell_sources` sorts them).
+        Kept by count, not read back from IPython's history list, whose index drifts from the
+        count after a cell IPython does not store (`exit`) or one its transformers refused."""
+        self.first_count: int | None = None
+        """The shell's execution count when recording started: cells up to it ran before (their
+        sources are read from IPython's history), later ones are in `sources`."""
         self._running: list[Any] = []
         """The `ExecutionInfo` of each cell running, outermost first (a cell may run one)."""
         self._capture: _Capture | None = None
@@ -184,6 +192,8 @@ class CellRecorder:
     def register(self) -> None:
         if self._wrapped:
             return
+        count = getattr(self.shell, "execution_count", None)
+        self.first_count = count if isinstance(count, int) else None
         events = self.shell.events
         events.register("pre_run_cell", self.pre_run_cell)
         events.register("post_run_cell", self.post_run_cell)
@@ -240,11 +250,14 @@ class CellRecorder:
             self._running.pop()
         if self._running:
             return
+        count = getattr(result, "execution_count", None)
+        if isinstance(count, int) and getattr(info, "store_history", False):
+            self.sources[count] = getattr(info, "raw_cell", "") or ""
         capture, self._capture = self._capture, None
         self._remove_tees()
         if capture is not None:
             self._keep(capture, result)
-        elif isinstance(count := getattr(result, "execution_count", None), int) and getattr(info, "store_history", False):
+        elif isinstance(count, int) and getattr(info, "store_history", False):
             # A cell with soba's magics beside its code: not the model's to read, but its
             # other lines are the user's code (`/code`, `/rebuild`), so how it ended is kept.
             failed = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)

@@ -244,7 +244,7 @@ class SessionHolder:
         agent = self.agent
         if agent is None:
             return
-        entry = self._sources.entry(agent.session_id, self.shell, self.recorder.outcomes)
+        entry = self._sources.entry(agent.session_id, self.shell, self.recorder)
         if entry is not None:
             with contextlib.suppress(TranscriptError, TranscriptWriteError):
                 agent.transcript.append(entry)

@@ -239,3 +239,22 @@ def test_after_a_restart_and_a_rebuild_each_step_is_exported_once(ip, nb_dir, sc
         assert ran.stdout.strip() == "3"
     finally:
         shut_down(shell)
+
+
+def test_sources_keep_their_execution_counts_when_ipython_skips_one(ip, nb_dir, scripted):
+    """IPython keeps no history for `exit`/`quit()` though the count goes on: its history list
+    then drifts from the counts. The recorder keeps sources by count."""
+    run_cell(ip, "a = 1")
+    ip.run_cell("quit()", store_history=True)  # In [2]: counted, not in IPython's history list
+    ip.exit_now = False
+    run_cell(ip, "b = a + 1")
+    scripted.script(tool_calls(("python", {"code": "print(b * 10)"})), text("20."))
+    with capture_output():
+        run_cell(ip, '%soba "times ten"')
+        run_cell(ip, "%soba /code out.py")
+    script = (nb_dir / "out.py").read_text()
+    assert "# In [1] · your cell\na = 1" in script and "# In [3] · your cell\nb = a + 1" in script
+    assert "quit()" not in script  # it ends a kernel: a script replaying it would stop there
+    ran = subprocess.run([sys.executable, "out.py"], cwd=nb_dir, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "20"
