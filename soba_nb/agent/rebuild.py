@@ -54,9 +54,10 @@ _CAPSULE_VARIABLE = re.compile(r"^\s*[-*]\s+`?([A-Za-z_][A-Za-z0-9_]*)`?\s*:")
 def missing_variables(session: AgentSession) -> list[str]:
     """Variables the session says should exist that the kernel does not have, in the order
     the work used them (most recent first), then those only the latest capsule names."""
-    builders = session.provenance().builders
+    provenance = session.provenance()
+    builders = provenance.builders
     # Imports are how the work was done, not what it made: `/rebuild` restores them as needed.
-    expected = [name for name in session.provenance().ranked() if name in builders and name not in builders[name].imported]
+    expected = [name for name in provenance.ranked() if name in builders and name not in builders[name].imported]
     expected += capsule_variables(session)
     namespace = session.namespace
     return [name for name in dict.fromkeys(expected) if name not in namespace]
@@ -81,7 +82,13 @@ def kernel_note(session: AgentSession, *, restarted: bool, for_model: bool = Fal
 
     `restarted`: this is the first turn of a resumed session in this kernel process.
     """
-    missing = missing_variables(session)
+    notes = kernel_notes(session, missing_variables(session), restarted=restarted)
+    return None if notes is None else notes[1] if for_model else notes[0]
+
+
+def kernel_notes(session: AgentSession, missing: list[str], *, restarted: bool) -> tuple[str, str] | None:
+    """The note about `missing` for the user ("your cell") and for the model ("the user's
+    cell"), worked out once; None when nothing is missing."""
     if not missing:
         return None
     provenance = session.provenance()
@@ -93,17 +100,21 @@ def kernel_note(session: AgentSession, *, restarted: bool, for_model: bool = Fal
     agents = [name for name in missing if name in builders and builders[name].cell is None]
     users = [name for name in missing if name in builders and builders[name].cell is not None]
     unknown = [name for name in missing if name not in builders]
-    groups = [
-        (agents, "the agent's python call", [builders[name].label for name in agents]),
-        (users, "the user's cell" if for_model else "your cell", [builders[name].label for name in users]),
-        (unknown, "no cell or call soba recorded", []),
-    ]
-    alone = sum(1 for names, _, _ in groups if names) == 1  # one kind: `they were built by …`
-    origins = [_origin(names, what, ids, alone=alone) for names, what, ids in groups if names]
     steps = plan(provenance, session.namespace, missing)
     rebuild_line = f" `%soba /rebuild` re-runs {_in_order(steps)}." if steps else ""
     yourself = f" Run the cell that makes {_names(unknown)} yourself{' first' if steps else ''}." if unknown else ""
-    return f"{head}; {', '.join(origins)}.{rebuild_line}{yourself}"
+
+    def note(users_cell: str) -> str:
+        groups = [
+            (agents, "the agent's python call", [builders[name].label for name in agents]),
+            (users, users_cell, [builders[name].label for name in users]),
+            (unknown, "no cell or call soba recorded", []),
+        ]
+        alone = sum(1 for names, _, _ in groups if names) == 1  # one kind: `they were built by …`
+        origins = [_origin(names, what, ids, alone=alone) for names, what, ids in groups if names]
+        return f"{head}; {', '.join(origins)}.{rebuild_line}{yourself}"
+
+    return note("your cell"), note("the user's cell")
 
 
 def _origin(names: list[str], what: str, ids: list[str], *, alone: bool) -> str:
@@ -126,18 +137,19 @@ def note_missing(session: AgentSession) -> str | None:
     naming "the user's cell") and is shown in the cell ("your cell"); the same missing set is
     not reported twice.
     """
-    missing = frozenset(missing_variables(session))
+    names = missing_variables(session)
+    missing = frozenset(names)
     if not missing:
         session.noted_missing = frozenset()
         return None
     if missing <= session.noted_missing:
         return None
-    restarted = session.resumed and not session.noted_missing
-    note = kernel_note(session, restarted=restarted)
+    notes = kernel_notes(session, names, restarted=session.resumed and not session.noted_missing)
     session.noted_missing = missing
-    if note is not None:
-        session.transcript.append(MessageEntry(role="system", content=kernel_note(session, restarted=restarted, for_model=True) or note))
-    return note
+    if notes is None:
+        return None
+    session.transcript.append(MessageEntry(role="system", content=notes[1]))
+    return notes[0]
 
 
 @dataclass

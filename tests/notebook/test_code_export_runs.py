@@ -37,6 +37,13 @@ def run_cell(ip: Any, source: str) -> Any:
     return ip.run_cell(source, store_history=True)
 
 
+def run_script(folder: Any, name: str) -> subprocess.CompletedProcess[str]:
+    """`python NAME` in a fresh interpreter, in the notebook's folder; it must exit 0."""
+    ran = subprocess.run([sys.executable, name], cwd=folder, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    return ran
+
+
 def agent_of(ip: Any) -> Any:
     return ip.magics_manager.registry["SobaMagics"].agent
 
@@ -72,9 +79,8 @@ def test_the_exported_script_runs_alone_and_reproduces_the_session(ip, nb_dir, s
     (nb_dir / "monthly.csv").unlink()
     (nb_dir / "sales.csv").unlink()
 
-    ran = subprocess.run([sys.executable, "session_code.py"], cwd=nb_dir, capture_output=True, text=True, timeout=120)
+    ran = run_script(nb_dir, "session_code.py")
 
-    assert ran.returncode == 0, ran.stderr
     assert ran.stdout.splitlines()[-2:] == [f"busiest {busiest}", f"best month {busiest} of 15 rows"]
     assert (nb_dir / "sales.csv").read_bytes() == sales_csv  # the seed cell came along
     assert (nb_dir / "monthly.csv").read_bytes() == monthly_csv
@@ -143,8 +149,7 @@ def test_cells_run_before_soba_was_loaded_are_exported_and_marked(nb_dir, script
         assert "pass  # IPython only, left out: %load_ext soba_nb\nbonus = 2" in script
         # A cell with soba's magics beside its code, after the load: how it ended was seen.
         assert "# In [3] · your cell\npass  # IPython only, left out: %checkpoint beside code\nbonus = bonus * 1" in script
-        ran = subprocess.run([sys.executable, "out.py"], cwd=nb_dir, capture_output=True, text=True, timeout=60)
-        assert ran.returncode == 0, ran.stderr
+        ran = run_script(nb_dir, "out.py")
         assert ran.stdout.strip() == "42"
     finally:
         shut_down(shell)
@@ -206,8 +211,7 @@ def test_a_rewind_keeps_the_cells_that_ran_in_the_export_and_the_rebuild(ip, nb_
         run_cell(ip, "%soba /code out.py")
     script = (nb_dir / "out.py").read_text()
     assert "extra = base + 5" in script and "undone = 1" not in script  # the cell stays; the rewound call goes
-    ran = subprocess.run([sys.executable, "out.py"], cwd=nb_dir, capture_output=True, text=True, timeout=60)
-    assert ran.returncode == 0, ran.stderr
+    ran = run_script(nb_dir, "out.py")
     assert ran.stdout.strip() == "30"
 
     shut_down(ip)
@@ -234,8 +238,7 @@ def test_after_a_restart_and_a_rebuild_each_step_is_exported_once(ip, nb_dir, sc
         script = (nb_dir / "out.py").read_text()
         assert script.count("total = 1") == 1 and script.count("doubled = total * 2") == 1  # re-runs are not steps
         assert "# (another kernel from here: its cells are numbered from 1 again)\n# In [2] · your cell\nprint(doubled + 1)" in script
-        ran = subprocess.run([sys.executable, "out.py"], cwd=nb_dir, capture_output=True, text=True, timeout=60)
-        assert ran.returncode == 0, ran.stderr
+        ran = run_script(nb_dir, "out.py")
         assert ran.stdout.strip() == "3"
     finally:
         shut_down(shell)
@@ -255,6 +258,5 @@ def test_sources_keep_their_execution_counts_when_ipython_skips_one(ip, nb_dir, 
     script = (nb_dir / "out.py").read_text()
     assert "# In [1] · your cell\na = 1" in script and "# In [3] · your cell\nb = a + 1" in script
     assert "quit()" not in script  # it ends a kernel: a script replaying it would stop there
-    ran = subprocess.run([sys.executable, "out.py"], cwd=nb_dir, capture_output=True, text=True, timeout=60)
-    assert ran.returncode == 0, ran.stderr
+    ran = run_script(nb_dir, "out.py")
     assert ran.stdout.strip() == "20"
